@@ -1,0 +1,30 @@
+"""django_pgqueue: PostgreSQL as a durable job queue and webhook engine for Django.
+
+Public API (lazily imported, so ``import django_pgqueue`` works before Django is set up):
+
+* :func:`enqueue_many` -- many jobs of one task in one statement.
+* :mod:`django_pgqueue.storage` -- replay / retry_now / cancel / move_to_dlq.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .__about__ import __version__
+
+if TYPE_CHECKING:
+    from .backend import enqueue_many
+
+__all__ = ["__version__", "enqueue_many"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "enqueue_many":
+        from .backend import enqueue_many
+
+        return enqueue_many
+    if name == "send_event":
+        from .webhooks.fanout import send_event
+
+        return send_event
+    raise AttributeError(f"module 'django_pgqueue' has no attribute {name!r}")

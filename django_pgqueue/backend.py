@@ -1,0 +1,454 @@
+"""``PgQueueBackend``: Django's Tasks framework, stored in PostgreSQL.
+
+``enqueue()`` writes one row through the Django connection of the queue
+database, so the job exists if and only if the caller's transaction commits.
+Workers (``manage.py runworkers``) claim and run the rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, transaction
+from django.utils.module_loading import import_string
+
+from . import sql
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
+from .conf import get_settings
+from .exceptions import ArgumentsNotJSON, NotATask, PayloadTooLarge
+from .models.queue import Status
+from .notify import wake_workers
+from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
+
+#: Our states as the Tasks framework sees them (docs/tasks.md explains the choice).
+STATUS_MAP: dict[str, Any] = {
+    Status.PENDING: TaskResultStatus.READY,
+    # A retry is scheduled: the task is "ready to be executed again".
+    Status.FAILED: TaskResultStatus.READY,
+    Status.IN_PROGRESS: TaskResultStatus.RUNNING,
+    Status.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    Status.DEAD: TaskResultStatus.FAILED,
+    Status.CANCELLED: TaskResultStatus.FAILED,
+}
+
+#: Bulk enqueues of at least this many rows go through COPY instead of INSERT.
+COPY_THRESHOLD = 2000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PgQueueTask(Task):
+    """A Task with per-task retry options.
+
+    ``@task(max_attempts=8, backoff=my_backoff)`` sets them; ``None`` means the
+    backend's ``OPTIONS["MAX_ATTEMPTS"]`` / ``OPTIONS["BACKOFF"]``.
+    """
+
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def serialize_arguments(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
+    """Encode a task's arguments as JSON, or raise an error naming the bad argument.
+
+    Only JSON is ever stored (never pickle): workers may run other code versions,
+    and rows must stay readable in the admin and from SQL.
+    """
+    try:
+        return _dumps(list(args)), _dumps(kwargs)
+    except (TypeError, ValueError):
+        pass
+    # Slow path, only on error: find the culprit for a message that names it.
+    named = [(f"positional argument {i}", v) for i, v in enumerate(args)]
+    named += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+    for label, value in named:
+        try:
+            _dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise ArgumentsNotJSON(
+                f"Cannot enqueue {task.module_path}: {label} is not JSON-serialisable "
+                f"({type(value).__name__}: {exc}). Pass JSON types only (str, int, "
+                f"float, bool, None, list, dict with str keys), e.g. an id instead of "
+                f"a model instance."
+            ) from exc
+    raise ArgumentsNotJSON(f"Cannot enqueue {task.module_path}: arguments are not JSON-serialisable")
+
+
+def resolve_task(task_path: str) -> Task:
+    """Import the Task stored at ``task_path``.
+
+    Raises ImportError when the path does not import (for example during a rolling
+    deploy) and NotATask when it imports to something that is not a Task.
+    """
+    try:
+        obj = import_string(task_path)
+    except ImportError:
+        raise
+    except Exception as exc:  # a module that fails while importing
+        raise ImportError(f"Importing {task_path!r} failed: {exc!r}") from exc
+    if not isinstance(obj, Task):
+        raise NotATask(
+            f"{task_path!r} imports to a {type(obj).__name__}, not a Task; only "
+            f"functions decorated with @task can run."
+        )
+    return obj
+
+
+class PgQueueBackend(BaseTaskBackend):
+    """A Tasks backend that stores jobs in PostgreSQL and runs them with ``runworkers``.
+
+    ``OPTIONS``: ``MAX_ATTEMPTS`` (default 5), ``BACKOFF`` (a callable or its
+    dotted path; default exponential with full jitter), ``BACKOFF_BASE`` (2 s)
+    and ``BACKOFF_CAP`` (3600 s) for the default backoff.
+    """
+
+    task_class = PgQueueTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        if "QUEUES" in params and not params["QUEUES"]:
+            self.queues = set()  # empty = any queue name
+        self._option_errors: list[str] = []
+        opts = dict(self.options)
+        unknown = sorted(set(opts) - {"MAX_ATTEMPTS", "BACKOFF", "BACKOFF_BASE", "BACKOFF_CAP"})
+        if unknown:
+            self._option_errors.append(
+                f"Unknown key(s) in TASKS[{alias!r}]['OPTIONS']: {', '.join(unknown)}. Valid "
+                f"keys are: BACKOFF, BACKOFF_BASE, BACKOFF_CAP, MAX_ATTEMPTS."
+            )
+        self.max_attempts = opts.get("MAX_ATTEMPTS", 5)
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or (
+            self.max_attempts < 1
+        ):
+            self._option_errors.append(
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive integer, "
+                f"got {self.max_attempts!r}"
+            )
+            self.max_attempts = 5
+        base = opts.get("BACKOFF_BASE", DEFAULT_BASE)
+        cap = opts.get("BACKOFF_CAP", DEFAULT_CAP)
+        for key, value in (("BACKOFF_BASE", base), ("BACKOFF_CAP", cap)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                self._option_errors.append(
+                    f"TASKS[{alias!r}]['OPTIONS'][{key!r}] must be a positive number, got {value!r}"
+                )
+                base, cap = DEFAULT_BASE, DEFAULT_CAP
+        backoff = opts.get("BACKOFF")
+        if isinstance(backoff, str):
+            try:
+                backoff = import_string(backoff)
+            except ImportError as exc:
+                self._option_errors.append(
+                    f"TASKS[{alias!r}]['OPTIONS']['BACKOFF'] = {opts['BACKOFF']!r} cannot be "
+                    f"imported: {exc}"
+                )
+                backoff = None
+        if backoff is not None and not callable(backoff):
+            self._option_errors.append(
+                f"TASKS[{alias!r}]['OPTIONS']['BACKOFF'] must be a callable "
+                f"backoff(exception, task_result) -> seconds | None, got {backoff!r}"
+            )
+            backoff = None
+        self.backoff: Backoff = backoff or default_backoff(float(base), float(cap))
+
+    # -- configuration -------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        return [
+            checks.Error(message, id="django_pgqueue.E010", obj=f"TASKS[{self.alias!r}]")
+            for message in self._option_errors
+        ]
+
+    def _raise_if_misconfigured(self) -> None:
+        if self._option_errors:
+            raise ImproperlyConfigured(self._option_errors[0])
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        max_attempts = getattr(task, "max_attempts", None)
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
+            raise InvalidTask(f"max_attempts must be a positive integer, got {max_attempts!r}")
+        backoff = getattr(task, "backoff", None)
+        if backoff is not None and not callable(backoff):
+            raise InvalidTask(
+                f"backoff must be a callable backoff(exception, task_result) -> seconds | None, "
+                f"got {backoff!r}"
+            )
+
+    def max_attempts_for(self, task: Task) -> int:
+        return getattr(task, "max_attempts", None) or self.max_attempts
+
+    def backoff_for(self, task: Task) -> Backoff:
+        return getattr(task, "backoff", None) or self.backoff
+
+    # -- enqueue -------------------------------------------------------------------
+
+    def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        """Write one job in the caller's transaction and return its READY result."""
+        self._raise_if_misconfigured()
+        self.validate_task(task)
+        conf = get_settings()
+        args_json, kwargs_json = serialize_arguments(task, args, kwargs)
+        self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)
+        db = conf.DATABASE
+        with connections[db].cursor() as cursor:
+            cursor.execute(
+                sql.INSERT_JOB,
+                [
+                    task.priority,
+                    self.max_attempts_for(task),
+                    task.run_after,
+                    task.module_path,
+                    task.queue_name,
+                    self.alias,
+                    args_json,
+                    kwargs_json,
+                ],
+            )
+            job_id, created_at = cursor.fetchone()
+        if task.run_after is None:
+            wake_workers(db)  # deferred jobs are found by the poll when due
+        result = self._new_result(task, job_id, created_at, args, kwargs)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def enqueue_many(
+        self, task: Task, arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]]
+    ) -> list[TaskResult]:
+        """Write many jobs of one task with one statement (COPY for large batches).
+
+        All rows are written or none, in the caller's transaction.
+        """
+        self._raise_if_misconfigured()
+        self.validate_task(task)
+        conf = get_settings()
+        items = [(tuple(a), dict(k)) for a, k in arguments]
+        if not items:
+            return []
+        encoded = [serialize_arguments(task, a, k) for a, k in items]
+        for args_json, kwargs_json in encoded:
+            self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)
+        db = conf.DATABASE
+        max_attempts = self.max_attempts_for(task)
+        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+            cursor.execute(sql.RESERVE_JOB_IDS, [len(items)])
+            reserved = cursor.fetchall()
+            ids = [row[0] for row in reserved]
+            created_at = reserved[0][1]
+            if len(items) >= COPY_THRESHOLD:
+                self._copy_rows(cursor, task, ids, encoded, max_attempts, created_at)
+            else:
+                cursor.execute(
+                    sql.INSERT_JOBS,
+                    [
+                        task.priority,
+                        max_attempts,
+                        task.run_after,
+                        task.module_path,
+                        task.queue_name,
+                        self.alias,
+                        ids,
+                        [a for a, _ in encoded],
+                        [k for _, k in encoded],
+                    ],
+                )
+            if task.run_after is None:
+                wake_workers(db)
+        results = [
+            self._new_result(task, job_id, created_at, a, k)
+            for job_id, (a, k) in zip(ids, items, strict=True)
+        ]
+        for result in results:
+            task_enqueued.send(type(self), task_result=result)
+        return results
+
+    def _copy_rows(
+        self,
+        cursor: Any,
+        task: Task,
+        ids: list[int],
+        encoded: list[tuple[str, str]],
+        max_attempts: int,
+        created_at: datetime,
+    ) -> None:
+        due = task.run_after or created_at
+        raw = cursor.cursor  # the psycopg cursor behind Django's wrapper
+        with raw.copy(sql.COPY_JOBS) as copy:
+            for job_id, (args_json, kwargs_json) in zip(ids, encoded, strict=True):
+                copy.write_row(
+                    (
+                        job_id,
+                        "pending",
+                        task.priority,
+                        0,
+                        max_attempts,
+                        due,
+                        "",
+                        "",
+                        "[]",
+                        created_at,
+                        created_at,
+                        task.module_path,
+                        task.queue_name,
+                        self.alias,
+                        args_json,
+                        kwargs_json,
+                        "[]",
+                    )
+                )
+
+    @staticmethod
+    def _check_size(task: Task, size: int, limit: int) -> None:
+        if size > limit:
+            raise PayloadTooLarge(
+                f"Cannot enqueue {task.module_path}: its arguments take {size} bytes as "
+                f"JSON, more than PGQUEUE['MAX_ARGS_BYTES'] = {limit}. Store large data "
+                f"elsewhere and pass a reference."
+            )
+
+    def _new_result(
+        self,
+        task: Task,
+        job_id: int,
+        created_at: datetime,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> TaskResult:
+        return TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=created_at,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+
+    # -- results -------------------------------------------------------------------
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """Read a job's current state as a TaskResult; unknown ids raise TaskResultDoesNotExist."""
+        try:
+            job_id = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        db = get_settings().DATABASE
+        with connections[db].cursor() as cursor:
+            cursor.execute(sql.GET_JOB, [job_id])
+            row = cursor.fetchone()
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        (
+            _id,
+            status,
+            task_path,
+            args,
+            kwargs,
+            queue_name,
+            priority,
+            backend,
+            _next_attempt_at,
+            created_at,
+            started_at,
+            last_attempted_at,
+            finished_at,
+            errors,
+            worker_ids,
+            return_value,
+        ) = row
+        try:
+            task = resolve_task(task_path)
+        except (ImportError, NotATask) as exc:
+            raise InvalidTask(
+                f"Job {job_id} refers to {task_path!r}, which is not an importable Task here: {exc}"
+            ) from exc
+        task = self._task_as_enqueued(task, queue_name, priority, backend)
+        result = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=STATUS_MAP[status],
+            enqueued_at=created_at,
+            started_at=started_at,
+            last_attempted_at=last_attempted_at,
+            finished_at=finished_at,
+            args=args if isinstance(args, list) else json.loads(args),
+            kwargs=kwargs if isinstance(kwargs, dict) else json.loads(kwargs),
+            backend=backend,
+            errors=task_errors(errors),
+            worker_ids=list(worker_ids or []),
+        )
+        if status == Status.SUCCEEDED:
+            object.__setattr__(result, "_return_value", return_value)
+        return result
+
+    @staticmethod
+    def _task_as_enqueued(task: Task, queue_name: str, priority: int, backend: str) -> Task:
+        if (task.queue_name, task.priority, task.backend) == (queue_name, priority, backend):
+            return task
+        return task.using(queue_name=queue_name, priority=priority, backend=backend)
+
+
+def task_errors(errors: Any) -> list[TaskError]:
+    """Our stored error history as the framework's TaskError list."""
+    if isinstance(errors, str):
+        errors = json.loads(errors)
+    return [
+        TaskError(
+            exception_class_path=e.get("exception_class_path", "builtins.Exception"),
+            traceback=e.get("traceback", ""),
+        )
+        for e in errors or []
+    ]
+
+
+def get_backend_for(task: Task) -> PgQueueBackend:
+    """The PgQueueBackend a task is bound to, or a clear error."""
+    backend = task.get_backend()
+    if not isinstance(backend, PgQueueBackend):
+        raise ImproperlyConfigured(
+            f"{task.module_path} uses the {type(backend).__name__} backend "
+            f"(TASKS[{task.backend!r}]); enqueue_many needs "
+            f"django_pgqueue.backend.PgQueueBackend."
+        )
+    return backend
+
+
+def enqueue_many(
+    task: Task, arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]]
+) -> list[TaskResult]:
+    """Enqueue many calls of ``task`` with one statement; returns their results in order.
+
+    ``arguments`` is an iterable of ``(args, kwargs)`` pairs. All rows are written
+    or none, inside the caller's transaction.
+    """
+    return get_backend_for(task).enqueue_many(task, arguments)
+

@@ -1,0 +1,269 @@
+"""The ``PGQUEUE`` settings dict: defaults, validation and a cached accessor.
+
+Every key is documented in ``docs/settings.md``. Read settings through
+:func:`get_settings`; the cache is dropped whenever Django's ``setting_changed``
+signal fires for ``PGQUEUE`` (``override_settings`` in tests).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+#: Webhook delivery defaults (``PGQUEUE["WEBHOOKS"]``). The retry schedule follows
+#: Svix: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+WEBHOOK_DEFAULTS: dict[str, Any] = {
+    "RETRY_SCHEDULE": [0, 5, 300, 1800, 7200, 18000, 36000, 36000],
+    "RETRY_JITTER": 0.2,
+    "RETRY_AFTER_CAP": 3600.0,
+    "CONNECT_TIMEOUT": 5.0,
+    "TOTAL_TIMEOUT": 30.0,
+    "RESPONSE_CAP": 20_000,
+    "MAX_PAYLOAD_BYTES": 256 * 1024,
+    "ALLOW_HTTP": False,
+    "ALLOW_NETWORKS": [],
+    "ALLOWED_PORTS": None,
+    "BREAKER_THRESHOLD": 5,
+    "BREAKER_COOLDOWN": 30.0,
+    "BREAKER_MAX_COOLDOWN": 3600.0,
+    "DISABLE_AFTER": 5 * 24 * 3600.0,
+    "SECRET_ROTATION_GRACE": 24 * 3600.0,
+    "ENCRYPTION_KEYS": None,
+}
+
+DEFAULTS: dict[str, Any] = {
+    # Database alias that holds the queue tables; enqueue joins its transaction.
+    "DATABASE": "default",
+    # How long a claim is valid without an extension. A worker that dies is
+    # replaced after at most this long.
+    "LEASE_SECONDS": 30.0,
+    # Idle workers poll this often even without NOTIFY (the correctness backstop).
+    "POLL_INTERVAL": 1.0,
+    # Threads per worker process.
+    "CONCURRENCY": 4,
+    # Extra rows a process may hold beyond its running tasks, so threads never idle
+    # between claims. None = adaptive: about 50 ms of work per thread, measured
+    # from recent task durations, capped by BATCH_SIZE.
+    "PREFETCH": None,
+    # Upper bound on rows claimed by one statement.
+    "BATCH_SIZE": 100,
+    # LISTEN/NOTIFY wake-ups; polling still runs when this is False.
+    "NOTIFY": True,
+    "NOTIFY_CHANNEL": "pgqueue",
+    # At most one NOTIFY per channel per window per process (trailing edge kept).
+    "NOTIFY_COALESCE_SECONDS": 0.05,
+    # libpq DSN for the LISTEN connection when the queue database is reached through
+    # a transaction-pooling PgBouncer (LISTEN needs a session). None = same as DATABASE.
+    "LISTEN_DSN": None,
+    # Seconds between health queries on the LISTEN connection (half-open detection).
+    "LISTEN_HEALTH_INTERVAL": 10.0,
+    # Seconds a worker waits for running tasks after SIGTERM before releasing them.
+    "SHUTDOWN_GRACE_SECONDS": 30.0,
+    # Delay before a job whose task path cannot be imported is offered again.
+    "UNKNOWN_TASK_DELAY": 60.0,
+    # How long a worker keeps retrying a completion write before leaving the row to
+    # its lease (the backstop).
+    "COMPLETION_RETRY_SECONDS": 10.0,
+    # Cap on the JSON size of a job's arguments.
+    "MAX_ARGS_BYTES": 1024 * 1024,
+    # Server-side prepared statements on worker connections. Turn off behind
+    # PgBouncer < 1.21 in transaction mode.
+    "PREPARED_STATEMENTS": True,
+    # Test-only pause points (see docs/guarantees.md); never enable in production.
+    "TEST_HOOKS": False,
+    "WEBHOOKS": {},
+}
+
+
+@dataclass(frozen=True)
+class PgQueueSettings:
+    """Validated, immutable view of ``settings.PGQUEUE`` merged with defaults."""
+
+    DATABASE: str
+    LEASE_SECONDS: float
+    POLL_INTERVAL: float
+    CONCURRENCY: int
+    PREFETCH: int | None
+    BATCH_SIZE: int
+    NOTIFY: bool
+    NOTIFY_CHANNEL: str
+    NOTIFY_COALESCE_SECONDS: float
+    LISTEN_DSN: str | None
+    LISTEN_HEALTH_INTERVAL: float
+    SHUTDOWN_GRACE_SECONDS: float
+    UNKNOWN_TASK_DELAY: float
+    COMPLETION_RETRY_SECONDS: float
+    MAX_ARGS_BYTES: int
+    PREPARED_STATEMENTS: bool
+    TEST_HOOKS: bool
+    WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _positive_number(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ImproperlyConfigured(f"{name} must be {kind} number, got {value!r}")
+    return float(value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_keys(name: str, given: Mapping[str, Any], valid: Mapping[str, Any]) -> None:
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"Unknown key(s) in {name}: {', '.join(unknown)}. "
+            f"Valid keys are: {', '.join(sorted(valid))}."
+        )
+
+
+def validate_webhooks(raw: Any) -> dict[str, Any]:
+    """Merge ``PGQUEUE["WEBHOOKS"]`` with its defaults and validate every value."""
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(f"PGQUEUE['WEBHOOKS'] must be a dict, got {raw!r}")
+    _check_keys("PGQUEUE['WEBHOOKS']", raw, WEBHOOK_DEFAULTS)
+    merged = {**WEBHOOK_DEFAULTS, **raw}
+    prefix = "PGQUEUE['WEBHOOKS']"
+    schedule = merged["RETRY_SCHEDULE"]
+    if not isinstance(schedule, list | tuple) or not schedule:
+        raise ImproperlyConfigured(
+            f"{prefix}['RETRY_SCHEDULE'] must be a non-empty list of seconds, got {schedule!r}"
+        )
+    merged["RETRY_SCHEDULE"] = [
+        _positive_number(f"{prefix}['RETRY_SCHEDULE'][{i}]", v, allow_zero=True)
+        for i, v in enumerate(schedule)
+    ]
+    jitter = _positive_number(f"{prefix}['RETRY_JITTER']", merged["RETRY_JITTER"], allow_zero=True)
+    if jitter >= 1:
+        raise ImproperlyConfigured(f"{prefix}['RETRY_JITTER'] must be below 1, got {jitter!r}")
+    for key in (
+        "RETRY_AFTER_CAP",
+        "CONNECT_TIMEOUT",
+        "TOTAL_TIMEOUT",
+        "BREAKER_COOLDOWN",
+        "BREAKER_MAX_COOLDOWN",
+        "DISABLE_AFTER",
+        "SECRET_ROTATION_GRACE",
+    ):
+        merged[key] = _positive_number(f"{prefix}[{key!r}]", merged[key])
+    for key in ("RESPONSE_CAP", "MAX_PAYLOAD_BYTES", "BREAKER_THRESHOLD"):
+        merged[key] = _positive_int(f"{prefix}[{key!r}]", merged[key])
+    merged["ALLOW_HTTP"] = _bool(f"{prefix}['ALLOW_HTTP']", merged["ALLOW_HTTP"])
+    networks = merged["ALLOW_NETWORKS"]
+    if not isinstance(networks, list | tuple):
+        raise ImproperlyConfigured(f"{prefix}['ALLOW_NETWORKS'] must be a list of CIDRs")
+    for cidr in networks:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(
+                f"{prefix}['ALLOW_NETWORKS'] holds {cidr!r}, which is not a CIDR network"
+            ) from exc
+    ports = merged["ALLOWED_PORTS"]
+    if ports is not None and (
+        not isinstance(ports, list | tuple | set)
+        or not all(isinstance(p, int) and 0 < p < 65536 for p in ports)
+    ):
+        raise ImproperlyConfigured(
+            f"{prefix}['ALLOWED_PORTS'] must be None or a list of port numbers, got {ports!r}"
+        )
+    keys = merged["ENCRYPTION_KEYS"]
+    if keys is not None and (
+        not isinstance(keys, list | tuple) or not keys or not all(isinstance(k, str) for k in keys)
+    ):
+        raise ImproperlyConfigured(
+            f"{prefix}['ENCRYPTION_KEYS'] must be None or a non-empty list of Fernet keys"
+        )
+    return merged
+
+
+def validate(raw: Any) -> PgQueueSettings:
+    """Validate a raw ``PGQUEUE`` value; raise ImproperlyConfigured naming the problem."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(f"PGQUEUE must be a dict, got {type(raw).__name__}")
+    _check_keys("PGQUEUE", raw, DEFAULTS)
+    merged = {**DEFAULTS, **raw}
+    if not isinstance(merged["DATABASE"], str) or not merged["DATABASE"]:
+        raise ImproperlyConfigured(
+            f"PGQUEUE['DATABASE'] must be a database alias, got {merged['DATABASE']!r}"
+        )
+    concurrency = _positive_int("PGQUEUE['CONCURRENCY']", merged["CONCURRENCY"])
+    prefetch = merged["PREFETCH"]
+    if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+    ):
+        raise ImproperlyConfigured(
+            f"PGQUEUE['PREFETCH'] must be None or a non-negative integer, got {prefetch!r}"
+        )
+    channel = merged["NOTIFY_CHANNEL"]
+    if not isinstance(channel, str) or not channel or len(channel) > 63:
+        raise ImproperlyConfigured(
+            f"PGQUEUE['NOTIFY_CHANNEL'] must be a non-empty string of at most 63 "
+            f"characters, got {channel!r}"
+        )
+    listen_dsn = merged["LISTEN_DSN"]
+    if listen_dsn is not None and not isinstance(listen_dsn, str):
+        raise ImproperlyConfigured(f"PGQUEUE['LISTEN_DSN'] must be None or a libpq DSN string")
+    return PgQueueSettings(
+        DATABASE=merged["DATABASE"],
+        LEASE_SECONDS=_positive_number("PGQUEUE['LEASE_SECONDS']", merged["LEASE_SECONDS"]),
+        POLL_INTERVAL=_positive_number("PGQUEUE['POLL_INTERVAL']", merged["POLL_INTERVAL"]),
+        CONCURRENCY=concurrency,
+        PREFETCH=prefetch,
+        BATCH_SIZE=_positive_int("PGQUEUE['BATCH_SIZE']", merged["BATCH_SIZE"]),
+        NOTIFY=_bool("PGQUEUE['NOTIFY']", merged["NOTIFY"]),
+        NOTIFY_CHANNEL=channel,
+        NOTIFY_COALESCE_SECONDS=_positive_number(
+            "PGQUEUE['NOTIFY_COALESCE_SECONDS']", merged["NOTIFY_COALESCE_SECONDS"], allow_zero=True
+        ),
+        LISTEN_DSN=listen_dsn,
+        LISTEN_HEALTH_INTERVAL=_positive_number(
+            "PGQUEUE['LISTEN_HEALTH_INTERVAL']", merged["LISTEN_HEALTH_INTERVAL"]
+        ),
+        SHUTDOWN_GRACE_SECONDS=_positive_number(
+            "PGQUEUE['SHUTDOWN_GRACE_SECONDS']", merged["SHUTDOWN_GRACE_SECONDS"], allow_zero=True
+        ),
+        UNKNOWN_TASK_DELAY=_positive_number(
+            "PGQUEUE['UNKNOWN_TASK_DELAY']", merged["UNKNOWN_TASK_DELAY"], allow_zero=True
+        ),
+        COMPLETION_RETRY_SECONDS=_positive_number(
+            "PGQUEUE['COMPLETION_RETRY_SECONDS']", merged["COMPLETION_RETRY_SECONDS"]
+        ),
+        MAX_ARGS_BYTES=_positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"]),
+        PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
+        TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
+        WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> PgQueueSettings:
+    """Return the validated ``PGQUEUE`` settings (cached until they change)."""
+    return validate(getattr(settings, "PGQUEUE", None))
+
+
+@receiver(setting_changed)
+def _reset_cache(*, setting: str, **kwargs: Any) -> None:
+    if setting == "PGQUEUE":
+        get_settings.cache_clear()

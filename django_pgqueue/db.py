@@ -1,0 +1,76 @@
+"""psycopg connections of our own (worker, listener, notifier), built from Django's settings.
+
+The worker does not use Django's connections for queue bookkeeping: its claim,
+completion and lease statements run in autocommit on dedicated psycopg
+connections, with prepared statements where allowed. Task code still uses
+Django's per-thread connections as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from django.db import connections
+
+from .conf import get_settings
+
+# Keepalives make a half-open TCP connection fail within about a minute instead
+# of hanging until the kernel gives up (hours). tcp_user_timeout bounds a send
+# that is never acknowledged.
+KEEPALIVE_PARAMS = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30000,
+}
+
+
+def connection_params(alias: str | None = None) -> dict[str, Any]:
+    """libpq parameters of the Django database ``alias`` (the queue database by default)."""
+    alias = alias or get_settings().DATABASE
+    params = dict(connections[alias].get_connection_params())
+    # Django's cursor classes, adapters context and pool belong to Django's own
+    # connections; ours are plain psycopg connections.
+    for key in ("cursor_factory", "context", "pool", "server_side_binding", "prepare_threshold"):
+        params.pop(key, None)
+    host = params.get("host") or ""
+    if not host.startswith("/"):
+        params = {**KEEPALIVE_PARAMS, **params}
+    return params
+
+
+def connect(
+    purpose: str, *, alias: str | None = None, dsn: str | None = None, prepare: bool | None = None
+) -> psycopg.Connection:
+    """Open an autocommit connection named ``pgqueue-<purpose>`` in ``pg_stat_activity``.
+
+    The name lets operators (and fault tests) find the worker's, listener's and
+    notifier's sessions. ``dsn`` overrides Django's settings (``LISTEN_DSN``).
+    """
+    conf = get_settings()
+    if prepare is None:
+        prepare = conf.PREPARED_STATEMENTS
+    name = f"pgqueue-{purpose}"[:63]
+    if dsn:
+        conn = psycopg.connect(dsn, autocommit=True, application_name=name, connect_timeout=10)
+    else:
+        params = connection_params(alias)
+        params.setdefault("connect_timeout", 10)
+        conn = psycopg.connect(autocommit=True, application_name=name, **params)
+    # psycopg prepares a statement after it ran prepare_threshold times; None
+    # disables it (needed behind PgBouncer < 1.21 in transaction mode).
+    conn.prepare_threshold = 2 if prepare else None
+    return conn
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True for errors after which the connection must be replaced (not a SQL bug)."""
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    # 08: connection exception; 57P: operator intervention (admin shutdown,
+    # pg_terminate_backend, crash recovery); 25006: read-only transaction after a
+    # failover to a standby.
+    return sqlstate.startswith(("08", "57P")) or sqlstate == "25006"

@@ -1,0 +1,31 @@
+"""Exceptions raised by django_pgqueue."""
+
+from __future__ import annotations
+
+
+class PgQueueError(Exception):
+    """Base class of django_pgqueue's own errors."""
+
+
+class ArgumentsNotJSON(PgQueueError, TypeError):
+    """A task argument cannot be stored as JSON (nothing was written)."""
+
+
+class PayloadTooLarge(PgQueueError, ValueError):
+    """Arguments or a webhook payload exceed the configured size limit."""
+
+
+class LeaseExpired(PgQueueError):
+    """Recorded when a worker stopped renewing its lease (it died or lost the database)."""
+
+
+class WorkerInterrupted(PgQueueError):
+    """Recorded when a graceful shutdown could not wait for a task to finish."""
+
+
+class NotATask(PgQueueError):
+    """The stored task path imports, but not to a Task object."""
+
+
+class LeaseLost(PgQueueError):
+    """A worker's claim token no longer matches the row: another worker owns it."""

@@ -1,0 +1,120 @@
+"""``manage.py runworkers``: parse options, then run a Worker (or a Supervisor)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_pgqueue.worker import Worker
+from django_pgqueue.worker.supervisor import Supervisor, child_argv
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    return number
+
+
+def non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return number
+
+
+def queue_list(value: str) -> list[str]:
+    queues = [q.strip() for q in value.split(",") if q.strip()]
+    if not queues:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of queue names")
+    return queues
+
+
+class Command(BaseCommand):
+    help = "Run django_pgqueue workers: claim, run and complete jobs and webhook deliveries."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queues", type=queue_list, default=None, help="Comma-separated queues (default: all)."
+        )
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=None, help="Task threads per process."
+        )
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=1,
+            help="Worker processes; a supervisor restarts any that crash.",
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=non_negative_int,
+            default=None,
+            help="Rows held beyond running tasks (default: adaptive).",
+        )
+        parser.add_argument(
+            "--batch-size", type=positive_int, default=None, help="Most rows per claim statement."
+        )
+        parser.add_argument(
+            "--lease", type=positive_float, default=None, help="Lease length in seconds."
+        )
+        parser.add_argument(
+            "--poll-interval", type=positive_float, default=None, help="Seconds between polls."
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit 0 once nothing is due and nothing is in flight.",
+        )
+        parser.add_argument(
+            "--max-tasks", type=positive_int, default=None, help="Exit after claiming this many."
+        )
+        parser.add_argument("--worker-id", default=None, help="Name in logs and in the admin.")
+        parser.add_argument(
+            "--no-notify", action="store_true", help="Poll only (no LISTEN connection)."
+        )
+        parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["processes"] > 1:
+            if options["worker_id"]:
+                raise CommandError("--worker-id names one process; it cannot go with --processes")
+            code = Supervisor(
+                child_argv(sys.argv), options["processes"], burst=options["burst"]
+            ).run()
+        else:
+            worker_id = options["worker_id"]
+            worker = Worker(
+                queues=options["queues"],
+                concurrency=options["concurrency"],
+                prefetch=options["prefetch"],
+                batch_size=options["batch_size"],
+                lease_seconds=options["lease"],
+                poll_interval=options["poll_interval"],
+                burst=options["burst"],
+                max_tasks=options["max_tasks"],
+                worker_id=worker_id,
+                notify=False if options["no_notify"] else None,
+            )
+            code = worker.run()
+        if code:
+            sys.exit(code)

@@ -1,0 +1,157 @@
+"""The queue row lifecycle shared by jobs and webhook deliveries, and the Job table."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class Status(models.TextChoices):
+    """The one state machine of every queue row (drawn in docs/state-machine.md).
+
+    ``pending`` -> ``in_progress`` -> ``succeeded``; an error moves the row to
+    ``failed`` (a retry is scheduled) or ``dead`` (attempts exhausted: the
+    dead-letter queue); an operator may ``cancel`` it. ``replay`` moves any
+    terminal or failed row back to ``pending``.
+    """
+
+    PENDING = "pending", _("Pending")
+    IN_PROGRESS = "in_progress", _("In progress")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed, retry scheduled")
+    DEAD = "dead", _("Dead (DLQ)")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+#: States a worker may claim (when due).
+CLAIMABLE = (Status.PENDING, Status.FAILED)
+#: States that end a row's life until an operator replays it.
+TERMINAL = (Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)
+
+
+def queue_row_constraints(prefix: str) -> list[models.BaseConstraint]:
+    """CHECK constraints that keep a queue table's state machine honest.
+
+    ``locked_by`` keeps the token of the most recent claim after the row leaves
+    ``in_progress`` (so a worker can recognise its own write after an ambiguous
+    commit); ``locked_until`` is set exactly while a worker holds the row.
+    """
+    return [
+        models.CheckConstraint(
+            condition=Q(status__in=[s.value for s in Status]),
+            name=f"{prefix}_status_valid",
+        ),
+        models.CheckConstraint(
+            condition=(
+                Q(status=Status.IN_PROGRESS, locked_by__isnull=False, locked_until__isnull=False)
+                | (~Q(status=Status.IN_PROGRESS) & Q(locked_until__isnull=True))
+            ),
+            name=f"{prefix}_lease_iff_running",
+        ),
+        models.CheckConstraint(
+            condition=Q(attempts__gte=0) & Q(max_attempts__gte=1),
+            name=f"{prefix}_attempts_range",
+        ),
+        models.CheckConstraint(
+            condition=~Q(status=Status.SUCCEEDED) | Q(finished_at__isnull=False),
+            name=f"{prefix}_finished_has_time",
+        ),
+    ]
+
+
+def queue_row_indexes(prefix: str, *due_fields: str) -> list[models.Index]:
+    """The two partial indexes the claim statement reads.
+
+    Terminal rows fall out of both, so the claim cost follows outstanding work,
+    not history (see sql.CLAIM_JOBS).
+    """
+    return [
+        models.Index(
+            fields=list(due_fields),
+            name=f"{prefix}_due_idx",
+            condition=Q(status__in=[s.value for s in CLAIMABLE]),
+        ),
+        models.Index(
+            fields=["locked_until"],
+            name=f"{prefix}_lease_idx",
+            condition=Q(status=Status.IN_PROGRESS),
+        ),
+    ]
+
+
+class QueueRow(models.Model):
+    """Abstract lifecycle of anything a worker claims, runs and completes."""
+
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.PENDING, db_index=False
+    )
+    priority = models.SmallIntegerField(default=0, help_text=_("Higher runs first."))
+    attempts = models.PositiveIntegerField(
+        default=0, help_text=_("Claims so far; counted when a worker claims the row.")
+    )
+    max_attempts = models.PositiveIntegerField(default=5)
+    next_attempt_at = models.DateTimeField(
+        default=timezone.now,
+        help_text=_("Earliest time the row may be claimed (run_after, or the retry time).")
+    )
+    locked_by = models.UUIDField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Fencing token of the most recent claim."),
+    )
+    locked_until = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text=_("Lease expiry (database clock).")
+    )
+    worker_id = models.CharField(
+        max_length=128, blank=True, default="", help_text=_("Worker of the most recent claim.")
+    )
+    last_error = models.TextField(blank=True, default="")
+    errors = models.JSONField(
+        default=list, blank=True, help_text=_("One entry per failed attempt, oldest first.")
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_attempted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+class Job(QueueRow):
+    """One enqueued task: a row of Django's Tasks framework handled by our backend."""
+
+    task_path = models.CharField(max_length=255, help_text=_("Import path of the Task object."))
+    queue_name = models.CharField(max_length=100, default="default")
+    backend = models.CharField(max_length=100, default="default")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    worker_ids = models.JSONField(
+        default=list, blank=True, help_text=_("Worker of each attempt, in order.")
+    )
+
+    class Meta:
+        db_table = "pgqueue_job"
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        constraints = queue_row_constraints("pgq_job")
+        indexes = [
+            # Only the two partial indexes: every state change of a row touches
+            # every index on the table, so each extra index slows the hot path.
+            *queue_row_indexes("pgq_job", "-priority", "next_attempt_at", "id"),
+        ]
+        permissions = [
+            ("replay_job", "Can replay, retry or cancel jobs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_path} #{self.pk} ({self.status})"

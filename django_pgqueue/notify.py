@@ -1,0 +1,104 @@
+"""Wake idle workers after a commit: ``transaction.on_commit`` -> coalesced NOTIFY.
+
+NOTIFY is an optimisation only. Workers also poll, so a NOTIFY that is lost,
+late or fails costs latency, never a job. Every commit that carries a NOTIFY
+takes a global lock in PostgreSQL, so a process sends at most one per channel
+per ``NOTIFY_COALESCE_SECONDS`` window, with a trailing edge so the last job of
+a burst is not left waiting for the poll.
+
+The NOTIFY goes out on a small background thread with its own connection: the
+enqueueing request never pays a round trip for it, and a failing NOTIFY can
+never fail an enqueue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from django.db import transaction
+
+from . import sql
+from .conf import get_settings
+
+logger = logging.getLogger("django_pgqueue.notify")
+
+
+class Notifier:
+    """Per-process coalescing NOTIFY sender (one daemon thread, one connection)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[str] = set()
+        self._event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._conn = None
+        self.sent = 0
+
+    def request(self, channel: str) -> None:
+        """Ask for one NOTIFY on ``channel`` soon (cheap; never raises)."""
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the thread did not survive
+                self._thread, self._conn, self._pid = None, None, os.getpid()
+            self._pending.add(channel)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="pgqueue-notifier", daemon=True
+                )
+                self._thread.start()
+        self._event.set()
+
+    def _run(self) -> None:
+        while True:
+            self._event.wait()
+            self._event.clear()
+            with self._lock:
+                channels, self._pending = self._pending, set()
+            for channel in channels:
+                self._send(channel)
+            # Requests arriving during the window set the event again and are
+            # sent right after it: the trailing edge.
+            window = get_settings().NOTIFY_COALESCE_SECONDS
+            if window:
+                time.sleep(window)
+
+    def _send(self, channel: str) -> None:
+        from .db import connect
+
+        for attempt in (1, 2):
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = connect("notify", prepare=False)
+                self._conn.execute(sql.NOTIFY, (channel,))
+                self.sent += 1
+                return
+            except Exception as exc:  # a NOTIFY must never break anything
+                self._close()
+                if attempt == 2:
+                    logger.warning("NOTIFY on %r failed (workers will poll): %s", channel, exc)
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: S110 - already broken
+                pass
+
+
+notifier = Notifier()
+
+
+def wake_workers(alias: str | None = None) -> None:
+    """Schedule a NOTIFY for idle workers after the current transaction commits.
+
+    Outside a transaction it is sent at once (after the implicit commit).
+    """
+    conf = get_settings()
+    if not conf.NOTIFY:
+        return
+    channel = conf.NOTIFY_CHANNEL
+    transaction.on_commit(lambda: notifier.request(channel), using=alias or conf.DATABASE)

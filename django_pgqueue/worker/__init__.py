@@ -1,0 +1,5 @@
+"""The worker process: claim loop, task threads, completer, listener, supervisor."""
+
+from .worker import Worker
+
+__all__ = ["Worker"]

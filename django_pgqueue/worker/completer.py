@@ -1,0 +1,243 @@
+"""Writes outcomes in batches and keeps the leases of held rows alive.
+
+One thread, one connection: completions and lease extensions never wait for a
+free connection behind busy task threads (connection budget, see
+docs/operations.md). Outcomes that arrive together are written with one
+UPDATE (sql.COMPLETE_JOBS), each row guarded by its claim token.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .. import sql
+from ..db import connect, is_connection_error
+from . import hooks
+from .runner import Outcome
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+#: Most outcomes written by one statement.
+MAX_BATCH = 1000
+
+
+class Completer(threading.Thread):
+    """Drains ``outcomes``, writes them, and extends leases every ``lease / 3`` seconds."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        retry_budget: float,
+        held: dict[int, uuid.UUID],
+        held_lock: threading.Lock,
+        on_written: Callable[[list[Outcome], set[int]], None],
+        test_hooks: frozenset[str],
+        complete_sql: str = sql.COMPLETE_JOBS,
+        extend_sql: str = sql.EXTEND_LEASES,
+        read_sql: str = sql.READ_OUTCOMES,
+    ) -> None:
+        super().__init__(name="pgqueue-completer", daemon=True)
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.retry_budget = retry_budget
+        self.outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self.held = held
+        self.held_lock = held_lock
+        self.on_written = on_written
+        self.test_hooks = test_hooks
+        self.complete_sql = complete_sql
+        self.extend_sql = extend_sql
+        self.read_sql = read_sql
+        self.idle = threading.Event()
+        self.idle.set()
+        self._conn: Any = None
+        self.lost: set[int] = set()
+
+    # -- connection ----------------------------------------------------------------
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(f"complete-{self.worker_id}")
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: S110 - already broken
+                pass
+
+    # -- main loop -----------------------------------------------------------------
+
+    def submit(self, outcome: Outcome) -> None:
+        self.idle.clear()
+        self.outcomes.put(outcome)
+
+    def stop(self) -> None:
+        """Flush what is queued, then end the thread."""
+        self.outcomes.put(None)
+
+    def run(self) -> None:
+        interval = max(0.05, self.lease_seconds / 3.0)
+        next_extend = time.monotonic() + interval
+        stopping = False
+        while not stopping:
+            timeout = max(0.0, next_extend - time.monotonic())
+            batch: list[Outcome] = []
+            try:
+                first = self.outcomes.get(timeout=timeout)
+                if first is None:
+                    stopping = True
+                else:
+                    batch.append(first)
+                while len(batch) < MAX_BATCH:
+                    item = self.outcomes.get_nowait()
+                    if item is None:
+                        stopping = True
+                        break
+                    batch.append(item)
+            except queue.Empty:
+                pass
+            if batch:
+                self.write(batch)
+            if self.outcomes.empty():
+                self.idle.set()
+            if time.monotonic() >= next_extend:
+                self.extend_leases()
+                next_extend = time.monotonic() + interval
+        self._drop_connection()
+
+    # -- completions ---------------------------------------------------------------
+
+    def write(self, batch: list[Outcome]) -> None:
+        """Write ``batch``; retry on connection loss within the budget, then give up.
+
+        Giving up is safe: the rows stay ``in_progress`` until their lease lapses
+        and another claim runs them again (at-least-once).
+        """
+        if self.test_hooks and "before_complete" in self.test_hooks:
+            for outcome in batch:
+                hooks.pause("before_complete", outcome.job_id, outcome.token)
+        deadline = time.monotonic() + self.retry_budget
+        pending = batch
+        written: set[int] = set()
+        delay = 0.1
+        ambiguous = False
+        while pending:
+            try:
+                conn = self._connection()
+                if ambiguous:
+                    pending, landed = self._resolve_ambiguous(conn, pending)
+                    written |= landed
+                    ambiguous = False
+                    if not pending:
+                        break
+                rows = conn.execute(self.complete_sql, self._params(pending)).fetchall()
+                written |= {row[0] for row in rows}
+                pending = []
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    logger.exception("Completion write failed; rows stay leased and will retry")
+                    break
+                # The reply may have been lost after the server committed: check
+                # before writing again (see sql.READ_OUTCOMES).
+                ambiguous = True
+                self._drop_connection()
+                if time.monotonic() + delay > deadline:
+                    logger.error(
+                        "Could not write %d outcome(s) within %.1f s (%s); their leases "
+                        "will lapse and the jobs will run again",
+                        len(pending),
+                        self.retry_budget,
+                        exc,
+                    )
+                    break
+                logger.warning("Completion write failed (%s); retrying in %.2f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        lost = {o.job_id for o in batch} - written
+        for outcome in batch:
+            if outcome.job_id in lost and outcome.job_id not in self.lost:
+                logger.warning(
+                    "Job %s: lease lost before the outcome (%s) was written; another "
+                    "worker owns it now, so this result is discarded",
+                    outcome.job_id,
+                    outcome.status,
+                )
+        with self.held_lock:
+            for outcome in batch:
+                if self.held.get(outcome.job_id) == outcome.token:
+                    del self.held[outcome.job_id]
+                self.lost.discard(outcome.job_id)
+        self.on_written(batch, written)
+
+    def _resolve_ambiguous(self, conn: Any, pending: list[Outcome]) -> tuple[list[Outcome], set[int]]:
+        rows = conn.execute(self.read_sql, {"ids": [o.job_id for o in pending]}).fetchall()
+        state = {row[0]: (row[1], row[2]) for row in rows}
+        still: list[Outcome] = []
+        landed: set[int] = set()
+        for outcome in pending:
+            status, token = state.get(outcome.job_id, (None, None))
+            if token == outcome.token and status != "in_progress":
+                landed.add(outcome.job_id)  # our write committed before the reply was lost
+            elif token == outcome.token:
+                still.append(outcome)
+            # else: re-claimed by someone else; nothing to write.
+        return still, landed
+
+    @staticmethod
+    def _params(batch: list[Outcome]) -> dict[str, Any]:
+        return {
+            "ids": [o.job_id for o in batch],
+            "tokens": [o.token for o in batch],
+            "statuses": [str(o.status) for o in batch],
+            "results": [o.result_json for o in batch],
+            "delays": [o.delay for o in batch],
+            "errors": [o.error_json for o in batch],
+            "last_errors": [o.last_error for o in batch],
+            "refunds": [o.refund for o in batch],
+        }
+
+    # -- leases --------------------------------------------------------------------
+
+    def extend_leases(self) -> None:
+        """Extend every held lease; report the ones that were lost."""
+        with self.held_lock:
+            items = list(self.held.items())
+        if not items:
+            return
+        try:
+            rows = self._connection().execute(
+                self.extend_sql,
+                {
+                    "lease": self.lease_seconds,
+                    "ids": [i for i, _ in items],
+                    "tokens": [t for _, t in items],
+                },
+            ).fetchall()
+        except Exception as exc:
+            if is_connection_error(exc):
+                self._drop_connection()
+            logger.warning("Lease extension failed (%s); will retry", exc)
+            return
+        kept = {row[0] for row in rows}
+        for job_id, _token in items:
+            if job_id not in kept and job_id not in self.lost:
+                with self.held_lock:
+                    still_held = job_id in self.held
+                if still_held:
+                    self.lost.add(job_id)
+                    logger.warning(
+                        "Job %s: lease lost (another worker re-claimed it after it lapsed); "
+                        "the running attempt's result will be discarded",
+                        job_id,
+                    )

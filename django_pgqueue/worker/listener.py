@@ -1,0 +1,126 @@
+"""LISTEN on a dedicated connection and wake the claim loop on NOTIFY.
+
+A notification only reaches sessions that are listening at that moment, so
+after every (re)connect the listener wakes the claim loop once: the sweep that
+picks up whatever was enqueued while it was away. A periodic health query on
+the same session detects a half-open connection that would otherwise stay
+silent forever; keepalives back it up at the TCP level.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+from psycopg import sql as pgsql
+
+from ..db import connect
+from . import hooks
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+#: Seconds the health query may take before the connection is declared dead.
+HEALTH_TIMEOUT = 2.0
+
+
+class Listener(threading.Thread):
+    def __init__(
+        self,
+        *,
+        channel: str,
+        wake: threading.Event,
+        stopping: threading.Event,
+        worker_id: str,
+        dsn: str | None,
+        health_interval: float,
+        test_hooks: frozenset[str],
+    ) -> None:
+        super().__init__(name="pgqueue-listener", daemon=True)
+        self.channel = channel
+        self.wake = wake
+        self.stopping = stopping
+        self.worker_id = worker_id
+        self.dsn = dsn
+        self.health_interval = health_interval
+        self.test_hooks = test_hooks
+        self.connected = threading.Event()
+        self.notifications = 0
+        self.reconnects = 0
+
+    def run(self) -> None:
+        delay = 0.2
+        first = True
+        while not self.stopping.is_set():
+            conn: Any = None
+            try:
+                if not first and "listener_reconnecting" in self.test_hooks:
+                    hooks.pause("listener_reconnecting", self.worker_id)
+                conn = connect(f"listen-{self.worker_id}", dsn=self.dsn, prepare=False)
+                conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self.channel)))
+                if not first:
+                    self.reconnects += 1
+                    logger.info("LISTEN connection restored; sweeping for missed work")
+                first = False
+                delay = 0.2
+                self.connected.set()
+                self.wake.set()  # sweep: anything enqueued while we were not listening
+                self._listen(conn)
+            except Exception as exc:
+                self.connected.clear()
+                if self.stopping.is_set():
+                    break
+                logger.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, delay)
+                self.stopping.wait(delay)
+                delay = min(delay * 2, 10.0)
+            finally:
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:  # noqa: S110 - already broken
+                        pass
+        self.connected.clear()
+
+    def _listen(self, conn: Any) -> None:
+        next_health = time.monotonic() + self.health_interval
+        while not self.stopping.is_set():
+            timeout = max(0.05, min(1.0, next_health - time.monotonic()))
+            for _ in conn.notifies(timeout=timeout):
+                self.notifications += 1
+                self.wake.set()
+            if time.monotonic() >= next_health:
+                self._health_check(conn)
+                next_health = time.monotonic() + self.health_interval
+
+    def _health_check(self, conn: Any) -> None:
+        """Ask the session whether it still listens, with a client-side deadline.
+
+        A half-open socket (the peer vanished without FIN/RST) would block the
+        query forever: a timer shuts the socket down after HEALTH_TIMEOUT, which
+        makes the blocked read fail and the loop reconnect.
+        """
+        fd = conn.fileno()
+        timer = threading.Timer(HEALTH_TIMEOUT, _shutdown_socket, args=(fd,))
+        timer.daemon = True
+        timer.start()
+        try:
+            channels = [r[0] for r in conn.execute("SELECT pg_listening_channels()").fetchall()]
+        finally:
+            timer.cancel()
+        if self.channel not in channels:
+            raise RuntimeError(f"session no longer listens on {self.channel!r}")
+
+
+def _shutdown_socket(fd: int) -> None:
+    try:
+        sock = socket.socket(fileno=socket.dup(fd))
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()

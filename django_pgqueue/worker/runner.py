@@ -1,0 +1,266 @@
+"""Run one claimed job and turn what happened into an :class:`Outcome`.
+
+Nothing here touches the queue tables: outcomes are written in batches by the
+completer (``completer.py``), guarded by each row's claim token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import close_old_connections
+from django.utils import timezone
+
+from ..backend import PgQueueBackend, resolve_task, task_errors
+from ..compat import (
+    Task,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+    task_backends,
+    task_finished,
+    task_started,
+)
+from ..exceptions import NotATask
+from ..models.queue import Status
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+
+@dataclass(slots=True)
+class ClaimedJob:
+    """A row as the claim statement returned it."""
+
+    id: int
+    status: str
+    token: uuid.UUID
+    attempts: int
+    max_attempts: int
+    task_path: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue_name: str
+    priority: int
+    backend: str
+    created_at: Any
+    started_at: Any
+    last_attempted_at: Any
+    errors: list[dict[str, Any]]
+    worker_ids: list[str]
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
+        return cls(*row)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What to write for one attempt (see sql.COMPLETE_JOBS for each field's meaning)."""
+
+    job_id: int
+    token: uuid.UUID
+    status: str
+    result_json: str | None = None
+    delay: float = 0.0
+    error_json: str | None = None
+    last_error: str | None = None
+    refund: int = 0
+    # For the log line only.
+    task_path: str = ""
+    attempt: int = 0
+    duration: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _error_entry(job: ClaimedJob, worker_id: str, exc_path: str, tb: str) -> dict[str, Any]:
+    return {
+        "attempt": job.attempts,
+        "exception_class_path": exc_path,
+        "traceback": tb,
+        "at": timezone.now().isoformat(),
+        "worker_id": worker_id,
+    }
+
+
+def _exception_path(exc: BaseException) -> str:
+    cls = type(exc)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class TaskRunner:
+    """Runs jobs for one worker; caches task lookups across jobs."""
+
+    def __init__(self, worker_id: str, unknown_task_delay: float) -> None:
+        self.worker_id = worker_id
+        self.unknown_task_delay = unknown_task_delay
+        self._tasks: dict[str, Task] = {}
+
+    def _task_for(self, job: ClaimedJob) -> Task:
+        task = self._tasks.get(job.task_path)
+        if task is None:
+            task = resolve_task(job.task_path)
+            self._tasks[job.task_path] = task
+        if (task.queue_name, task.priority, task.backend) != (
+            job.queue_name,
+            job.priority,
+            job.backend,
+        ):
+            task = task.using(queue_name=job.queue_name, priority=job.priority, backend=job.backend)
+        return task
+
+    def release(self, job: ClaimedJob, reason: str, delay: float = 0.0) -> Outcome:
+        """Give a row back without running it (the attempt is refunded)."""
+        return Outcome(
+            job.id,
+            job.token,
+            Status.PENDING,
+            delay=delay,
+            refund=1,
+            last_error=reason,
+            task_path=job.task_path,
+            attempt=job.attempts,
+        )
+
+    def interrupted(self, job: ClaimedJob) -> Outcome:
+        """A running attempt that a shutdown could not wait for: retried at once."""
+        status = Status.DEAD if job.attempts >= job.max_attempts else Status.FAILED
+        message = (
+            f"WorkerInterrupted: worker {self.worker_id} shut down before the task finished"
+        )
+        entry = _error_entry(
+            job, self.worker_id, "django_pgqueue.exceptions.WorkerInterrupted", message
+        )
+        return Outcome(
+            job.id,
+            job.token,
+            status,
+            error_json=json.dumps(entry),
+            last_error=message,
+            task_path=job.task_path,
+            attempt=job.attempts,
+        )
+
+    def run(self, job: ClaimedJob) -> Outcome:
+        """Run ``job`` and describe the outcome. Never raises."""
+        try:
+            task = self._task_for(job)
+        except ImportError as exc:
+            # A rolling deploy: newer code enqueued a task this worker does not
+            # have yet. Put it back for a later (newer) worker; never burn it.
+            logger.warning(
+                "Job %s: task %r cannot be imported on this worker (%s); offering it "
+                "again in %ss",
+                job.id,
+                job.task_path,
+                exc,
+                self.unknown_task_delay,
+            )
+            return self.release(
+                job, f"ImportError: {exc} (task not importable on this worker)",
+                delay=self.unknown_task_delay,
+            )
+        except NotATask as exc:
+            entry = _error_entry(job, self.worker_id, _exception_path(exc), str(exc))
+            return Outcome(
+                job.id,
+                job.token,
+                Status.DEAD,
+                error_json=json.dumps(entry),
+                last_error=f"NotATask: {exc}",
+                task_path=job.task_path,
+                attempt=job.attempts,
+            )
+        backend = task_backends[job.backend] if job.backend != task.backend else task.get_backend()
+        now = timezone.now()
+        result = TaskResult(
+            task=task,
+            id=str(job.id),
+            status=TaskResultStatus.RUNNING,
+            enqueued_at=job.created_at,
+            started_at=job.started_at or now,
+            last_attempted_at=job.last_attempted_at or now,
+            finished_at=None,
+            args=job.args,
+            kwargs=job.kwargs,
+            backend=job.backend,
+            errors=task_errors(job.errors),
+            worker_ids=list(job.worker_ids),
+        )
+        sender = type(backend)
+        task_started.send(sender=sender, task_result=result)
+        close_old_connections()
+        started = time.perf_counter()
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+            else:
+                value = task.call(*job.args, **job.kwargs)
+            result_json = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        except Exception as exc:  # the task's own failure
+            outcome = self._failure(job, task, backend, result, exc)
+        except BaseException as exc:  # SystemExit from a task, etc.: still a failure
+            outcome = self._failure(job, task, backend, result, exc)
+        else:
+            outcome = Outcome(
+                job.id,
+                job.token,
+                Status.SUCCEEDED,
+                result_json=result_json,
+                task_path=job.task_path,
+                attempt=job.attempts,
+            )
+            object.__setattr__(result, "_return_value", json.loads(result_json))
+            object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        finally:
+            close_old_connections()
+        outcome.duration = time.perf_counter() - started
+        object.__setattr__(result, "finished_at", timezone.now())
+        task_finished.send(sender=sender, task_result=result)
+        return outcome
+
+    def _failure(
+        self,
+        job: ClaimedJob,
+        task: Task,
+        backend: Any,
+        result: TaskResult,
+        exc: BaseException,
+    ) -> Outcome:
+        exc_path = _exception_path(exc)
+        tb = "".join(traceback.format_exception(exc))
+        entry = _error_entry(job, self.worker_id, exc_path, tb)
+        result.errors.append(task_errors([entry])[0])
+        last_error = f"{type(exc).__name__}: {exc}"[:2000]
+        delay: float | None = None
+        if job.attempts < job.max_attempts:
+            backoff = (
+                backend.backoff_for(task) if isinstance(backend, PgQueueBackend) else None
+            )
+            if backoff is not None:
+                try:
+                    delay = backoff(exc, result)
+                except Exception:
+                    logger.exception("Job %s: backoff callable failed; retrying in 60 s", job.id)
+                    delay = 60.0
+        if delay is None:
+            status = Status.DEAD
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        else:
+            status = Status.FAILED
+            object.__setattr__(result, "status", TaskResultStatus.READY)
+        return Outcome(
+            job.id,
+            job.token,
+            status,
+            delay=max(0.0, float(delay or 0.0)),
+            error_json=json.dumps(entry),
+            last_error=last_error,
+            task_path=job.task_path,
+            attempt=job.attempts,
+        )

@@ -1,0 +1,99 @@
+"""``runworkers --processes N``: a parent that runs N worker processes and restarts crashes.
+
+Each child is a fresh ``manage.py runworkers`` process (not a fork), so no
+connection, thread or lock is ever shared across processes. A child that exits
+non-zero (a crash, ``kill -9``, an out-of-memory kill) is restarted with a
+growing delay; the rows it held come back through their leases. SIGTERM/SIGINT
+are forwarded to every child, which then drain gracefully.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+
+class Supervisor:
+    def __init__(self, child_argv: Sequence[str], processes: int, *, burst: bool) -> None:
+        self.child_argv = list(child_argv)
+        self.processes = processes
+        self.burst = burst
+        self.stopping = threading.Event()
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.restarts = 0
+
+    def _spawn(self, slot: int) -> None:
+        argv = [*self.child_argv, "--worker-slot", str(slot)]
+        self.children[slot] = subprocess.Popen(argv)  # inherits stdout/stderr
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.stopping.is_set():
+            for child in self.children.values():
+                if child.poll() is None:
+                    child.kill()
+            return
+        self.stopping.set()
+        for child in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    def run(self) -> int:
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for slot in range(self.processes):
+                self._spawn(slot)
+            delays = dict.fromkeys(range(self.processes), 0.5)
+            done: set[int] = set()
+            while len(done) < self.processes:
+                time.sleep(0.1)
+                for slot, child in list(self.children.items()):
+                    if slot in done:
+                        continue
+                    code = child.poll()
+                    if code is None:
+                        continue
+                    if code == 0 or self.stopping.is_set():
+                        done.add(slot)
+                        continue
+                    self.restarts += 1
+                    logger.error(
+                        "Worker process %d (pid %d) exited with %s; restarting in %.1f s",
+                        slot,
+                        child.pid,
+                        code,
+                        delays[slot],
+                    )
+                    self.stopping.wait(delays[slot])
+                    if self.stopping.is_set():
+                        done.add(slot)
+                        continue
+                    delays[slot] = min(delays[slot] * 2, 30.0)
+                    self._spawn(slot)
+            return 0
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+
+def child_argv(argv: Sequence[str]) -> list[str]:
+    """The command line of one child: this command without ``--processes``."""
+    out: list[str] = [sys.executable]
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--processes":
+            skip = True
+            continue
+        if arg.startswith("--processes="):
+            continue
+        out.append(arg)
+    return out

@@ -1,0 +1,47 @@
+"""Demo tasks: a realistic mix of quick work, flaky work and poison."""
+
+from __future__ import annotations
+
+import time
+
+from django_pgqueue.compat import task
+
+
+@task()
+def noop() -> None:
+    """Does nothing (benchmarks and smoke tests)."""
+
+
+@task(queue_name="emails", priority=10)
+def send_receipt(order_id: int) -> str:
+    time.sleep(0.01)
+    return f"receipt for order {order_id} sent"
+
+
+@task()
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(takes_context=True, max_attempts=4)
+def flaky_charge(context, order_id: int, fail_times: int = 2) -> dict:
+    """Fails ``fail_times`` times, then succeeds (shows retries with backoff)."""
+    if context.attempt <= fail_times:
+        raise ConnectionError(f"payment gateway timed out (attempt {context.attempt})")
+    return {"order_id": order_id, "charged": True, "attempts": context.attempt}
+
+
+@task(max_attempts=3)
+def always_fails(order_id: int) -> None:
+    """Poison: exhausts its attempts and lands in the dead-letter queue."""
+    raise ValueError(f"order {order_id} has an invalid address")
+
+
+@task()
+async def async_ping(n: int) -> int:
+    return n * 2
+
+
+@task(takes_context=True)
+def report_attempt(context) -> int:
+    return context.attempt
