@@ -208,12 +208,8 @@ class FaultProxy:
         """Remove all toxics (and restore the listener if it is down)."""
 
         async def clear() -> None:
-            self._latency, self._limit, self._marker, self._cuts_left = (
-                (0, 0, "downstream"),
-                None,
-                None,
-                0,
-            )
+            self._latency = (0.0, 0.0, "downstream")
+            self._limit, self._marker, self._cuts_left = None, None, 0
             self._flowing.set()  # type: ignore[union-attr]
             if self._server is None:
                 await self._up()

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PG_MAJOR = "15"
@@ -79,10 +80,12 @@ def ensure_postgres(bindir: Path | None = None) -> Path:
     return path
 
 
-def wait_until(predicate: object, timeout: float, what: str, interval: float = 0.05) -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
+) -> None:
     """Poll ``predicate()`` until it is true; raise TimeoutError naming ``what`` otherwise."""
     deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
