@@ -3,7 +3,8 @@
 One thread, one connection: completions and lease extensions never wait for a
 free connection behind busy task threads (connection budget, see
 docs/operations.md). Outcomes that arrive together are written with one
-UPDATE (sql.COMPLETE_JOBS), each row guarded by its claim token.
+statement per source (e.g. sql.COMPLETE_JOBS), each row guarded by its claim
+token.
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ import queue
 import threading
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from .. import sql
 from ..db import connect, is_connection_error
 from . import hooks
 from .runner import Outcome
+from .sources import Source
 
 logger = logging.getLogger("django_pgqueue.worker")
 
 #: Most outcomes written by one statement.
 MAX_BATCH = 1000
+
+Key = tuple[str, int]
 
 
 class Completer(threading.Thread):
@@ -34,18 +38,17 @@ class Completer(threading.Thread):
         self,
         *,
         worker_id: str,
+        sources: dict[str, Source],
         lease_seconds: float,
         retry_budget: float,
-        held: dict[int, uuid.UUID],
+        held: dict[Key, uuid.UUID],
         held_lock: threading.Lock,
-        on_written: Callable[[list[Outcome], set[int]], None],
+        on_written: Callable[[list[Outcome], set[Key]], None],
         test_hooks: frozenset[str],
-        complete_sql: str = sql.COMPLETE_JOBS,
-        extend_sql: str = sql.EXTEND_LEASES,
-        read_sql: str = sql.READ_OUTCOMES,
     ) -> None:
         super().__init__(name="pgqueue-completer", daemon=True)
         self.worker_id = worker_id
+        self.sources = sources
         self.lease_seconds = lease_seconds
         self.retry_budget = retry_budget
         self.outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
@@ -53,13 +56,10 @@ class Completer(threading.Thread):
         self.held_lock = held_lock
         self.on_written = on_written
         self.test_hooks = test_hooks
-        self.complete_sql = complete_sql
-        self.extend_sql = extend_sql
-        self.read_sql = read_sql
         self.idle = threading.Event()
         self.idle.set()
         self._conn: Any = None
-        self.lost: set[int] = set()
+        self.lost: set[Key] = set()
 
     # -- connection ----------------------------------------------------------------
 
@@ -99,7 +99,7 @@ class Completer(threading.Thread):
                     stopping = True
                 else:
                     batch.append(first)
-                while len(batch) < MAX_BATCH:
+                while len(batch) < MAX_BATCH and not stopping:
                     item = self.outcomes.get_nowait()
                     if item is None:
                         stopping = True
@@ -108,7 +108,11 @@ class Completer(threading.Thread):
             except queue.Empty:
                 pass
             if batch:
-                self.write(batch)
+                by_source: dict[str, list[Outcome]] = defaultdict(list)
+                for outcome in batch:
+                    by_source[outcome.source].append(outcome)
+                for name, outcomes in by_source.items():
+                    self.write(self.sources[name], outcomes)
             if self.outcomes.empty():
                 self.idle.set()
             if time.monotonic() >= next_extend:
@@ -118,13 +122,13 @@ class Completer(threading.Thread):
 
     # -- completions ---------------------------------------------------------------
 
-    def write(self, batch: list[Outcome]) -> None:
+    def write(self, source: Source, batch: list[Outcome]) -> None:
         """Write ``batch``; retry on connection loss within the budget, then give up.
 
         Giving up is safe: the rows stay ``in_progress`` until their lease lapses
         and another claim runs them again (at-least-once).
         """
-        if self.test_hooks and "before_complete" in self.test_hooks:
+        if "before_complete" in self.test_hooks:
             for outcome in batch:
                 hooks.pause("before_complete", outcome.job_id, outcome.token)
         deadline = time.monotonic() + self.retry_budget
@@ -136,26 +140,25 @@ class Completer(threading.Thread):
             try:
                 conn = self._connection()
                 if ambiguous:
-                    pending, landed = self._resolve_ambiguous(conn, pending)
+                    pending, landed = self._settle_ambiguous(source, conn, pending)
                     written |= landed
                     ambiguous = False
                     if not pending:
                         break
-                rows = conn.execute(self.complete_sql, self._params(pending)).fetchall()
-                written |= {row[0] for row in rows}
+                written |= source.write_outcomes(conn, pending)
                 pending = []
             except Exception as exc:
                 if not is_connection_error(exc):
                     logger.exception("Completion write failed; rows stay leased and will retry")
                     break
                 # The reply may have been lost after the server committed: check
-                # before writing again (see sql.READ_OUTCOMES).
+                # what the rows hold before writing again.
                 ambiguous = True
                 self._drop_connection()
                 if time.monotonic() + delay > deadline:
                     logger.error(
                         "Could not write %d outcome(s) within %.1f s (%s); their leases "
-                        "will lapse and the jobs will run again",
+                        "will lapse and the work will run again",
                         len(pending),
                         self.retry_budget,
                         exc,
@@ -164,25 +167,27 @@ class Completer(threading.Thread):
                 logger.warning("Completion write failed (%s); retrying in %.2f s", exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        lost = {o.job_id for o in batch} - written
         for outcome in batch:
-            if outcome.job_id in lost and outcome.job_id not in self.lost:
+            if outcome.job_id not in written and outcome.key not in self.lost:
                 logger.warning(
-                    "Job %s: lease lost before the outcome (%s) was written; another "
-                    "worker owns it now, so this result is discarded",
+                    "%s %s: lease lost before the outcome (%s) was written; another worker "
+                    "owns it now, so this result is discarded",
+                    source.name,
                     outcome.job_id,
                     outcome.status,
                 )
         with self.held_lock:
             for outcome in batch:
-                if self.held.get(outcome.job_id) == outcome.token:
-                    del self.held[outcome.job_id]
-                self.lost.discard(outcome.job_id)
-        self.on_written(batch, written)
+                if self.held.get(outcome.key) == outcome.token:
+                    del self.held[outcome.key]
+                self.lost.discard(outcome.key)
+        self.on_written(batch, {(source.name, i) for i in written})
 
-    def _resolve_ambiguous(self, conn: Any, pending: list[Outcome]) -> tuple[list[Outcome], set[int]]:
-        rows = conn.execute(self.read_sql, {"ids": [o.job_id for o in pending]}).fetchall()
-        state = {row[0]: (row[1], row[2]) for row in rows}
+    @staticmethod
+    def _settle_ambiguous(
+        source: Source, conn: Any, pending: list[Outcome]
+    ) -> tuple[list[Outcome], set[int]]:
+        state = source.read_outcomes(conn, [o.job_id for o in pending])
         still: list[Outcome] = []
         landed: set[int] = set()
         for outcome in pending:
@@ -194,19 +199,6 @@ class Completer(threading.Thread):
             # else: re-claimed by someone else; nothing to write.
         return still, landed
 
-    @staticmethod
-    def _params(batch: list[Outcome]) -> dict[str, Any]:
-        return {
-            "ids": [o.job_id for o in batch],
-            "tokens": [o.token for o in batch],
-            "statuses": [str(o.status) for o in batch],
-            "results": [o.result_json for o in batch],
-            "delays": [o.delay for o in batch],
-            "errors": [o.error_json for o in batch],
-            "last_errors": [o.last_error for o in batch],
-            "refunds": [o.refund for o in batch],
-        }
-
     # -- leases --------------------------------------------------------------------
 
     def extend_leases(self) -> None:
@@ -215,29 +207,33 @@ class Completer(threading.Thread):
             items = list(self.held.items())
         if not items:
             return
-        try:
-            rows = self._connection().execute(
-                self.extend_sql,
-                {
-                    "lease": self.lease_seconds,
-                    "ids": [i for i, _ in items],
-                    "tokens": [t for _, t in items],
-                },
-            ).fetchall()
-        except Exception as exc:
-            if is_connection_error(exc):
-                self._drop_connection()
-            logger.warning("Lease extension failed (%s); will retry", exc)
-            return
-        kept = {row[0] for row in rows}
-        for job_id, _token in items:
-            if job_id not in kept and job_id not in self.lost:
+        by_source: dict[str, list[tuple[int, uuid.UUID]]] = defaultdict(list)
+        for (name, job_id), token in items:
+            by_source[name].append((job_id, token))
+        for name, pairs in by_source.items():
+            try:
+                kept = self.sources[name].extend_leases(
+                    self._connection(),
+                    [i for i, _ in pairs],
+                    [t for _, t in pairs],
+                    self.lease_seconds,
+                )
+            except Exception as exc:
+                if is_connection_error(exc):
+                    self._drop_connection()
+                logger.warning("Lease extension failed (%s); will retry", exc)
+                continue
+            for job_id, _token in pairs:
+                key = (name, job_id)
+                if job_id in kept or key in self.lost:
+                    continue
                 with self.held_lock:
-                    still_held = job_id in self.held
+                    still_held = key in self.held
                 if still_held:
-                    self.lost.add(job_id)
+                    self.lost.add(key)
                     logger.warning(
-                        "Job %s: lease lost (another worker re-claimed it after it lapsed); "
-                        "the running attempt's result will be discarded",
+                        "%s %s: lease lost (re-claimed after it lapsed); the running "
+                        "attempt's result will be discarded",
+                        name,
                         job_id,
                     )

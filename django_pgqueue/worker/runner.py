@@ -75,7 +75,13 @@ class Outcome:
     task_path: str = ""
     attempt: int = 0
     duration: float = 0.0
+    #: Name of the Source the row belongs to (see sources.py).
+    source: str = "jobs"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.source, self.job_id)
 
 
 def _error_entry(job: ClaimedJob, worker_id: str, exc_path: str, tb: str) -> dict[str, Any]:

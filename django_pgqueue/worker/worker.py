@@ -27,13 +27,13 @@ from typing import Any
 
 from django.db import connections
 
-from .. import sql
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from . import hooks
-from .completer import Completer
+from .completer import Completer, Key
 from .listener import Listener
-from .runner import ClaimedJob, Outcome, TaskRunner
+from .runner import Outcome, TaskRunner
+from .sources import JobSource, Source
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -68,6 +68,7 @@ class Worker:
         notify: bool | None = None,
         shutdown_grace: float | None = None,
         install_signal_handlers: bool = True,
+        sources: Sequence[Source] | None = None,
     ) -> None:
         conf = get_settings()
         self.queues = list(queues or [])
@@ -89,22 +90,25 @@ class Worker:
 
         self.stopping = threading.Event()
         self.wake = threading.Event()
-        self.held: dict[int, uuid.UUID] = {}
+        self.held: dict[Key, uuid.UUID] = {}
         self.held_lock = threading.Lock()
-        self.running: dict[int, ClaimedJob] = {}
+        self.running: dict[Key, tuple[Source, Any]] = {}
         self._inflight = 0  # claimed and not yet finished running
         self._inflight_lock = threading.Lock()
         self._full = False
-        self._todo: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
+        self._todo: queue.SimpleQueue[tuple[Source, Any] | None] = queue.SimpleQueue()
         self._claim_conn: Any = None
         self._avg_task_seconds = 0.01
         self.claimed = 0
         self.finished = 0
         self.outcomes: dict[str, int] = {}
         self._signals = 0
-        self.runner = TaskRunner(self.worker_id, conf.UNKNOWN_TASK_DELAY)
+        if sources is None:
+            sources = default_sources(self.worker_id)
+        self.sources: list[Source] = list(sources)
         self.completer = Completer(
             worker_id=self.worker_id,
+            sources={source.name: source for source in self.sources},
             lease_seconds=self.lease_seconds,
             retry_budget=conf.COMPLETION_RETRY_SECONDS,
             held=self.held,
@@ -217,19 +221,28 @@ class Worker:
             if self.max_tasks is not None and self.claimed >= self.max_tasks:
                 self._wait_until_idle()
                 break
-            with self._inflight_lock:
-                free = self._capacity() - self._inflight
-                self._full = free <= 0
-            if free <= 0:
-                self.wake.wait(self.poll_interval)
-                self.wake.clear()
-                continue
-            limit = min(free, self.batch_size)
-            if self.max_tasks is not None:
-                limit = min(limit, self.max_tasks - self.claimed)
             self.wake.clear()
+            claimed_any = False
+            more = False
             try:
-                rows = self._claim(params, limit)
+                for source in self.sources:
+                    with self._inflight_lock:
+                        free = self._capacity() - self._inflight
+                        self._full = free <= 0
+                    if free <= 0:
+                        more = True
+                        break
+                    limit = min(free, self.batch_size)
+                    if self.max_tasks is not None:
+                        limit = min(limit, self.max_tasks - self.claimed)
+                        if limit <= 0:
+                            break
+                    items = self._claim(source, params, limit)
+                    if items:
+                        claimed_any = True
+                        self._dispatch(source, items)
+                    if len(items) == limit:
+                        more = True  # a full batch: more may be due right now
                 failures = 0
             except Exception as exc:
                 failures += 1
@@ -241,26 +254,25 @@ class Worker:
                 self._drop_claim_connection()
                 self.stopping.wait(delay)
                 continue
-            if rows:
-                self._dispatch(rows)
-            if len(rows) == limit:
-                continue  # a full batch: more may be due right now
-            if self.burst and not rows and self._is_idle() and not self._anything_due(params):
+            if more:
+                if self._full:
+                    self.wake.wait(self.poll_interval)  # a task thread frees a slot
+                continue
+            if self.burst and not claimed_any and self._is_idle() and not self._anything_due(params):
                 break
             self.wake.wait(self.poll_interval)
 
-    def _claim(self, params: dict[str, Any], limit: int) -> list[ClaimedJob]:
+    def _claim(self, source: Source, params: dict[str, Any], limit: int) -> list[Any]:
         conn = self._claim_connection()
         params["limit"] = limit
         if "inside_claim_tx" in self.test_hooks:
             # Test-only: hold the claim open in an explicit transaction so a test
             # can kill the session while it is in flight.
             with conn.transaction():
-                rows = conn.execute(sql.CLAIM_JOBS, params).fetchall()
-                hooks.pause("inside_claim_tx", *[r[0] for r in rows])
-        else:
-            rows = conn.execute(sql.CLAIM_JOBS, params).fetchall()
-        return [ClaimedJob.from_row(r) for r in rows]
+                items = source.claim(conn, params)
+                hooks.pause("inside_claim_tx", *[item.id for item in items])
+            return items
+        return source.claim(conn, params)
 
     def _claim_connection(self) -> Any:
         if self._claim_conn is None or self._claim_conn.closed:
@@ -277,58 +289,61 @@ class Worker:
 
     def _anything_due(self, params: dict[str, Any]) -> bool:
         try:
-            return bool(self._claim_connection().execute(sql.ANY_DUE, params).fetchone()[0])
+            conn = self._claim_connection()
+            return any(source.any_due(conn, params) for source in self.sources)
         except Exception as exc:
             logger.warning("Idle check failed (%s)", exc)
             self._drop_claim_connection()
             return True
 
-    def _dispatch(self, jobs: list[ClaimedJob]) -> None:
+    def _dispatch(self, source: Source, items: list[Any]) -> None:
         runnable = []
-        for job in jobs:
-            if job.status == "dead":
+        for item in items:
+            if item.status == "dead":
                 logger.warning(
-                    "Job %s (%s): lease lapsed on its last attempt (%d of %d); moved to "
-                    "the dead-letter queue without running it again",
-                    job.id,
-                    job.task_path,
-                    job.attempts,
-                    job.max_attempts,
+                    "%s %s (%s): lease lapsed on its last attempt; moved to the "
+                    "dead-letter queue without running it again",
+                    source.name,
+                    item.id,
+                    source.describe(item),
                 )
                 self._count("dead")
                 continue
-            runnable.append(job)
+            runnable.append(item)
         with self.held_lock:
-            for job in runnable:
-                self.held[job.id] = job.token
+            for item in runnable:
+                self.held[(source.name, item.id)] = item.token
         with self._inflight_lock:
             self._inflight += len(runnable)
-        self.claimed += len(jobs)
+        self.claimed += len(items)
         if "after_claim" in self.test_hooks:
-            for job in runnable:
-                hooks.pause("after_claim", job.id, job.token)
-        for job in runnable:
-            self._todo.put(job)
+            for item in runnable:
+                hooks.pause("after_claim", item.id, item.token)
+        for item in runnable:
+            self._todo.put((source, item))
 
     # -- running -------------------------------------------------------------------
 
     def _executor(self) -> None:
         try:
             while True:
-                job = self._todo.get()
-                if job is None:
+                entry = self._todo.get()
+                if entry is None:
                     return
+                source, item = entry
                 if self.stopping.is_set():
-                    outcome = self.runner.release(job, "Released by a worker shutting down")
+                    outcome = source.release(item, "Released by a worker shutting down")
                 else:
-                    self.running[job.id] = job
+                    key = (source.name, item.id)
+                    self.running[key] = entry
                     if "before_task" in self.test_hooks:
-                        hooks.pause("before_task", job.id, job.token)
-                    outcome = self.runner.run(job)
-                    self.running.pop(job.id, None)
+                        hooks.pause("before_task", item.id, item.token)
+                    outcome = source.run(item)
+                    self.running.pop(key, None)
                     self._avg_task_seconds = 0.9 * self._avg_task_seconds + 0.1 * outcome.duration
                     if "after_task" in self.test_hooks:
-                        hooks.pause("after_task", job.id, job.token)
+                        hooks.pause("after_task", item.id, item.token)
+                outcome.source = source.name
                 self.completer.submit(outcome)
                 with self._inflight_lock:
                     self._inflight -= 1
@@ -338,9 +353,9 @@ class Worker:
         finally:
             connections.close_all()
 
-    def _on_written(self, batch: list[Outcome], written: set[int]) -> None:
+    def _on_written(self, batch: list[Outcome], written: set[Key]) -> None:
         for outcome in batch:
-            if outcome.job_id not in written:
+            if outcome.key not in written:
                 self._count("lease_lost")
                 continue
             self.finished += 1
@@ -348,7 +363,8 @@ class Worker:
             self._count(label)
             if logger.isEnabledFor(logging.INFO):
                 logger.info(
-                    "Job %s %s attempt=%d duration=%.3fs outcome=%s",
+                    "%s %s %s attempt=%d duration=%.3fs outcome=%s",
+                    outcome.source,
                     outcome.job_id,
                     outcome.task_path,
                     outcome.attempt,
@@ -380,15 +396,17 @@ class Worker:
         clean = True
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        stuck = [job for job in list(self.running.values())]
+        stuck = list(self.running.values())
         if stuck:
             logger.warning(
                 "Grace period over with %d task(s) still running: recording them as "
                 "interrupted so they are retried now",
                 len(stuck),
             )
-            for job in stuck:
-                self.completer.submit(self.runner.interrupted(job))
+            for source, item in stuck:
+                outcome = source.interrupted(item)
+                outcome.source = source.name
+                self.completer.submit(outcome)
         self.completer.stop()
         self.completer.join(get_settings().COMPLETION_RETRY_SECONDS + 5)
         if self.completer.is_alive():
@@ -398,3 +416,14 @@ class Worker:
         self._drop_claim_connection()
         return clean
 
+
+def default_sources(worker_id: str) -> list[Source]:
+    """Jobs, plus webhook deliveries when the webhooks engine is installed."""
+    conf = get_settings()
+    sources: list[Source] = [JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY))]
+    try:
+        from ..webhooks.worker import DeliverySource
+    except ImportError:
+        return sources
+    sources.append(DeliverySource(worker_id))
+    return sources

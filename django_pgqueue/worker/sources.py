@@ -1,0 +1,117 @@
+"""What a worker can claim: a *source* is one queue table plus how to run its rows.
+
+Jobs (``JobSource``) and webhook deliveries (``webhooks.worker.DeliverySource``)
+share the claim loop, task threads, completer, lease keeper and shutdown logic of
+``Worker``; a source only supplies its SQL and how to run one row. Every write a
+source makes for a claimed row must be guarded by the row's claim token.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+from .. import sql
+from .runner import ClaimedJob, Outcome, TaskRunner
+
+
+class Claimed(Protocol):
+    """A claimed row: at least its id, claim token and post-claim status."""
+
+    id: int
+    token: uuid.UUID
+    status: str
+
+
+class Source:
+    """Base class of a queue table a Worker claims from."""
+
+    #: Short name, used in logs and to route outcomes.
+    name: str = ""
+
+    def claim(self, conn: Any, params: dict[str, Any]) -> list[Any]:
+        """Claim up to ``params['limit']`` rows (one statement); return Claimed objects."""
+        raise NotImplementedError
+
+    def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
+        """Whether anything is due now or held by any worker (for ``--burst``)."""
+        raise NotImplementedError
+
+    def run(self, item: Any) -> Outcome:
+        """Run one claimed row; never raises."""
+        raise NotImplementedError
+
+    def release(self, item: Any, reason: str) -> Outcome:
+        """Give back a row that was not started (the attempt is refunded)."""
+        raise NotImplementedError
+
+    def interrupted(self, item: Any) -> Outcome:
+        """A row still running when the shutdown grace ran out."""
+        raise NotImplementedError
+
+    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
+        """Write outcomes guarded by token; return the ids that were written."""
+        raise NotImplementedError
+
+    def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
+        """Current (status, locked_by) of rows, to settle an ambiguous commit."""
+        raise NotImplementedError
+
+    def extend_leases(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> set[int]:
+        """Extend leases guarded by token; return the ids still held."""
+        raise NotImplementedError
+
+    def describe(self, item: Any) -> str:
+        return str(getattr(item, "task_path", self.name))
+
+
+class JobSource(Source):
+    """Jobs of Django's Tasks framework (the ``pgqueue_job`` table)."""
+
+    name = "jobs"
+
+    def __init__(self, runner: TaskRunner) -> None:
+        self.runner = runner
+
+    def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
+        rows = conn.execute(sql.CLAIM_JOBS, params).fetchall()
+        return [ClaimedJob.from_row(r) for r in rows]
+
+    def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
+        return bool(conn.execute(sql.ANY_DUE, params).fetchone()[0])
+
+    def run(self, item: ClaimedJob) -> Outcome:
+        return self.runner.run(item)
+
+    def release(self, item: ClaimedJob, reason: str) -> Outcome:
+        return self.runner.release(item, reason)
+
+    def interrupted(self, item: ClaimedJob) -> Outcome:
+        return self.runner.interrupted(item)
+
+    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
+        params = {
+            "ids": [o.job_id for o in batch],
+            "tokens": [o.token for o in batch],
+            "statuses": [str(o.status) for o in batch],
+            "results": [o.result_json for o in batch],
+            "delays": [o.delay for o in batch],
+            "errors": [o.error_json for o in batch],
+            "last_errors": [o.last_error for o in batch],
+            "refunds": [o.refund for o in batch],
+        }
+        return {row[0] for row in conn.execute(sql.COMPLETE_JOBS, params).fetchall()}
+
+    def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
+        rows = conn.execute(sql.READ_OUTCOMES, {"ids": ids}).fetchall()
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    def extend_leases(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> set[int]:
+        rows = conn.execute(
+            sql.EXTEND_LEASES, {"lease": lease, "ids": ids, "tokens": tokens}
+        ).fetchall()
+        return {row[0] for row in rows}
