@@ -1,0 +1,517 @@
+"""The HTTP sender of webhooks: one POST, bounded in every dimension, never raising.
+
+Built on ``requests`` with a pinning adapter: the host is resolved once per request, every
+address is checked (:func:`django_pgqueue.webhooks.ssrf.check_host`), and the connection pool
+is keyed and built with the checked IP, while the ``Host`` header, TLS SNI and certificate
+check use the original name. urllib3 therefore never looks the name up again, so a DNS
+answer that changes between the check and the connect (rebinding) cannot reach a blocked
+address. ``docs/webhooks-security.md`` explains why this is not delegated to a library.
+
+Budgets: a connect timeout, and a total deadline enforced by a watchdog thread that shuts
+the socket down when the deadline passes. requests' read timeout applies to each socket read,
+so a receiver sending one byte every 200 ms would otherwise hold a worker for ever. The body
+is streamed and at most ``response_cap`` bytes are read; the rest is never drained.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import heapq
+import itertools
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from django_pgqueue.webhooks.signing import USER_AGENT
+from django_pgqueue.webhooks.ssrf import (
+    IPAddress,
+    IPNetwork,
+    Resolver,
+    UnsafeURLError,
+    check_host,
+    own_host_addresses,
+    parse_networks,
+    validate_url,
+)
+
+__all__ = ["TransportResult", "WebhookTransport", "parse_retry_after"]
+
+# What we keep of response headers: enough to debug a receiver, bounded so one hostile
+# response cannot bloat the attempt log.
+MAX_RESPONSE_HEADERS = 50
+MAX_RESPONSE_HEADER_VALUE = 1024
+_READ_CHUNK = 64 * 1024
+# How often the watchdog retries shutting a connection down when its deadline passed while
+# the socket did not exist yet (connect still in progress).
+_WATCHDOG_RETRY_SECONDS = 0.05
+
+
+@dataclass
+class TransportResult:
+    """What happened to one POST. ``error`` is ``None`` when a response (any status) arrived.
+
+    A 3xx response keeps its ``status_code`` and also sets ``error``: redirects are never
+    followed and count as failures.
+    """
+
+    status_code: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    truncated: bool = False
+    duration_ms: int = 0
+    error: str | None = None
+    address: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True for a 2xx response, the only outcome that counts as delivered."""
+        return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
+
+
+class _Deadline:
+    """The total deadline of one request, and the connection it may have to cut."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expires_at = time.monotonic() + seconds
+        self.fired = False
+        self.address: str | None = None
+        self._finished = False
+        self._conn: HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def attach(self, conn: HTTPConnection) -> None:
+        with self._lock:
+            self._conn = conn
+            if self.fired:
+                self._shutdown()
+
+    def fire(self) -> bool:
+        """Mark the deadline passed and cut the socket; True if it must be tried again."""
+        with self._lock:
+            if self._finished:
+                return False
+            self.fired = True
+            return not self._shutdown()
+
+    def finish(self) -> None:
+        with self._lock:
+            self._finished = True
+            self._conn = None
+
+    def _shutdown(self) -> bool:
+        sock = getattr(self._conn, "sock", None)
+        if sock is None:
+            return False
+        try:
+            # The plain-socket shutdown, even for TLS: it wakes up a recv() blocked in
+            # another thread, whereas SSLSocket.shutdown() would try a TLS close handshake.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return True
+
+
+class _Watchdog:
+    """One daemon thread per process that cuts connections whose deadline passed."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, deadline: _Deadline) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (deadline.expires_at, next(self._counter), deadline))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="pgqueue-webhook-deadline", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                expires_at, _, deadline = self._heap[0]
+                delay = expires_at - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+            if deadline.fire():
+                with self._cond:
+                    heapq.heappush(
+                        self._heap,
+                        (
+                            time.monotonic() + _WATCHDOG_RETRY_SECONDS,
+                            next(self._counter),
+                            deadline,
+                        ),
+                    )
+
+
+_watchdog = _Watchdog()
+# The deadline of the request running in this thread, so the connection objects urllib3
+# creates deep inside requests can register themselves with it.
+_current = threading.local()
+
+
+def _attach_current(conn: HTTPConnection) -> None:
+    deadline = getattr(_current, "deadline", None)
+    if deadline is not None:
+        deadline.attach(conn)
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    def connect(self) -> None:
+        _attach_current(self)
+        super().connect()
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        # A kept-alive connection skips connect(): register on every request too.
+        _attach_current(self)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(HTTPSConnection):
+    def connect(self) -> None:
+        _attach_current(self)
+        super().connect()
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _attach_current(self)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _RefusedDestination(Exception):
+    """The connect-time address check refused the destination.
+
+    Not a ValueError on purpose: requests wraps ValueErrors raised while choosing a
+    connection into ``InvalidURL``, which would hide the refusal among URL errors.
+    """
+
+
+class _PinningAdapter(HTTPAdapter):
+    """An adapter that resolves once, checks every address, and connects to the checked IP."""
+
+    def __init__(
+        self,
+        *,
+        allow_networks: tuple[IPNetwork, ...],
+        resolver: Resolver | None,
+        deny_addresses: tuple[IPAddress, ...],
+    ) -> None:
+        self._allow_networks = allow_networks
+        self._resolver = resolver
+        self._deny_addresses = deny_addresses
+        # No retries at all: a retry re-sends the POST, and the queue owns retry policy.
+        super().__init__(max_retries=0)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPConnectionPool,
+            "https": _WatchedHTTPSConnectionPool,
+        }
+
+    def build_connection_pool_key_attributes(
+        self,
+        request: requests.PreparedRequest,
+        verify: bool | str,
+        cert: str | tuple[str, str] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
+            request, verify, cert
+        )
+        host: str = host_params["host"] or ""
+        scheme: str = host_params["scheme"]
+        port: int | None = host_params["port"]
+        effective_port = port if port is not None else (443 if scheme == "https" else 80)
+        # The only check that counts: on the name urllib3 is about to use, right before the
+        # connection is chosen. post() reports the refusal as "refused: ...".
+        try:
+            addresses = check_host(
+                host,
+                effective_port,
+                allow_networks=self._allow_networks,
+                resolver=self._resolver,
+                deny_addresses=self._deny_addresses,
+            )
+        except UnsafeURLError as exc:
+            raise _RefusedDestination(str(exc)) from None
+        # getaddrinfo returns addresses in RFC 6724 order (unreachable families last), so
+        # the first is the one a plain connect would have tried first.
+        pinned = addresses[0]
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.address = str(pinned)
+
+        # Copy: the caller may reuse the mapping it passed in.
+        request.headers = CaseInsensitiveDict(request.headers or {})
+        host_header = f"[{host}]" if ":" in host else host
+        if port is not None:
+            host_header += f":{port}"
+        request.headers["Host"] = host_header
+        if scheme == "https":
+            # Certificate and SNI for the name, not the IP we connect to.
+            pool_kwargs["server_hostname"] = host
+            pool_kwargs["assert_hostname"] = host
+        host_params["host"] = f"[{pinned}]" if pinned.version == 6 else str(pinned)
+        return host_params, pool_kwargs
+
+
+def _connection_refused(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError):
+            return True
+        stack.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
+        stack.extend(arg for arg in current.args if isinstance(arg, BaseException))
+    return "Connection refused" in str(exc)
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _trim_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    trimmed: dict[str, str] = {}
+    for name, value in itertools.islice(headers.items(), MAX_RESPONSE_HEADERS):
+        trimmed[str(name)[:MAX_RESPONSE_HEADER_VALUE]] = str(value)[:MAX_RESPONSE_HEADER_VALUE]
+    return trimmed
+
+
+class WebhookTransport:
+    """Sends webhook POSTs with SSRF protection, no redirects, no proxies and strict budgets.
+
+    One ``requests.Session`` per transport, so connections are kept alive between POSTs to
+    the same receiver. A session is not meant to be shared between threads: keep one
+    transport per worker thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float = 5.0,
+        total_timeout: float = 30.0,
+        response_cap: int = 20_000,
+        allow_http: bool = False,
+        allow_networks: Iterable[str | IPNetwork] = (),
+        allowed_ports: Iterable[int] | None = None,
+        resolver: Resolver | None = None,
+        deny_addresses: Iterable[str | IPAddress] | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        """Configure the budgets and the SSRF policy.
+
+        ``deny_addresses`` are refused even when allow-listed; by default, the addresses of
+        this machine's host name. ``verify`` is requests' TLS verification setting (a CA
+        bundle path for a private CA).
+        """
+        for name, value in (("connect_timeout", connect_timeout), ("total_timeout", total_timeout)):
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if isinstance(response_cap, bool) or not isinstance(response_cap, int) or response_cap < 0:
+            raise ValueError(f"response_cap must be a non-negative int, got {response_cap!r}")
+        self.connect_timeout = float(connect_timeout)
+        self.total_timeout = float(total_timeout)
+        self.response_cap = response_cap
+        self.allow_http = allow_http
+        self.allow_networks = parse_networks(allow_networks)
+        self.allowed_ports = None if allowed_ports is None else frozenset(allowed_ports)
+        self.resolver = resolver
+        if deny_addresses is None:
+            self.deny_addresses: tuple[IPAddress, ...] = own_host_addresses()
+        else:
+            self.deny_addresses = tuple(
+                a if not isinstance(a, str) else _parse_address(a) for a in deny_addresses
+            )
+        self.verify = verify
+
+        self.session = requests.Session()
+        # Ignore HTTP(S)_PROXY, NO_PROXY, netrc and REQUESTS_CA_BUNDLE: a proxy would resolve
+        # the name itself and bypass the address check; netrc would leak credentials.
+        self.session.trust_env = False
+        self.session.headers.clear()
+        adapter = _PinningAdapter(
+            allow_networks=self.allow_networks,
+            resolver=resolver,
+            deny_addresses=self.deny_addresses,
+        )
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self.session.close()
+
+    def __enter__(self) -> WebhookTransport:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> TransportResult:
+        """POST ``body`` to ``url`` and return what happened; never raises for network trouble."""
+        started = time.monotonic()
+        result = TransportResult()
+        try:
+            validate_url(
+                url,
+                allow_http=self.allow_http,
+                allow_networks=self.allow_networks,
+                allowed_ports=self.allowed_ports,
+                resolve=False,
+            )
+        except UnsafeURLError as exc:
+            result.error = f"refused: {exc}"
+            return result
+
+        send_headers = dict(headers)
+        # Whatever the caller passed, never accept a compressed body (decompression bombs).
+        for name in [n for n in send_headers if n.lower() == "accept-encoding"]:
+            del send_headers[name]
+        send_headers["Accept-Encoding"] = "identity"
+        if not any(n.lower() == "user-agent" for n in send_headers):
+            send_headers["User-Agent"] = USER_AGENT
+
+        deadline = _Deadline(self.total_timeout)
+        _current.deadline = deadline
+        _watchdog.watch(deadline)
+        response: requests.Response | None = None
+        try:
+            response = self.session.post(
+                url,
+                data=body,
+                headers=send_headers,
+                # The read timeout bounds a single silent read; the watchdog bounds the total.
+                timeout=(self.connect_timeout, self.total_timeout),
+                allow_redirects=False,
+                stream=True,
+                verify=self.verify,
+                proxies={},
+            )
+            result.status_code = response.status_code
+            result.headers = _trim_headers(response.headers)
+            result.body, result.truncated = self._read_capped(response)
+            if response.is_redirect or 300 <= response.status_code < 400:
+                result.error = f"redirect {response.status_code} not followed"
+        except _RefusedDestination as exc:
+            result.error = f"refused: {exc}"
+        except Exception as exc:  # the contract is "never raises" for network trouble
+            result.error = self._describe(exc, deadline)
+        finally:
+            deadline.finish()
+            _current.deadline = None
+            if response is not None:
+                response.close()
+        if deadline.fired and (result.error is None or not result.error.startswith("refused")):
+            # Whatever exception the cut socket produced, the cause is the deadline.
+            result.error = f"total deadline of {self.total_timeout:g} s exceeded"
+        result.address = deadline.address
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
+    def _read_capped(self, response: requests.Response) -> tuple[bytes, bool]:
+        raw = response.raw
+        cap = self.response_cap
+        chunks: list[bytes] = []
+        size = 0
+        # Read one byte past the cap to know whether there was more, then stop: the rest is
+        # never read (closing the response closes the connection instead of draining it).
+        while size <= cap:
+            chunk = raw.read(min(_READ_CHUNK, cap + 1 - size), decode_content=False)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        body = b"".join(chunks)
+        if size > cap:
+            raw.close()
+            return body[:cap], True
+        # Fully read: hand the connection back to the pool for keep-alive.
+        raw.release_conn()
+        return body, False
+
+    def _describe(self, exc: BaseException, deadline: _Deadline) -> str:
+        if deadline.fired:
+            return f"total deadline of {self.total_timeout:g} s exceeded"
+        if isinstance(exc, requests.exceptions.ConnectTimeout):
+            return f"connect timeout ({self.connect_timeout:g} s)"
+        if isinstance(exc, requests.exceptions.ReadTimeout):
+            return f"read timeout ({self.total_timeout:g} s without data)"
+        if isinstance(exc, requests.exceptions.SSLError):
+            return f"TLS error: {_short(exc)}"
+        if isinstance(exc, requests.exceptions.ConnectionError) and _connection_refused(exc):
+            return "connection refused"
+        if isinstance(exc, requests.exceptions.RequestException):
+            return f"connection error: {_short(exc)}"
+        return f"unexpected error: {_short(exc)}"
+
+
+def _parse_address(value: str) -> IPAddress:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(value.strip("[]"))
+    except ValueError:
+        raise ValueError(f"{value!r} in deny_addresses is not an IP address") from None
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Return the delay a ``Retry-After`` header asks for, in seconds, or ``None``.
+
+    Accepts delta-seconds (``"120"``) and HTTP-dates (``"Wed, 21 Oct 2015 07:28:00 GMT"``,
+    measured from ``now``, default the current UTC time; a date in the past gives 0).
+    Anything else, including negative numbers, gives ``None``: a garbage header should fall
+    back to the normal retry policy, not break it.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text.isascii() and text.isdigit():
+        return float(int(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        # HTTP-dates are always GMT; a zone-less parse means the sender wrote "-0000".
+        when = when.replace(tzinfo=UTC)
+    current = now or datetime.now(UTC)
+    if current.tzinfo is None:
+        current = current.replace(tzinfo=UTC)
+    return max(0.0, (when - current).total_seconds())
