@@ -123,14 +123,19 @@ def resolve_python(spec: str | None) -> tuple[str, tuple[int, int]]:
         if found is None:
             raise DevError(f"--python {spec!r}: no such interpreter")
         exe = found
-    probe = "import sys; print(sys.version_info[0], sys.version_info[1])"
+    # Ask the interpreter itself: this also sees through launchers such as pyenv shims.
+    probe = "import sys; print(sys.version_info[0], sys.version_info[1], sys.executable)"
     try:
         out = subprocess.run(
             [exe, "-c", probe], capture_output=True, text=True, check=True
-        ).stdout.split()
-    except (OSError, subprocess.CalledProcessError) as exc:
+        ).stdout.split(maxsplit=2)
+    except OSError as exc:
         raise DevError(f"cannot run the interpreter {exe}: {exc}") from exc
+    except subprocess.CalledProcessError as exc:
+        detail = (exc.stderr or "").strip() or f"exit code {exc.returncode}"
+        raise DevError(f"cannot run the interpreter {exe}:\n{detail}") from exc
     version = (int(out[0]), int(out[1]))
+    exe = out[2].strip() or exe
     if version < (3, 11):
         raise DevError(f"{exe} is Python {version[0]}.{version[1]}; the project needs 3.11+")
     return exe, version
@@ -256,10 +261,12 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
     previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     previous_term = signal.signal(signal.SIGTERM, forward)
     try:
-        return proc.wait()
+        code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, previous_int)
         signal.signal(signal.SIGTERM, previous_term)
+    # Killed by a signal: report it the way shells do (128 + signal number).
+    return 128 - code if code < 0 else code
 
 
 def main(argv: list[str]) -> int:

@@ -211,10 +211,12 @@ def run(cmd: list[str], env: dict[str, str]) -> int:
     previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     previous_term = signal.signal(signal.SIGTERM, forward)
     try:
-        return proc.wait()
+        code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, previous_int)
         signal.signal(signal.SIGTERM, previous_term)
+    # Killed by a signal: report it the way shells do (128 + signal number).
+    return 128 - code if code < 0 else code
 
 
 def main(argv: list[str]) -> int:
