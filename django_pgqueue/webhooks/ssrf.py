@@ -283,14 +283,20 @@ def check_host(
     allow_networks: Iterable[str | IPNetwork] = (),
     resolver: Resolver | None = None,
     deny_addresses: Iterable[str | IPAddress] = (),
+    allow_hosts: Iterable[str] = (),
 ) -> list[IPAddress]:
     """Resolve ``host`` once and return its addresses if **every** one is allowed.
 
     A mixed answer (one public address, one private) is refused as a whole: it is what DNS
     rebinding looks like, and connecting to "the good one" would depend on answer order.
-    Raises :class:`UnsafeURLError` with a message a user can act on.
+    A host named in ``allow_hosts`` may resolve to any address except the hard-deny set and
+    ``deny_addresses``. Raises :class:`UnsafeURLError` with a message a user can act on.
     """
     allow = parse_networks(allow_networks)
+    if isinstance(allow_hosts, str):
+        raise ValueError(f"allow_hosts must be a list of host names, not {allow_hosts!r}")
+    if _host_key(host) in {_host_key(h) for h in allow_hosts}:
+        allow = _EVERYWHERE
     deny = tuple(deny_addresses)
     try:
         addresses = resolve_host(host, port, resolver)
@@ -307,6 +313,13 @@ def check_host(
                 verb = f"resolves to {address},"
             raise UnsafeURLError(f"{subject} {verb} {reason}; {_POLICY_SENTENCE}.")
     return addresses
+
+
+_EVERYWHERE = (_net("0.0.0.0/0"), _net("::/0"))
+
+
+def _host_key(host: str) -> str:
+    return host.strip().rstrip(".").lower()
 
 
 def _is_literal(host: str) -> bool:
@@ -410,13 +423,15 @@ def validate_url(
     resolve: bool = True,
     resolver: Resolver | None = None,
     deny_addresses: Iterable[str | IPAddress] = (),
+    allow_hosts: Iterable[str] = (),
 ) -> None:
     """Check a webhook URL; raise :class:`UnsafeURLError` with a user-facing message if unsafe.
 
     Shape: ``https`` (or ``http`` when ``allow_http``), no user info, a host, at most 2048
     characters, no whitespace or control characters, an IDNA-valid host, IPv4 literals only
     in canonical dotted-quad form, the port in ``allowed_ports`` (default: any). Then, if
-    ``resolve``, every address the host resolves to must pass :func:`is_address_allowed`.
+    ``resolve``, every address the host resolves to must pass :func:`is_address_allowed`
+    (hosts named in ``allow_hosts`` may resolve to private addresses, never to metadata ones).
 
     This is the save-time check, for a good error message; the transport repeats the address
     check at connect time and connects only to the address it checked.
@@ -451,6 +466,7 @@ def validate_url(
             allow_networks=allow,
             resolver=resolver,
             deny_addresses=deny_addresses,
+            allow_hosts=allow_hosts,
         )
 
 

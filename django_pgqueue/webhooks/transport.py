@@ -221,10 +221,12 @@ class _PinningAdapter(HTTPAdapter):
         self,
         *,
         allow_networks: tuple[IPNetwork, ...],
+        allow_hosts: tuple[str, ...],
         resolver: Resolver | None,
         deny_addresses: tuple[IPAddress, ...],
     ) -> None:
         self._allow_networks = allow_networks
+        self._allow_hosts = allow_hosts
         self._resolver = resolver
         self._deny_addresses = deny_addresses
         # No retries at all: a retry re-sends the POST, and the queue owns retry policy.
@@ -257,6 +259,7 @@ class _PinningAdapter(HTTPAdapter):
                 host,
                 effective_port,
                 allow_networks=self._allow_networks,
+                allow_hosts=self._allow_hosts,
                 resolver=self._resolver,
                 deny_addresses=self._deny_addresses,
             )
@@ -326,6 +329,7 @@ class WebhookTransport:
         response_cap: int = 20_000,
         allow_http: bool = False,
         allow_networks: Iterable[str | IPNetwork] = (),
+        allow_hosts: Iterable[str] = (),
         allowed_ports: Iterable[int] | None = None,
         resolver: Resolver | None = None,
         deny_addresses: Iterable[str | IPAddress] | None = None,
@@ -333,6 +337,8 @@ class WebhookTransport:
     ) -> None:
         """Configure the budgets and the SSRF policy.
 
+        ``allow_networks`` (CIDRs) and ``allow_hosts`` (names allowed to resolve to private
+        addresses) open the block-list for internal receivers, never the metadata addresses.
         ``deny_addresses`` are refused even when allow-listed; by default, the addresses of
         this machine's host name. ``verify`` is requests' TLS verification setting (a CA
         bundle path for a private CA).
@@ -347,6 +353,9 @@ class WebhookTransport:
         self.response_cap = response_cap
         self.allow_http = allow_http
         self.allow_networks = parse_networks(allow_networks)
+        if isinstance(allow_hosts, str):
+            raise ValueError(f"allow_hosts must be a list of host names, not {allow_hosts!r}")
+        self.allow_hosts = tuple(allow_hosts)
         self.allowed_ports = None if allowed_ports is None else frozenset(allowed_ports)
         self.resolver = resolver
         if deny_addresses is None:
@@ -364,6 +373,7 @@ class WebhookTransport:
         self.session.headers.clear()
         adapter = _PinningAdapter(
             allow_networks=self.allow_networks,
+            allow_hosts=self.allow_hosts,
             resolver=resolver,
             deny_addresses=self.deny_addresses,
         )

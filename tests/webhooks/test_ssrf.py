@@ -272,6 +272,33 @@ def test_loopback_allowed_only_with_allowlist():
     validate_url("http://127.0.0.1:8000/hook", allow_http=True, allow_networks=["127.0.0.0/8"])
 
 
+def test_allow_hosts_open_private_but_never_metadata():
+    internal = FakeResolver(["10.0.0.5"])
+    with pytest.raises(UnsafeURLError, match="private network"):
+        validate_url("https://hooks.internal.test/", allow_http=False, resolver=internal)
+    validate_url(
+        "https://Hooks.Internal.test./",
+        allow_http=False,
+        resolver=internal,
+        allow_hosts=["hooks.internal.test"],
+    )
+    metadata = FakeResolver(["169.254.169.254"])
+    with pytest.raises(UnsafeURLError, match="never allowed"):
+        validate_url(
+            "https://hooks.internal.test/",
+            allow_http=False,
+            resolver=metadata,
+            allow_hosts=["hooks.internal.test"],
+        )
+    with pytest.raises(UnsafeURLError, match="private network"):
+        validate_url(
+            "https://other.internal.test/",
+            allow_http=False,
+            resolver=internal,
+            allow_hosts=["hooks.internal.test"],
+        )
+
+
 def test_deny_addresses_win_over_allowlist():
     allowed, reason = is_address_allowed("10.0.0.5", ["10.0.0.0/8"], deny_addresses=["10.0.0.5"])
     assert not allowed

@@ -318,6 +318,18 @@ def test_host_header_keeps_the_name_when_connecting_by_ip(receiver):
     assert resolver.calls == 1
 
 
+def test_allow_hosts_reach_an_internal_receiver(receiver):
+    resolver = FakeResolver(["127.0.0.1"])
+    with WebhookTransport(
+        allow_http=True, allow_hosts=["hooks.internal.test"], deny_addresses=(), resolver=resolver
+    ) as transport:
+        allowed = transport.post(f"http://hooks.internal.test:{receiver.port}/in", b"{}", {})
+        refused = transport.post(f"http://other.internal.test:{receiver.port}/in", b"{}", {})
+    assert allowed.ok
+    assert refused.error.startswith("refused:")
+    assert receiver.hits == {"/in": 1}
+
+
 def _bind_pair():
     """A receiver on 127.0.0.2 and a sentinel receiver on 127.0.0.1, on the same port."""
     for _ in range(20):
