@@ -400,14 +400,14 @@ class PgQueueBackend(BaseTaskBackend):
             started_at=started_at,
             last_attempted_at=last_attempted_at,
             finished_at=finished_at,
-            args=args if isinstance(args, list) else json.loads(args),
-            kwargs=kwargs if isinstance(kwargs, dict) else json.loads(kwargs),
+            args=_json(args),
+            kwargs=_json(kwargs),
             backend=backend,
             errors=task_errors(errors),
-            worker_ids=list(worker_ids or []),
+            worker_ids=list(_json(worker_ids) or []),
         )
         if status == Status.SUCCEEDED:
-            object.__setattr__(result, "_return_value", return_value)
+            object.__setattr__(result, "_return_value", _json(return_value))
         return result
 
     @staticmethod
@@ -415,6 +415,11 @@ class PgQueueBackend(BaseTaskBackend):
         if (task.queue_name, task.priority, task.backend) == (queue_name, priority, backend):
             return task
         return task.using(queue_name=queue_name, priority=priority, backend=backend)
+
+
+def _json(value: Any) -> Any:
+    # Django's cursors hand jsonb back as text (its JSONField decodes it later).
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def task_errors(errors: Any) -> list[TaskError]:

@@ -80,6 +80,11 @@ class Notifier:
                 if attempt == 2:
                     logger.warning("NOTIFY on %r failed (workers will poll): %s", channel, exc)
 
+    def close(self) -> None:
+        """Close the notifier's connection (it reconnects on the next request)."""
+        with self._lock:
+            self._close()
+
     def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:

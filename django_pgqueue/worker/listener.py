@@ -86,7 +86,7 @@ class Listener(threading.Thread):
     def _listen(self, conn: Any) -> None:
         next_health = time.monotonic() + self.health_interval
         while not self.stopping.is_set():
-            timeout = max(0.05, min(1.0, next_health - time.monotonic()))
+            timeout = max(0.05, min(0.25, next_health - time.monotonic()))
             for _ in conn.notifies(timeout=timeout):
                 self.notifications += 1
                 self.wake.set()

@@ -258,8 +258,12 @@ class Worker:
                 if self._full:
                     self.wake.wait(self.poll_interval)  # a task thread frees a slot
                 continue
-            if self.burst and not claimed_any and self._is_idle() and not self._anything_due(params):
-                break
+            if self.burst:
+                if not claimed_any and self._is_idle() and not self._anything_due(params):
+                    break
+                # Burst runs end as soon as the work does: re-check often.
+                self.wake.wait(min(self.poll_interval, 0.05))
+                continue
             self.wake.wait(self.poll_interval)
 
     def _claim(self, source: Source, params: dict[str, Any], limit: int) -> list[Any]:

@@ -45,3 +45,39 @@ async def async_ping(n: int) -> int:
 @task(takes_context=True)
 def report_attempt(context) -> int:
     return context.attempt
+
+
+@task(takes_context=True)
+def record_run(context, label: str = "", sleep: float = 0.0) -> int:
+    """Writes one TaskRun row per execution (tests count executions with it)."""
+    import os
+
+    from .models import TaskRun
+
+    if sleep:
+        time.sleep(sleep)
+    TaskRun.objects.create(
+        job_id=int(context.task_result.id),
+        attempt=context.attempt,
+        pid=os.getpid(),
+        label=label,
+    )
+    return context.attempt
+
+
+@task(takes_context=True, max_attempts=3)
+def kill_own_process(context) -> None:
+    """Poison that kills its worker process (crash tests)."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task()
+def sleep_for(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+not_a_task = "this module attribute is a string, not a Task"

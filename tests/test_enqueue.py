@@ -1,0 +1,190 @@
+"""Enqueue through Django's Tasks API: transactions, validation, results, bulk."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_pgqueue import enqueue_many
+from django_pgqueue.backend import PgQueueBackend, PgQueueTask
+from django_pgqueue.compat import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task,
+    task_enqueued,
+)
+from django_pgqueue.exceptions import ArgumentsNotJSON, PayloadTooLarge
+from django_pgqueue.models import Job
+from testproject.demo import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_backend_flags_and_task_class():
+    backend = tasks.add.get_backend()
+    assert isinstance(backend, PgQueueBackend)
+    assert backend.supports_defer and backend.supports_async_task
+    assert backend.supports_get_result and backend.supports_priority
+    assert isinstance(tasks.add, PgQueueTask)
+    assert tasks.flaky_charge.max_attempts == 4
+
+
+def test_enqueue_writes_a_ready_row():
+    result = tasks.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    job = Job.objects.get(pk=int(result.id))
+    assert job.status == "pending"
+    assert (job.args, job.kwargs) == ([2, 3], {})
+    assert job.task_path == "testproject.demo.tasks.add"
+    assert job.max_attempts == 5  # TASKS OPTIONS MAX_ATTEMPTS
+    assert job.attempts == 0 and job.locked_by is None
+    assert result.enqueued_at == job.created_at
+
+
+def test_enqueue_commits_and_rolls_back_with_the_caller():
+    with transaction.atomic():
+        kept = tasks.add.enqueue(1, 1)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        lost = tasks.add.enqueue(2, 2)
+        assert Job.objects.filter(pk=int(lost.id)).exists()  # visible inside
+        raise RuntimeError("boom")
+    assert Job.objects.filter(pk=int(kept.id)).exists()
+    assert not Job.objects.filter(pk=int(lost.id)).exists()
+
+
+def test_non_json_argument_is_named_and_nothing_written():
+    before = Job.objects.count()
+    with pytest.raises(ArgumentsNotJSON, match=r"positional argument 1 .*Decimal"):
+        tasks.add.enqueue(1, decimal.Decimal("1.5"))
+    with pytest.raises(ArgumentsNotJSON, match=r"keyword argument 'when' .*datetime"):
+        tasks.add.enqueue(a=1, when=timezone.now())
+    with pytest.raises(ArgumentsNotJSON, match="NaN|nan|Out of range"):
+        tasks.add.enqueue(float("nan"), 1)
+    with pytest.raises(ArgumentsNotJSON, match="set"):
+        tasks.add.enqueue({1, 2}, 1)
+    assert Job.objects.count() == before
+
+
+def test_oversized_arguments_are_refused(settings):
+    settings.PGQUEUE = {**settings.PGQUEUE, "MAX_ARGS_BYTES": 1000}
+    with pytest.raises(PayloadTooLarge, match="MAX_ARGS_BYTES"):
+        tasks.add.enqueue("x" * 2000, 1)
+    assert not Job.objects.exists()
+
+
+def test_invalid_tasks_are_refused():
+    with pytest.raises(InvalidTask, match="priority"):
+        tasks.add.using(priority=1000)
+    with pytest.raises(InvalidTask, match="max_attempts"):
+        task(max_attempts=0)(tasks.add.func)
+    with pytest.raises(InvalidTask, match="backoff"):
+        task(backoff="soon")(tasks.add.func)
+
+    def inner():  # not at module level
+        return 1
+
+    with pytest.raises(InvalidTask):
+        task()(inner)
+
+
+def test_get_result_and_unknown_id():
+    result = tasks.add.enqueue(4, 5)
+    fetched = tasks.add.get_result(result.id)
+    assert fetched.id == result.id
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.args == [4, 5]
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result("999999999")
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result("not-an-id")
+
+
+def test_status_mapping_of_every_state():
+    result = tasks.add.enqueue(1, 2)
+    expected = {
+        "pending": TaskResultStatus.READY,
+        "failed": TaskResultStatus.READY,
+        "succeeded": TaskResultStatus.SUCCESSFUL,
+        "dead": TaskResultStatus.FAILED,
+        "cancelled": TaskResultStatus.FAILED,
+    }
+    for status, framework_status in expected.items():
+        Job.objects.filter(pk=int(result.id)).update(
+            status=status, finished_at=timezone.now(), result=3
+        )
+        assert tasks.add.get_result(result.id).status == framework_status
+
+
+def test_defer_with_run_after():
+    when = timezone.now() + dt.timedelta(minutes=5)
+    result = tasks.add.using(run_after=when).enqueue(1, 1)
+    job = Job.objects.get(pk=int(result.id))
+    assert job.next_attempt_at == when
+
+
+def test_priority_and_queue_are_stored():
+    result = tasks.send_receipt.using(priority=-5).enqueue(1)
+    job = Job.objects.get(pk=int(result.id))
+    assert (job.queue_name, job.priority) == ("emails", -5)
+    assert tasks.send_receipt.get_result(result.id).task.priority == -5
+
+
+def test_task_enqueued_signal():
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        result = tasks.add.enqueue(1, 1)
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [result.id]
+
+
+def test_enqueue_is_one_insert():
+    from django.db import connection
+
+    with CaptureQueriesContext(connection) as ctx:
+        tasks.add.enqueue(1, 2)
+    assert len(ctx.captured_queries) == 1
+
+
+@pytest.mark.parametrize("count", [3, 2500])  # INSERT path and COPY path
+def test_enqueue_many_returns_results_in_order(count):
+    items = [((i, i), {}) for i in range(count)]
+    results = enqueue_many(tasks.add, items)
+    assert len(results) == count
+    jobs = {j.pk: j for j in Job.objects.filter(pk__in=[int(r.id) for r in results])}
+    for i, result in enumerate(results):
+        assert jobs[int(result.id)].args == [i, i]
+        assert result.status == TaskResultStatus.READY
+
+
+def test_enqueue_many_is_all_or_nothing():
+    with pytest.raises(ArgumentsNotJSON, match="positional argument 0"):
+        enqueue_many(tasks.add, [((1, 2), {}), ((object(), 2), {})])
+    assert not Job.objects.exists()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue_many(tasks.add, [((1, 2), {})] * 10)
+        raise RuntimeError
+    assert not Job.objects.exists()
+
+
+def test_aenqueue_and_aget_result():
+    async def from_async_code():
+        result = await tasks.add.aenqueue(20, 22)
+        return result, await tasks.add.aget_result(result.id)
+
+    result, fetched = async_to_sync(from_async_code)()
+    assert fetched.id == result.id
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.args == [20, 22]
