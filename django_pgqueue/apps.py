@@ -9,5 +9,7 @@ class PgQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
-        from . import conf  # noqa: F401  (connects the settings cache reset)
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            conf,  # noqa: F401  (connects the settings cache reset)
+        )

@@ -89,7 +89,9 @@ def serialize_arguments(task: Task, args: Sequence[Any], kwargs: dict[str, Any])
                 f"float, bool, None, list, dict with str keys), e.g. an id instead of "
                 f"a model instance."
             ) from exc
-    raise ArgumentsNotJSON(f"Cannot enqueue {task.module_path}: arguments are not JSON-serialisable")
+    raise ArgumentsNotJSON(
+        f"Cannot enqueue {task.module_path}: arguments are not JSON-serialisable"
+    )
 
 
 def resolve_task(task_path: str) -> Task:
@@ -139,8 +141,10 @@ class PgQueueBackend(BaseTaskBackend):
                 f"keys are: BACKOFF, BACKOFF_BASE, BACKOFF_CAP, MAX_ATTEMPTS."
             )
         self.max_attempts = opts.get("MAX_ATTEMPTS", 5)
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or (
-            self.max_attempts < 1
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or (self.max_attempts < 1)
         ):
             self._option_errors.append(
                 f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive integer, "
@@ -456,4 +460,3 @@ def enqueue_many(
     or none, inside the caller's transaction.
     """
     return get_backend_for(task).enqueue_many(task, arguments)
-

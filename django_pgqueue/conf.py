@@ -211,7 +211,8 @@ def validate(raw: Any) -> PgQueueSettings:
         )
     concurrency = _positive_int("PGQUEUE['CONCURRENCY']", merged["CONCURRENCY"])
     prefetch = merged["PREFETCH"]
-    if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+    if prefetch is not None and (
+        isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
     ):
         raise ImproperlyConfigured(
             f"PGQUEUE['PREFETCH'] must be None or a non-negative integer, got {prefetch!r}"
@@ -224,7 +225,7 @@ def validate(raw: Any) -> PgQueueSettings:
         )
     listen_dsn = merged["LISTEN_DSN"]
     if listen_dsn is not None and not isinstance(listen_dsn, str):
-        raise ImproperlyConfigured(f"PGQUEUE['LISTEN_DSN'] must be None or a libpq DSN string")
+        raise ImproperlyConfigured("PGQUEUE['LISTEN_DSN'] must be None or a libpq DSN string")
     return PgQueueSettings(
         DATABASE=merged["DATABASE"],
         LEASE_SECONDS=_positive_number("PGQUEUE['LEASE_SECONDS']", merged["LEASE_SECONDS"]),

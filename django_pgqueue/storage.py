@@ -79,9 +79,7 @@ def apply_operation(
     conn = connections[alias]
     table = conn.ops.quote_name(model._meta.db_table)
     with transaction.atomic(using=alias), conn.cursor() as cursor:
-        cursor.execute(
-            sql.operator_update(table, set_clause), [id_list, [str(s) for s in allowed]]
-        )
+        cursor.execute(sql.operator_update(table, set_clause), [id_list, [str(s) for s in allowed]])
         result.changed = {row[0]: row[1] for row in cursor.fetchall()}
         missing = [i for i in id_list if i not in result.changed]
         if missing:

@@ -47,7 +47,9 @@ def database_url() -> str:
     return f"postgresql://{auth}@{host or '127.0.0.1'}{':' + str(port) if port else ''}/{name}"
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02
+) -> Any:
     """Poll ``predicate`` until it is truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -141,7 +143,8 @@ class WorkerProcess:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
                     raise AssertionError(
-                        f"no line starting with {prefix!r}; output so far:\n" + "\n".join(self.lines)
+                        f"no line starting with {prefix!r}; output so far:\n"
+                        + "\n".join(self.lines)
                     )
                 self._cond.wait(min(remaining, 0.5))
 

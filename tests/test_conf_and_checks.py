@@ -23,7 +23,10 @@ def test_defaults():
 
 
 def test_unknown_key_names_valid_ones():
-    with pytest.raises(ImproperlyConfigured, match=r"Unknown key\(s\) in PGQUEUE: LEASE\. Valid keys are: .*LEASE_SECONDS"):
+    with pytest.raises(
+        ImproperlyConfigured,
+        match=r"Unknown key\(s\) in PGQUEUE: LEASE\. Valid keys are: .*LEASE_SECONDS",
+    ):
         validate({"LEASE": 5})
     with pytest.raises(ImproperlyConfigured, match=r"PGQUEUE\['WEBHOOKS'\]: TIMEOUT"):
         validate({"WEBHOOKS": {"TIMEOUT": 5}})

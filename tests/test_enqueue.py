@@ -65,7 +65,7 @@ def test_non_json_argument_is_named_and_nothing_written():
         tasks.add.enqueue(1, decimal.Decimal("1.5"))
     with pytest.raises(ArgumentsNotJSON, match=r"keyword argument 'when' .*datetime"):
         tasks.add.enqueue(a=1, when=timezone.now())
-    with pytest.raises(ArgumentsNotJSON, match="NaN|nan|Out of range"):
+    with pytest.raises(ArgumentsNotJSON, match=r"NaN|nan|Out of range"):
         tasks.add.enqueue(float("nan"), 1)
     with pytest.raises(ArgumentsNotJSON, match="set"):
         tasks.add.enqueue({1, 2}, 1)

@@ -178,7 +178,13 @@ def _claim(worker_id: str, limit: int = 10, lease: float = 30.0):
     with connect("test-claim") as conn:
         return conn.execute(
             sql.CLAIM_JOBS,
-            {"all_queues": True, "queues": [], "limit": limit, "lease": lease, "worker_id": worker_id},
+            {
+                "all_queues": True,
+                "queues": [],
+                "limit": limit,
+                "lease": lease,
+                "worker_id": worker_id,
+            },
         ).fetchall()
 
 
@@ -252,9 +258,7 @@ def test_concurrent_workers_claim_disjoint_rows(run_worker):
 
     from django_pgqueue.worker import Worker
 
-    workers = [
-        Worker(burst=True, concurrency=3, install_signal_handlers=False) for _ in range(3)
-    ]
+    workers = [Worker(burst=True, concurrency=3, install_signal_handlers=False) for _ in range(3)]
     threads = [threading.Thread(target=w.run) for w in workers]
     for t in threads:
         t.start()

@@ -5,47 +5,175 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('in_progress', 'In progress'), ('succeeded', 'Succeeded'), ('failed', 'Failed, retry scheduled'), ('dead', 'Dead (DLQ)'), ('cancelled', 'Cancelled')], default='pending', max_length=16)),
-                ('priority', models.SmallIntegerField(default=0, help_text='Higher runs first.')),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='Claims so far; counted when a worker claims the row.')),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('next_attempt_at', models.DateTimeField(default=django.utils.timezone.now, help_text='Earliest time the row may be claimed (run_after, or the retry time).')),
-                ('locked_by', models.UUIDField(blank=True, editable=False, help_text='Fencing token of the most recent claim.', null=True)),
-                ('locked_until', models.DateTimeField(blank=True, editable=False, help_text='Lease expiry (database clock).', null=True)),
-                ('worker_id', models.CharField(blank=True, default='', help_text='Worker of the most recent claim.', max_length=128)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('errors', models.JSONField(blank=True, default=list, help_text='One entry per failed attempt, oldest first.')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('started_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_attempted_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('task_path', models.CharField(help_text='Import path of the Task object.', max_length=255)),
-                ('queue_name', models.CharField(default='default', max_length=100)),
-                ('backend', models.CharField(default='default', max_length=100)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('kwargs', models.JSONField(blank=True, default=dict)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('worker_ids', models.JSONField(blank=True, default=list, help_text='Worker of each attempt, in order.')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("in_progress", "In progress"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed, retry scheduled"),
+                            ("dead", "Dead (DLQ)"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("priority", models.SmallIntegerField(default=0, help_text="Higher runs first.")),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(
+                        default=0, help_text="Claims so far; counted when a worker claims the row."
+                    ),
+                ),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                (
+                    "next_attempt_at",
+                    models.DateTimeField(
+                        default=django.utils.timezone.now,
+                        help_text="Earliest time the row may be claimed (run_after, or the retry time).",
+                    ),
+                ),
+                (
+                    "locked_by",
+                    models.UUIDField(
+                        blank=True,
+                        editable=False,
+                        help_text="Fencing token of the most recent claim.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "locked_until",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="Lease expiry (database clock).",
+                        null=True,
+                    ),
+                ),
+                (
+                    "worker_id",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Worker of the most recent claim.",
+                        max_length=128,
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True, default="")),
+                (
+                    "errors",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="One entry per failed attempt, oldest first.",
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                ("started_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_attempted_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "updated_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "task_path",
+                    models.CharField(help_text="Import path of the Task object.", max_length=255),
+                ),
+                ("queue_name", models.CharField(default="default", max_length=100)),
+                ("backend", models.CharField(default="default", max_length=100)),
+                ("args", models.JSONField(blank=True, default=list)),
+                ("kwargs", models.JSONField(blank=True, default=dict)),
+                ("result", models.JSONField(blank=True, null=True)),
+                (
+                    "worker_ids",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Worker of each attempt, in order."
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'job',
-                'verbose_name_plural': 'jobs',
-                'db_table': 'pgqueue_job',
-                'permissions': [('replay_job', 'Can replay, retry or cancel jobs')],
-                'indexes': [models.Index(condition=models.Q(('status__in', ['pending', 'failed'])), fields=['-priority', 'next_attempt_at', 'id'], name='pgq_job_due_idx'), models.Index(condition=models.Q(('status', 'in_progress')), fields=['locked_until'], name='pgq_job_lease_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'in_progress', 'succeeded', 'failed', 'dead', 'cancelled'])), name='pgq_job_status_valid'), models.CheckConstraint(condition=models.Q(models.Q(('locked_by__isnull', False), ('locked_until__isnull', False), ('status', 'in_progress')), models.Q(models.Q(('status', 'in_progress'), _negated=True), ('locked_until__isnull', True)), _connector='OR'), name='pgq_job_lease_iff_running'), models.CheckConstraint(condition=models.Q(('attempts__gte', 0), ('max_attempts__gte', 1)), name='pgq_job_attempts_range'), models.CheckConstraint(condition=models.Q(models.Q(('status', 'succeeded'), _negated=True), ('finished_at__isnull', False), _connector='OR'), name='pgq_job_finished_has_time')],
+                "verbose_name": "job",
+                "verbose_name_plural": "jobs",
+                "db_table": "pgqueue_job",
+                "permissions": [("replay_job", "Can replay, retry or cancel jobs")],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("status__in", ["pending", "failed"])),
+                        fields=["-priority", "next_attempt_at", "id"],
+                        name="pgq_job_due_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status", "in_progress")),
+                        fields=["locked_until"],
+                        name="pgq_job_lease_idx",
+                    ),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            (
+                                "status__in",
+                                [
+                                    "pending",
+                                    "in_progress",
+                                    "succeeded",
+                                    "failed",
+                                    "dead",
+                                    "cancelled",
+                                ],
+                            )
+                        ),
+                        name="pgq_job_status_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(
+                                ("locked_by__isnull", False),
+                                ("locked_until__isnull", False),
+                                ("status", "in_progress"),
+                            ),
+                            models.Q(
+                                models.Q(("status", "in_progress"), _negated=True),
+                                ("locked_until__isnull", True),
+                            ),
+                            _connector="OR",
+                        ),
+                        name="pgq_job_lease_iff_running",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("attempts__gte", 0), ("max_attempts__gte", 1)),
+                        name="pgq_job_attempts_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("status", "succeeded"), _negated=True),
+                            ("finished_at__isnull", False),
+                            _connector="OR",
+                        ),
+                        name="pgq_job_finished_has_time",
+                    ),
+                ],
             },
         ),
     ]

@@ -94,7 +94,7 @@ class QueueRow(models.Model):
     max_attempts = models.PositiveIntegerField(default=5)
     next_attempt_at = models.DateTimeField(
         default=timezone.now,
-        help_text=_("Earliest time the row may be claimed (run_after, or the retry time).")
+        help_text=_("Earliest time the row may be claimed (run_after, or the retry time)."),
     )
     locked_by = models.UUIDField(
         null=True,

@@ -136,9 +136,7 @@ class TaskRunner:
     def interrupted(self, job: ClaimedJob) -> Outcome:
         """A running attempt that a shutdown could not wait for: retried at once."""
         status = Status.DEAD if job.attempts >= job.max_attempts else Status.FAILED
-        message = (
-            f"WorkerInterrupted: worker {self.worker_id} shut down before the task finished"
-        )
+        message = f"WorkerInterrupted: worker {self.worker_id} shut down before the task finished"
         entry = _error_entry(
             job, self.worker_id, "django_pgqueue.exceptions.WorkerInterrupted", message
         )
@@ -160,15 +158,15 @@ class TaskRunner:
             # A rolling deploy: newer code enqueued a task this worker does not
             # have yet. Put it back for a later (newer) worker; never burn it.
             logger.warning(
-                "Job %s: task %r cannot be imported on this worker (%s); offering it "
-                "again in %ss",
+                "Job %s: task %r cannot be imported on this worker (%s); offering it again in %ss",
                 job.id,
                 job.task_path,
                 exc,
                 self.unknown_task_delay,
             )
             return self.release(
-                job, f"ImportError: {exc} (task not importable on this worker)",
+                job,
+                f"ImportError: {exc} (task not importable on this worker)",
                 delay=self.unknown_task_delay,
             )
         except NotATask as exc:
@@ -245,9 +243,7 @@ class TaskRunner:
         last_error = f"{type(exc).__name__}: {exc}"[:2000]
         delay: float | None = None
         if job.attempts < job.max_attempts:
-            backoff = (
-                backend.backoff_for(task) if isinstance(backend, PgQueueBackend) else None
-            )
+            backoff = backend.backoff_for(task) if isinstance(backend, PgQueueBackend) else None
             if backoff is not None:
                 try:
                     delay = backoff(exc, result)

@@ -150,9 +150,7 @@ class Worker:
         if self.listener is not None:
             self.listener.start()
         for i in range(self.concurrency):
-            thread = threading.Thread(
-                target=self._executor, name=f"pgqueue-task-{i}", daemon=True
-            )
+            thread = threading.Thread(target=self._executor, name=f"pgqueue-task-{i}", daemon=True)
             thread.start()
             self._threads.append(thread)
         try:
@@ -175,7 +173,10 @@ class Worker:
         self.wake.set()
 
     def _install_signals(self) -> dict[int, Any]:
-        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+        if (
+            not self.install_signal_handlers
+            or threading.current_thread() is not threading.main_thread()
+        ):
             return {}
         old = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
