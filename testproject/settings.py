@@ -79,7 +79,9 @@ TASKS = {
     "default": {
         "BACKEND": "django_pgqueue.backend.PgQueueBackend",
         "QUEUES": [],
-        "OPTIONS": {"MAX_ATTEMPTS": 5},
+        # Short backoff so the demo's retries happen within seconds; the package
+        # defaults are 2 s doubling up to an hour.
+        "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF_BASE": 0.25, "BACKOFF_CAP": 2.0},
     }
 }
 

@@ -206,10 +206,10 @@ class TaskRunner:
             else:
                 value = task.call(*job.args, **job.kwargs)
             result_json = json.dumps(value, allow_nan=False, separators=(",", ":"))
-        except Exception as exc:  # the task's own failure
+        except BaseException as exc:  # the task's failure (SystemExit from a task too)
             outcome = self._failure(job, task, backend, result, exc)
-        except BaseException as exc:  # SystemExit from a task, etc.: still a failure
-            outcome = self._failure(job, task, backend, result, exc)
+            # Sent inside the except block: Django's own receiver logs exc_info.
+            self._finished(outcome, result, sender, started)
         else:
             outcome = Outcome(
                 job.id,
@@ -221,12 +221,16 @@ class TaskRunner:
             )
             object.__setattr__(result, "_return_value", json.loads(result_json))
             object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+            self._finished(outcome, result, sender, started)
         finally:
             close_old_connections()
+        return outcome
+
+    @staticmethod
+    def _finished(outcome: Outcome, result: TaskResult, sender: Any, started: float) -> None:
         outcome.duration = time.perf_counter() - started
         object.__setattr__(result, "finished_at", timezone.now())
         task_finished.send(sender=sender, task_result=result)
-        return outcome
 
     def _failure(
         self,
