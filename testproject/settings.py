@@ -69,6 +69,9 @@ DATABASES = {
         conn_max_age=0,
     )
 }
+# Behind PgBouncer in transaction mode (fault tests set this): no server-side cursors.
+if os.environ.get("DATABASE_DISABLE_SERVER_SIDE_CURSORS", "") == "1":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -89,6 +92,15 @@ PGQUEUE = {
     "LEASE_SECONDS": float(os.environ.get("PGQUEUE_LEASE_SECONDS", "30")),
     "POLL_INTERVAL": float(os.environ.get("PGQUEUE_POLL_INTERVAL", "1.0")),
     "TEST_HOOKS": os.environ.get("PGQUEUE_TEST_HOOKS", "") == "1",
+    # Knobs the fault-injection tests turn for their worker subprocesses; the
+    # defaults are the library's own.
+    "NOTIFY": os.environ.get("PGQUEUE_NOTIFY", "1") == "1",
+    "LISTEN_DSN": os.environ.get("PGQUEUE_LISTEN_DSN") or None,
+    "LISTEN_HEALTH_INTERVAL": float(os.environ.get("PGQUEUE_LISTEN_HEALTH_INTERVAL", "10")),
+    "COMPLETION_RETRY_SECONDS": float(os.environ.get("PGQUEUE_COMPLETION_RETRY_SECONDS", "10")),
+    "PREPARED_STATEMENTS": os.environ.get("PGQUEUE_PREPARED_STATEMENTS", "1") == "1",
+    "UNKNOWN_TASK_DELAY": float(os.environ.get("PGQUEUE_UNKNOWN_TASK_DELAY", "60")),
+    "SHUTDOWN_GRACE_SECONDS": float(os.environ.get("PGQUEUE_SHUTDOWN_GRACE_SECONDS", "30")),
     "WEBHOOKS": {
         # The demo's receivers listen on 127.0.0.1; production keeps this empty.
         "ALLOW_NETWORKS": ["127.0.0.0/8"],

@@ -168,6 +168,22 @@ class WorkerProcess:
     def output(self) -> str:
         return "\n".join(self.lines)
 
+    def close(self) -> None:
+        """Kill the process group if still running and close the pipes."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+        self._reader.join(5)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
 
 @pytest.fixture
 def worker_process(transactional_db: None) -> Iterator[Callable[..., WorkerProcess]]:
@@ -192,9 +208,4 @@ def worker_process(transactional_db: None) -> Iterator[Callable[..., WorkerProce
 
     yield start
     for proc in procs:
-        if proc.proc.poll() is None:
-            try:
-                os.killpg(proc.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.proc.wait(10)
+        proc.close()
