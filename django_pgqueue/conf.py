@@ -30,6 +30,7 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 256 * 1024,
     "ALLOW_HTTP": False,
     "ALLOW_NETWORKS": [],
+    "ALLOW_HOSTS": [],
     "ALLOWED_PORTS": None,
     "BREAKER_THRESHOLD": 5,
     "BREAKER_COOLDOWN": 30.0,
@@ -179,6 +180,12 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
             raise ImproperlyConfigured(
                 f"{prefix}['ALLOW_NETWORKS'] holds {cidr!r}, which is not a CIDR network"
             ) from exc
+    hosts = merged["ALLOW_HOSTS"]
+    if not isinstance(hosts, list | tuple) or not all(isinstance(h, str) and h for h in hosts):
+        raise ImproperlyConfigured(
+            f"{prefix}['ALLOW_HOSTS'] must be a list of host names, got {hosts!r}"
+        )
+    merged["ALLOW_HOSTS"] = list(hosts)
     ports = merged["ALLOWED_PORTS"]
     if ports is not None and (
         not isinstance(ports, list | tuple | set)

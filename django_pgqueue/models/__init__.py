@@ -1,5 +1,15 @@
-"""Database models: the abstract queue row, jobs and (webhooks) deliveries."""
+"""Database models: the abstract queue row, jobs and webhook deliveries."""
 
 from .queue import Job, QueueRow, Status
+from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event
 
-__all__ = ["Job", "QueueRow", "Status"]
+__all__ = [
+    "BreakerState",
+    "Delivery",
+    "DeliveryAttempt",
+    "Endpoint",
+    "Event",
+    "Job",
+    "QueueRow",
+    "Status",
+]

@@ -1,0 +1,310 @@
+"""Outgoing webhooks: endpoints, events, deliveries (queue rows) and the attempt log."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .queue import QueueRow, queue_row_constraints, queue_row_indexes
+
+
+class BreakerState(models.TextChoices):
+    """Circuit breaker of one endpoint (see webhooks/breaker.py)."""
+
+    CLOSED = "closed", _("Closed (delivering)")
+    OPEN = "open", _("Open (paused after failures)")
+    HALF_OPEN = "half_open", _("Half-open (one probe in flight)")
+
+
+class Endpoint(models.Model):
+    """A receiver URL, its signing secrets, the event types it wants and its breaker.
+
+    ``secret`` is a property: the column (``secret``) only ever holds the Fernet
+    ciphertext (see webhooks/crypto.py). Assigning ``endpoint.secret = "whsec_..."``
+    or passing ``secret=`` to ``Endpoint.objects.create`` encrypts it; leaving it
+    blank generates one when the endpoint is first saved.
+    """
+
+    url = models.URLField(
+        max_length=2048, help_text=_("Where events are POSTed (https unless ALLOW_HTTP).")
+    )
+    secret_ciphertext = models.TextField(
+        db_column="secret", editable=False, default="", help_text=_("Encrypted signing secret.")
+    )
+    previous_secrets = models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text=_("Encrypted secrets still signing during a rotation, with their expiry."),
+    )
+    event_types = models.JSONField(
+        default=list, blank=True, help_text=_("Event types to receive; empty receives all.")
+    )
+    headers = models.JSONField(
+        default=dict, blank=True, help_text=_("Extra HTTP headers sent with every delivery.")
+    )
+    description = models.TextField(blank=True, default="")
+    is_active = models.BooleanField(
+        default=True, help_text=_("Inactive endpoints get no new events and nothing is sent.")
+    )
+    disabled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    disabled_reason = models.TextField(blank=True, default="", editable=False)
+    breaker_state = models.CharField(
+        max_length=16, choices=BreakerState.choices, default=BreakerState.CLOSED, editable=False
+    )
+    consecutive_failures = models.PositiveIntegerField(default=0, editable=False)
+    open_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("While the circuit is open: when the next probe may go out."),
+    )
+    breaker_cooldown = models.FloatField(
+        default=0.0, editable=False, help_text=_("Current cool-down in seconds (grows).")
+    )
+    failing_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("First failure since the last success; drives auto-disable."),
+    )
+    last_success_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True, editable=False)
+
+    class Meta:
+        db_table = "pgqueue_endpoint"
+        verbose_name = _("webhook endpoint")
+        verbose_name_plural = _("webhook endpoints")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(breaker_state__in=[s.value for s in BreakerState]),
+                name="pgq_ep_breaker_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(breaker_state=BreakerState.CLOSED) | Q(open_until__isnull=False),
+                name="pgq_ep_open_has_until",
+            ),
+            models.CheckConstraint(
+                # A plaintext secret can never be stored, even by raw SQL.
+                condition=~Q(secret_ciphertext__startswith="whsec_"),  # noqa: S106
+                name="pgq_ep_secret_encrypted",
+            ),
+        ]
+        permissions = [
+            ("manage_endpoint", "Can rotate secrets, enable and disable webhook endpoints"),
+        ]
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self.pk}: {self.url}>"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.secret_ciphertext:
+            from ..webhooks.signing import generate_secret
+
+            self.secret = generate_secret()
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "secret_ciphertext"}
+        super().save(*args, **kwargs)
+
+    # -- secrets ---------------------------------------------------------------------
+
+    @property
+    def secret(self) -> str:
+        """The current signing secret (decrypted; raises SecretDecryptionError on a bad key)."""
+        from ..webhooks.crypto import decrypt_secret
+
+        if not self.secret_ciphertext:
+            return ""
+        return decrypt_secret(self.secret_ciphertext, what=f"the secret of endpoint {self.pk}")
+
+    @secret.setter
+    def secret(self, value: str) -> None:
+        from ..webhooks.crypto import encrypt_secret
+        from ..webhooks.signing import parse_secret
+
+        if not value:
+            self.secret_ciphertext = ""
+            return
+        parse_secret(value)  # raises ValueError naming the problem, never the value
+        self.secret_ciphertext = encrypt_secret(value)
+
+    def active_secrets(self, now: dt.datetime | None = None) -> list[str]:
+        """Secrets to sign with: the current one first, then unexpired previous ones."""
+        from ..webhooks.crypto import decrypt_secret
+
+        now = now or timezone.now()
+        found = [self.secret]
+        for entry in self.previous_secrets:
+            if dt.datetime.fromisoformat(entry["expires_at"]) > now:
+                found.append(
+                    decrypt_secret(entry["secret"], what=f"a previous secret of endpoint {self.pk}")
+                )
+        return found
+
+    def rotate_secret(self, new_secret: str | None = None, grace: float | None = None) -> str:
+        """Make ``new_secret`` (generated if None) current; keep the old one signing for
+        ``grace`` seconds (default ``SECRET_ROTATION_GRACE``). Saves; returns the new secret.
+        """
+        from ..conf import get_settings
+        from ..webhooks.signing import generate_secret
+
+        if grace is None:
+            grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
+        now = timezone.now()
+        expires = (now + dt.timedelta(seconds=grace)).isoformat()
+        kept = [
+            e for e in self.previous_secrets if dt.datetime.fromisoformat(e["expires_at"]) > now
+        ]
+        if self.secret_ciphertext:
+            kept.insert(0, {"secret": self.secret_ciphertext, "expires_at": expires})
+        new_secret = new_secret or generate_secret()
+        self.secret = new_secret
+        self.previous_secrets = kept
+        if self.pk is None:
+            self.save()
+        else:
+            self.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
+        return new_secret
+
+    # -- validation ------------------------------------------------------------------
+
+    def clean(self) -> None:
+        from ..conf import get_settings
+        from ..webhooks.signing import validate_custom_headers
+        from ..webhooks.ssrf import UnsafeURLError, validate_url
+
+        errors: dict[str, str] = {}
+        conf = get_settings().WEBHOOKS
+        try:
+            validate_url(
+                self.url,
+                allow_http=conf["ALLOW_HTTP"],
+                allow_networks=conf["ALLOW_NETWORKS"],
+                allowed_ports=conf["ALLOWED_PORTS"],
+                allow_hosts=conf["ALLOW_HOSTS"],
+            )
+        except UnsafeURLError as exc:
+            errors["url"] = f"This URL cannot receive webhooks: {exc}"
+        try:
+            validate_custom_headers(self.headers or {})
+        except ValueError as exc:
+            errors["headers"] = str(exc)
+        if not isinstance(self.event_types, list) or not all(
+            isinstance(t, str) and t for t in self.event_types
+        ):
+            errors["event_types"] = "Give a list of event type names, or an empty list for all."
+        if errors:
+            raise ValidationError(errors)
+
+
+class Event(models.Model):
+    """Something that happened, sent to every subscribed endpoint.
+
+    ``body`` holds the exact JSON bytes that are signed and POSTed on every attempt;
+    ``msg_id`` is the ``webhook-id`` header, the same across retries and endpoints.
+    """
+
+    event_type = models.CharField(max_length=255)
+    payload = models.JSONField()
+    body = models.TextField(editable=False, help_text=_("The exact JSON sent (signed bytes)."))
+    msg_id = models.CharField(max_length=64, editable=False)
+    # NULL, not "": events without a key must not collide in the unique constraint.
+    idempotency_key = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text=_("send_event with the same key returns this event instead of a new one."),
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        db_table = "pgqueue_event"
+        verbose_name = _("webhook event")
+        verbose_name_plural = _("webhook events")
+        constraints = [
+            models.CheckConstraint(condition=~Q(event_type=""), name="pgq_evt_type_set"),
+            # Constraints rather than unique=True: no extra LIKE indexes to maintain.
+            models.UniqueConstraint(fields=["msg_id"], name="pgq_evt_msg_id_uniq"),
+            models.UniqueConstraint(fields=["idempotency_key"], name="pgq_evt_idem_key_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.msg_id}"
+
+
+class Delivery(QueueRow):
+    """One event to one endpoint: a queue row the worker claims, POSTs and completes."""
+
+    event = models.ForeignKey(
+        Event, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
+
+    class Meta:
+        db_table = "pgqueue_delivery"
+        verbose_name = _("webhook delivery")
+        verbose_name_plural = _("webhook deliveries")
+        constraints = [
+            *queue_row_constraints("pgq_dlv"),
+            # One delivery per event and endpoint; also serves lookups by event.
+            models.UniqueConstraint(fields=["event", "endpoint"], name="pgq_dlv_event_endpoint"),
+        ]
+        indexes = [*queue_row_indexes("pgq_dlv", "next_attempt_at", "id")]
+        permissions = [
+            ("replay_delivery", "Can replay, retry or cancel webhook deliveries"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery #{self.pk} ({self.status})"
+
+    @property
+    def idempotency_key(self) -> str:
+        """The ``Idempotency-Key`` header: the same on every attempt of this delivery."""
+        return delivery_idempotency_key(self.event.msg_id, self.pk)
+
+
+def delivery_idempotency_key(msg_id: str, delivery_id: int) -> str:
+    return f"{msg_id}_{delivery_id}"
+
+
+class DeliveryAttempt(models.Model):
+    """One HTTP attempt of a delivery, written with the attempt's outcome."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempts_log")
+    attempt = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    response_body = models.TextField(blank=True, default="")
+    response_truncated = models.BooleanField(default=False)
+    error = models.TextField(blank=True, default="")
+    worker_id = models.CharField(max_length=128, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        db_table = "pgqueue_delivery_attempt"
+        verbose_name = _("webhook delivery attempt")
+        verbose_name_plural = _("webhook delivery attempts")
+        ordering = ["delivery_id", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="pgq_att_attempt_positive"),
+        ]
+
+    def __str__(self) -> str:
+        outcome = self.status_code or self.error or "?"
+        return f"attempt {self.attempt} of delivery {self.delivery_id}: {outcome}"
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300 and not self.error

@@ -1,0 +1,120 @@
+"""Encryption at rest of endpoint signing secrets (Fernet, with key rotation).
+
+Keys come from ``PGQUEUE["WEBHOOKS"]["ENCRYPTION_KEYS"]``: the first key encrypts, every
+key decrypts, so a new key is added at the front and the old ones stay until
+:func:`reencrypt_endpoint_secrets` (``manage.py pgqueue_rotate_secrets_key``) has
+re-encrypted every stored secret with the new one.
+
+When the setting is ``None`` a key is derived from ``settings.SECRET_KEY`` with HKDF
+(and decrypt-only keys from ``SECRET_KEY_FALLBACKS``, so rotating Django's secret key
+the documented way keeps stored secrets readable until they are re-encrypted).
+
+Error messages never contain a secret, plaintext or encrypted.
+"""
+
+from __future__ import annotations
+
+import base64
+from functools import lru_cache
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+
+from ..conf import get_settings
+from ..exceptions import PgQueueError
+
+#: HKDF context of the key derived from SECRET_KEY; changing it would orphan every
+#: stored secret.
+_HKDF_SALT = b"django-pgqueue"
+_HKDF_INFO = b"webhook-endpoint-secrets"
+
+
+class SecretDecryptionError(PgQueueError):
+    """A stored secret cannot be decrypted with the configured keys."""
+
+
+def derive_key(secret_key: str) -> bytes:
+    """A Fernet key derived from a Django ``SECRET_KEY`` (HKDF-SHA256)."""
+    raw = HKDF(algorithm=hashes.SHA256(), length=32, salt=_HKDF_SALT, info=_HKDF_INFO).derive(
+        secret_key.encode()
+    )
+    return base64.urlsafe_b64encode(raw)
+
+
+@lru_cache(maxsize=4)
+def _multifernet(keys: tuple[str, ...]) -> MultiFernet:
+    fernets = []
+    for i, key in enumerate(keys):
+        try:
+            fernets.append(Fernet(key))
+        except (ValueError, TypeError):
+            raise SecretDecryptionError(
+                f"PGQUEUE['WEBHOOKS']['ENCRYPTION_KEYS'][{i}] is not a Fernet key "
+                "(32 url-safe base64-encoded bytes; make one with "
+                "cryptography.fernet.Fernet.generate_key())"
+            ) from None
+    return MultiFernet(fernets)
+
+
+def configured_keys() -> tuple[str, ...]:
+    """The encryption keys in use, the encrypting one first."""
+    keys = get_settings().WEBHOOKS["ENCRYPTION_KEYS"]
+    if keys is not None:
+        return tuple(keys)
+    derived = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    return tuple(derive_key(k).decode() for k in derived if k)
+
+
+def encrypt_secret(plaintext: str) -> str:
+    """Encrypt a signing secret with the first configured key."""
+    return _multifernet(configured_keys()).encrypt(plaintext.encode()).decode("ascii")
+
+
+def decrypt_secret(token: str, *, what: str = "a webhook signing secret") -> str:
+    """Decrypt a stored secret; raise :class:`SecretDecryptionError` if no key fits."""
+    try:
+        return _multifernet(configured_keys()).decrypt(token.encode("ascii")).decode()
+    except (InvalidToken, UnicodeError):
+        raise SecretDecryptionError(
+            f"Cannot decrypt {what}: none of the keys in "
+            "PGQUEUE['WEBHOOKS']['ENCRYPTION_KEYS'] (or derived from SECRET_KEY) is the one it "
+            "was encrypted with. Add the old key back (after the new one) and run "
+            "'manage.py pgqueue_rotate_secrets_key'."
+        ) from None
+
+
+def rotate_token(token: str) -> str:
+    """Re-encrypt a stored secret with the first key (``MultiFernet.rotate``)."""
+    try:
+        return _multifernet(configured_keys()).rotate(token.encode("ascii")).decode("ascii")
+    except InvalidToken:
+        raise SecretDecryptionError(
+            "Cannot re-encrypt a webhook signing secret: no configured key decrypts it."
+        ) from None
+
+
+def reencrypt_endpoint_secrets(using: str | None = None) -> int:
+    """Re-encrypt every endpoint's secrets with the first key; return how many endpoints.
+
+    Each endpoint is updated in its own short transaction with its row locked, so a
+    concurrent secret rotation is never overwritten.
+    """
+    from django.db import transaction
+
+    from ..models import Endpoint
+
+    alias = using or get_settings().DATABASE
+    count = 0
+    for pk in Endpoint.objects.using(alias).values_list("pk", flat=True).iterator():
+        with transaction.atomic(using=alias):
+            endpoint = Endpoint.objects.using(alias).select_for_update().get(pk=pk)
+            endpoint.secret_ciphertext = rotate_token(endpoint.secret_ciphertext)
+            endpoint.previous_secrets = [
+                {**entry, "secret": rotate_token(entry["secret"])}
+                for entry in endpoint.previous_secrets
+            ]
+            endpoint.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
+        count += 1
+    return count
