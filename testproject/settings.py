@@ -66,7 +66,8 @@ WSGI_APPLICATION = "testproject.wsgi.application"
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/pgqueue_demo"),
-        conn_max_age=0,
+        # Load tests keep task connections open (0 = one connection per task).
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     )
 }
 # Behind PgBouncer in transaction mode (fault tests set this): no server-side cursors.
