@@ -235,3 +235,25 @@ UPDATE {table} AS t SET {set_clause}, updated_at = now()
 FROM old WHERE t.id = old.id
 RETURNING t.id, old.status
 """
+
+# The planner's row estimate of a whole table, for admin changelists on big
+# tables: ``COUNT(*)`` reads every row, ``reltuples`` is kept by VACUUM/ANALYZE
+# and costs one catalogue lookup. -1 (never analysed) means "unknown".
+ESTIMATED_ROWS = """/* pgqueue:estimated_rows */
+SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)
+"""
+
+# The queue dashboard in one pass over the job table: per queue and state the
+# row count, the oldest due time of claimable rows (how far behind the workers
+# are) and how many held rows have a lapsed lease (stuck: their worker died).
+# ``now()`` comes back with the rows so ages are measured on the database clock.
+JOB_OVERVIEW = f"""/* pgqueue:overview */
+SELECT queue_name, status, count(*),
+       min(next_attempt_at) FILTER (
+           WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()),
+       count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
+       now()
+FROM {JOB_TABLE}
+GROUP BY queue_name, status
+ORDER BY queue_name, status
+"""

@@ -1,0 +1,15 @@
+"""The queue console in Django's admin (docs/admin.md).
+
+Importing this package (Django's admin autodiscovery does) registers the admins.
+The admin index gets a "Queues" box linking the dashboard when the project has
+not set its own ``index_template``.
+"""
+
+from django.contrib import admin
+
+from .jobs import JobAdmin
+
+__all__ = ["JobAdmin"]
+
+if admin.site.index_template is None:
+    admin.site.index_template = "admin/django_pgqueue/index.html"

@@ -1,0 +1,139 @@
+"""Admin for jobs: list, read-only detail, operator actions and the dashboard URL."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.db.models import QuerySet
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from ..models.queue import Job
+from .dashboard import dashboard_view
+from .display import error_history, first_line, json_display, status_badge
+from .filters import RecentValuesFilter, StatusFilter
+from .queue_rows import QueueRowAdmin, operation_button
+
+JOB_BUTTONS = (
+    "pgqueue_job_replay",
+    "pgqueue_job_retry_now",
+    "pgqueue_job_cancel",
+    "pgqueue_job_move_to_dlq",
+)
+
+
+@admin.register(Job)
+class JobAdmin(QueueRowAdmin):
+    operate_permission = "replay_job"
+    change_list_template = "admin/django_pgqueue/job/change_list.html"
+    list_display = (
+        "id",
+        "task",
+        "queue_name",
+        "status_display",
+        "attempts_display",
+        "next_attempt_at",
+        "created_at",
+        "last_error_line",
+    )
+    list_display_links = ("id", "task")
+    list_filter = (
+        StatusFilter,
+        ("queue_name", RecentValuesFilter),
+        ("task_path", RecentValuesFilter),
+        "created_at",
+    )
+    list_select_related = False  # no relations: keep the query a plain index scan
+    search_fields = ("task_path",)
+    search_help_text = _("A job id, or part of a task path.")
+    actions_row = JOB_BUTTONS
+    actions_detail = JOB_BUTTONS
+    fieldsets = (
+        (None, {"fields": ("id", "task_path", "queue_name", "backend", "status_display")}),
+        (
+            _("Scheduling"),
+            {
+                "fields": (
+                    "priority",
+                    "attempts_display",
+                    "next_attempt_at",
+                    "lease",
+                    "worker_id",
+                    "created_at",
+                    "started_at",
+                    "last_attempted_at",
+                    "finished_at",
+                    "updated_at",
+                )
+            },
+        ),
+        (_("Call"), {"fields": ("args_json", "kwargs_json", "result_json")}),
+        (_("Errors"), {"fields": ("last_error_pre", "errors_history", "workers_json")}),
+    )
+
+    readonly_fields = flatten_fieldsets(fieldsets)
+
+    pgqueue_job_replay = operation_button("replay", style="default")
+    pgqueue_job_retry_now = operation_button("retry_now")
+    pgqueue_job_cancel = operation_button("cancel")
+    pgqueue_job_move_to_dlq = operation_button("move_to_dlq")
+
+    def get_urls(self):
+        opts = self.model._meta
+        return [
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(lambda request: dashboard_view(self, request)),
+                name=f"{opts.app_label}_{opts.model_name}_dashboard",
+            ),
+            *super().get_urls(),
+        ]
+
+    def get_queryset(self, request) -> QuerySet:
+        # The list never shows the (possibly large) JSON columns.
+        qs = super().get_queryset(request)
+        url_name = getattr(request.resolver_match, "url_name", "") or ""
+        if url_name.endswith("_changelist"):
+            qs = qs.defer("args", "kwargs", "result", "errors", "worker_ids")
+        return qs
+
+    @admin.display(description=_("task"), ordering="task_path")
+    def task(self, obj: Job) -> str:
+        return obj.task_path.rsplit(".", 1)[-1]
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Job):
+        return status_badge(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("attempts"))
+    def attempts_display(self, obj: Job) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    @admin.display(description=_("last error"))
+    def last_error_line(self, obj: Job) -> str:
+        return first_line(obj.last_error)
+
+    @admin.display(description=_("lease"))
+    def lease(self, obj: Job):
+        if obj.locked_until is None:
+            return "—"
+        return format_html("{} ({})", obj.locked_until, obj.locked_by)
+
+    args_json = json_display("args", _("arguments"))
+    kwargs_json = json_display("kwargs", _("keyword arguments"))
+    result_json = json_display("result", _("result"))
+
+    @admin.display(description=_("last error"))
+    def last_error_pre(self, obj: Job):
+        return format_html('<pre class="pgq-traceback">{}</pre>', obj.last_error or "—")
+
+    @admin.display(description=_("error history (newest first)"))
+    def errors_history(self, obj: Job):
+        return error_history(obj.errors)
+
+    workers_json = json_display("worker_ids", _("worker of each attempt"))
+
+    def dashboard_url(self) -> str:
+        opts = self.model._meta
+        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_dashboard")

@@ -1,0 +1,78 @@
+"""Read-only numbers about the queues: the dashboard overview and estimated row counts.
+
+Nothing here changes a row (that is :mod:`django_pgqueue.storage`); the statements
+live in :mod:`django_pgqueue.sql`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connections, models
+
+from . import sql
+from .conf import get_settings
+from .models.queue import Status
+
+
+def estimated_row_count(model: type[models.Model]) -> int | None:
+    """The planner's estimate of the rows in ``model``'s table, or None if unknown."""
+    alias = get_settings().DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.ESTIMATED_ROWS, [model._meta.db_table])
+        row = cursor.fetchone()
+    if row is None or row[0] is None or row[0] < 0:
+        return None
+    return int(row[0])
+
+
+@dataclass
+class QueueStats:
+    """One line of the dashboard: a queue and its rows by state."""
+
+    name: str
+    counts: dict[str, int] = field(default_factory=dict)
+    oldest_due_at: datetime | None = None
+    lapsed: int = 0
+    measured_at: datetime | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def in_flight(self) -> int:
+        return self.counts.get(Status.IN_PROGRESS, 0)
+
+    @property
+    def dead(self) -> int:
+        return self.counts.get(Status.DEAD, 0)
+
+    @property
+    def oldest_due_age(self) -> timedelta | None:
+        """How long the oldest claimable row has been due (how far behind workers are)."""
+        if self.oldest_due_at is None or self.measured_at is None:
+            return None
+        return max(self.measured_at - self.oldest_due_at, timedelta(0))
+
+
+def job_queue_overview() -> list[QueueStats]:
+    """Per queue: counts by state, age of the oldest due job, stuck and dead rows.
+
+    One aggregated statement (:data:`django_pgqueue.sql.JOB_OVERVIEW`), pivoted here.
+    """
+    alias = get_settings().DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.JOB_OVERVIEW)
+        rows = cursor.fetchall()
+    queues: dict[str, QueueStats] = {}
+    for queue_name, status, count, oldest_due, lapsed, now in rows:
+        stats = queues.setdefault(queue_name, QueueStats(queue_name, measured_at=now))
+        stats.counts[status] = count
+        stats.lapsed += lapsed
+        if oldest_due is not None and (
+            stats.oldest_due_at is None or oldest_due < stats.oldest_due_at
+        ):
+            stats.oldest_due_at = oldest_due
+    return list(queues.values())
