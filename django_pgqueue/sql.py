@@ -257,3 +257,318 @@ FROM {JOB_TABLE}
 GROUP BY queue_name, status
 ORDER BY queue_name, status
 """
+
+
+# ---------------------------------------------------------------------------------
+# Webhook deliveries
+#
+# Events fan out to deliveries in the caller's transaction (Django cursor, ``%s``);
+# the worker claims, completes and extends deliveries exactly as it does jobs
+# (psycopg connections, ``%(name)s``), plus two things jobs do not have: each
+# endpoint's circuit breaker, changed only by single UPDATEs so concurrent workers
+# never lose a count, and the attempt log, written by the statement that writes
+# the attempt's outcome so an attempt is logged if and only if its outcome is.
+# ---------------------------------------------------------------------------------
+
+ENDPOINT_TABLE = "pgqueue_endpoint"
+EVENT_TABLE = "pgqueue_event"
+DELIVERY_TABLE = "pgqueue_delivery"
+ATTEMPT_TABLE = "pgqueue_delivery_attempt"
+
+# One event, in the caller's transaction. With an idempotency key, a second send
+# (even a concurrent one: ON CONFLICT waits for the first transaction) inserts
+# nothing and returns no row; the caller then reads the first event. ``payload``
+# is parsed from the very text stored in ``body``, the bytes that get signed.
+INSERT_EVENT = f"""/* pgqueue:insert_event */
+INSERT INTO {EVENT_TABLE} (event_type, payload, body, msg_id, idempotency_key, created_at)
+VALUES (%s, %s::jsonb, %s, %s, %s, now())
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, created_at
+"""
+
+# One delivery per active endpoint subscribed to the event's type (an empty
+# ``event_types`` list subscribes to everything), in one set-based statement:
+# the cost is one round trip whatever the number of endpoints.
+INSERT_DELIVERIES = f"""/* pgqueue:fan_out */
+INSERT INTO {DELIVERY_TABLE} (
+    event_id, endpoint_id, status, priority, attempts, max_attempts, next_attempt_at,
+    worker_id, last_error, errors, created_at, updated_at
+)
+SELECT %s, e.id, 'pending', 0, 0, %s, now(), '', '', '[]', now(), now()
+FROM {ENDPOINT_TABLE} AS e
+WHERE e.is_active AND (e.event_types = '[]'::jsonb OR e.event_types ? %s)
+"""
+
+# Claim up to ``limit`` deliveries: CLAIM_JOBS's shape (materialized CTEs, SKIP
+# LOCKED, lapsed leases first, attempts counted here, fresh token), plus the breaker.
+#
+# * ``due`` only takes deliveries of active endpoints whose circuit is closed: an
+#   open or disabled endpoint's deliveries stay as they are, attempts unburnt.
+# * ``probe_endpoints`` / ``probes`` / ``half_opened``: an open circuit whose
+#   cool-down is over sends exactly one probe. The endpoint row is locked with
+#   SKIP LOCKED and moved to ``half_open`` in this statement, so a concurrent
+#   claim either skips the locked row or, once this commits, no longer matches
+#   ``open_until <= now()``. ``open_until`` then bounds the probe (a lease): if its
+#   worker dies, the next claim after that sends a new probe.
+# * A lapsed delivery whose endpoint is no longer sendable is not run: it goes
+#   back to ``failed``, due at once, and waits for its endpoint like the others.
+# * A lapsed attempt is written to the attempt log here (the worker that made it
+#   died before it could), so the log shows every attempt that may have reached
+#   the receiver.
+# * ``picked`` goes through arrays and ``unnest``: the planner cannot estimate a
+#   parameter ``LIMIT`` and would hash the whole table to join a CTE back; an
+#   ``unnest`` is estimated small, so the join stays a primary-key lookup per row.
+CLAIM_DELIVERIES = f"""/* pgqueue:claim_deliveries */
+WITH lapsed AS MATERIALIZED (
+    SELECT d.id, d.attempts >= d.max_attempts AS exhausted,
+           (e.is_active AND e.breaker_state = 'closed') AS sendable,
+           d.attempts AS old_attempt, d.worker_id AS old_worker,
+           d.last_attempted_at AS old_started
+    FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
+    WHERE d.status = 'in_progress' AND d.locked_until < now()
+    ORDER BY d.locked_until
+    LIMIT %(limit)s
+    FOR UPDATE OF d SKIP LOCKED
+), probe_endpoints AS MATERIALIZED (
+    SELECT e.id FROM {ENDPOINT_TABLE} AS e
+    WHERE e.is_active AND e.breaker_state IN ('open', 'half_open') AND e.open_until <= now()
+      AND EXISTS (
+          SELECT 1 FROM {DELIVERY_TABLE} AS d
+          WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'failed')
+            AND d.next_attempt_at <= now())
+    LIMIT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed))
+    FOR UPDATE OF e SKIP LOCKED
+), probes AS MATERIALIZED (
+    SELECT x.id, pe.id AS endpoint_id
+    FROM probe_endpoints AS pe
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM {DELIVERY_TABLE} AS d
+        WHERE d.endpoint_id = pe.id AND d.status IN ('pending', 'failed')
+          AND d.next_attempt_at <= now()
+        ORDER BY d.next_attempt_at, d.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ) AS x
+), half_opened AS (
+    UPDATE {ENDPOINT_TABLE} AS e SET
+        breaker_state = 'half_open',
+        open_until = now() + make_interval(secs => %(lease)s),
+        updated_at = now()
+    FROM probes AS p WHERE e.id = p.endpoint_id
+    RETURNING e.id
+), due AS MATERIALIZED (
+    SELECT d.id
+    FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
+    WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()
+      AND e.is_active AND e.breaker_state = 'closed'
+    ORDER BY d.next_attempt_at, d.id
+    LIMIT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed) - (SELECT count(*) FROM probes))
+    FOR UPDATE OF d SKIP LOCKED
+), picked AS (
+    SELECT array_agg(id) AS ids, array_agg(exhausted) AS exhausted,
+           array_agg(sendable) AS sendable, array_agg(lapsed) AS lapsed,
+           array_agg(old_attempt) AS old_attempt, array_agg(old_worker) AS old_worker,
+           array_agg(old_started) AS old_started
+    FROM (
+        SELECT id, exhausted, sendable, true AS lapsed, old_attempt, old_worker, old_started
+        FROM lapsed
+        UNION ALL
+        SELECT id, false, true, false, NULL::int, NULL::text, NULL::timestamptz FROM probes
+        UNION ALL
+        SELECT id, false, true, false, NULL::int, NULL::text, NULL::timestamptz FROM due
+    ) AS all_sources
+), claimed AS (
+    UPDATE {DELIVERY_TABLE} AS d SET
+        status = CASE WHEN p.exhausted THEN 'dead'
+                      WHEN p.sendable THEN 'in_progress' ELSE 'failed' END,
+        attempts = CASE WHEN p.sendable AND NOT p.exhausted THEN d.attempts + 1
+                        ELSE d.attempts END,
+        locked_by = CASE WHEN p.sendable AND NOT p.exhausted THEN gen_random_uuid()
+                         ELSE d.locked_by END,
+        locked_until = CASE WHEN p.sendable AND NOT p.exhausted
+                            THEN now() + make_interval(secs => %(lease)s) END,
+        worker_id = CASE WHEN p.sendable AND NOT p.exhausted THEN %(worker_id)s
+                         ELSE d.worker_id END,
+        started_at = COALESCE(d.started_at, now()),
+        last_attempted_at = CASE WHEN p.sendable AND NOT p.exhausted THEN now()
+                                 ELSE d.last_attempted_at END,
+        next_attempt_at = CASE WHEN p.sendable OR p.exhausted THEN d.next_attempt_at
+                               ELSE now() END,
+        finished_at = CASE WHEN p.exhausted THEN now() END,
+        last_error = CASE WHEN p.lapsed THEN 'LeaseExpired: worker ' || d.worker_id
+                              || ' stopped renewing its lease (worker died?)'
+                          ELSE d.last_error END,
+        updated_at = now()
+    FROM picked, unnest(picked.ids, picked.exhausted, picked.sendable, picked.lapsed,
+                        picked.old_attempt, picked.old_worker, picked.old_started)
+         AS p(id, exhausted, sendable, lapsed, old_attempt, old_worker, old_started)
+    WHERE d.id = p.id
+    RETURNING d.id, d.status, d.locked_by, d.attempts, d.max_attempts, d.endpoint_id,
+              d.event_id, p.lapsed, p.old_attempt, p.old_worker, p.old_started
+), lapse_log AS (
+    INSERT INTO {ATTEMPT_TABLE} (
+        delivery_id, attempt, started_at, duration_ms, response_headers, response_body,
+        response_truncated, error, worker_id, created_at)
+    SELECT c.id, c.old_attempt, COALESCE(c.old_started, now()), 0, '{{}}', '', false,
+           'LeaseExpired: the worker stopped renewing its lease before recording an '
+           || 'outcome (it crashed, was killed or lost the database); the receiver may '
+           || 'have got this attempt', c.old_worker, now()
+    FROM claimed AS c WHERE c.lapsed AND c.old_attempt >= 1
+)
+SELECT c.id, c.status, c.locked_by, c.attempts, c.max_attempts, c.endpoint_id, e.url,
+       e.secret, e.previous_secrets, e.headers, ev.msg_id, ev.event_type, ev.body
+FROM claimed AS c
+JOIN {ENDPOINT_TABLE} AS e ON e.id = c.endpoint_id
+JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id
+"""
+
+# Write a batch of delivery outcomes, their attempt rows and their endpoints'
+# breakers in one statement (one transaction: an attempt is logged exactly when
+# its outcome lands).
+#
+# * ``done`` is COMPLETE_JOBS's fenced UPDATE: a stale token writes nothing, and
+#   then nothing is logged and no breaker moves either (``logged`` and
+#   ``verdicts`` join ``done``). Verdicts are those of webhooks/breaker.py: 'none'
+#   (released unsent) is not logged, 'local' (our side failed) does not move the
+#   breaker.
+# * ``breaker``: one UPDATE per endpoint with the batch's verdicts aggregated.
+#   Counters are incremented in place (``consecutive_failures + n``) under the
+#   row lock, never read and written back, so concurrent workers cannot lose a
+#   failure. A success closes the circuit; reaching the threshold, or a failed
+#   probe, opens it for a cool-down that doubles (capped) while failures go on. A
+#   410 Gone, or failing without a success for DISABLE_AFTER, deactivates the
+#   endpoint with a reason; its deliveries stay as they are.
+# * ``deferred``: when this statement opens a circuit, the endpoint's waiting
+#   deliveries are moved to the end of the cool-down. The claim would skip them
+#   anyway; moving them keeps them from being scanned on every claim meanwhile.
+#   (``old`` is the snapshot of the endpoint row, so it tells what the state was.)
+COMPLETE_DELIVERIES = f"""/* pgqueue:complete_deliveries */
+WITH v AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(tokens)s::uuid[], %(statuses)s::text[], %(delays)s::float8[],
+        %(last_errors)s::text[], %(refunds)s::int[], %(attempts)s::int[],
+        %(started)s::timestamptz[], %(durations)s::int[], %(codes)s::int[],
+        %(headers)s::text[], %(bodies)s::text[], %(truncated)s::bool[],
+        %(errors)s::text[], %(verdicts)s::text[]
+    ) AS v(id, token, status, delay, last_error, refund, attempt, started_at, duration_ms,
+           status_code, headers, body, truncated, error, verdict)
+), done AS (
+    UPDATE {DELIVERY_TABLE} AS d SET
+        status = v.status,
+        locked_until = NULL,
+        finished_at = CASE WHEN v.status IN ('succeeded', 'dead') THEN now() END,
+        next_attempt_at = CASE WHEN v.status IN ('failed', 'pending')
+                               THEN now() + make_interval(secs => v.delay)
+                               ELSE d.next_attempt_at END,
+        attempts = d.attempts - v.refund,
+        last_error = COALESCE(v.last_error, d.last_error),
+        updated_at = now()
+    FROM v
+    WHERE d.id = v.id AND d.locked_by = v.token AND d.locked_until IS NOT NULL
+    RETURNING d.id, d.endpoint_id
+), logged AS (
+    INSERT INTO {ATTEMPT_TABLE} (
+        delivery_id, attempt, started_at, duration_ms, status_code, response_headers,
+        response_body, response_truncated, error, worker_id, created_at)
+    SELECT v.id, v.attempt, v.started_at, v.duration_ms, v.status_code, v.headers::jsonb,
+           v.body, v.truncated, v.error, %(worker_id)s, now()
+    FROM v JOIN done ON done.id = v.id
+    WHERE v.verdict <> 'none'
+), verdicts AS (
+    SELECT done.endpoint_id,
+           bool_or(v.verdict = 'gone') AS gone,
+           bool_or(v.verdict = 'success') AS succeeded,
+           count(*) FILTER (WHERE v.verdict IN ('failure', 'gone')) AS failures
+    FROM v JOIN done ON done.id = v.id
+    WHERE v.verdict IN ('success', 'failure', 'gone')
+    GROUP BY done.endpoint_id
+), breaker AS (
+    UPDATE {ENDPOINT_TABLE} AS e SET
+        is_active = e.is_active AND NOT (s.gone OR (
+            NOT s.succeeded AND e.failing_since
+                <= now() - make_interval(secs => %(disable_after)s))),
+        disabled_at = CASE
+            WHEN e.is_active AND (s.gone OR (NOT s.succeeded AND e.failing_since
+                <= now() - make_interval(secs => %(disable_after)s))) THEN now()
+            ELSE e.disabled_at END,
+        disabled_reason = CASE
+            WHEN e.is_active AND s.gone
+                THEN 'The receiver answered 410 Gone: it asked not to be sent webhooks any more.'
+            WHEN e.is_active AND NOT s.succeeded AND e.failing_since
+                <= now() - make_interval(secs => %(disable_after)s)
+                THEN 'Every delivery failed since ' || to_char(
+                    e.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
+                    || ' (' || s.failures + e.consecutive_failures || ' failures in a row).'
+            ELSE e.disabled_reason END,
+        consecutive_failures = CASE WHEN s.succeeded THEN 0
+                                    ELSE e.consecutive_failures + s.failures END,
+        failing_since = CASE WHEN s.succeeded THEN NULL
+                             ELSE COALESCE(e.failing_since, now()) END,
+        last_success_at = CASE WHEN s.succeeded THEN now() ELSE e.last_success_at END,
+        breaker_state = CASE
+            WHEN s.succeeded THEN 'closed'
+            WHEN e.breaker_state = 'half_open'
+                 OR e.consecutive_failures + s.failures >= %(threshold)s THEN 'open'
+            ELSE e.breaker_state END,
+        breaker_cooldown = CASE
+            WHEN s.succeeded THEN 0
+            WHEN e.breaker_state = 'half_open'
+                THEN LEAST(%(max_cooldown)s, GREATEST(%(cooldown)s, e.breaker_cooldown * 2))
+            WHEN e.breaker_state = 'closed'
+                 AND e.consecutive_failures + s.failures >= %(threshold)s THEN %(cooldown)s
+            ELSE e.breaker_cooldown END,
+        open_until = CASE
+            WHEN s.succeeded THEN NULL
+            WHEN e.breaker_state = 'half_open' THEN now() + make_interval(secs =>
+                LEAST(%(max_cooldown)s, GREATEST(%(cooldown)s, e.breaker_cooldown * 2)))
+            WHEN e.breaker_state = 'closed'
+                 AND e.consecutive_failures + s.failures >= %(threshold)s
+                THEN now() + make_interval(secs => %(cooldown)s)
+            ELSE e.open_until END,
+        updated_at = now()
+    FROM verdicts AS s, {ENDPOINT_TABLE} AS old
+    WHERE e.id = s.endpoint_id AND old.id = e.id
+    RETURNING e.id, e.breaker_state, e.open_until, old.breaker_state <> 'open' AS opened_now
+), deferred AS (
+    UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = b.open_until, updated_at = now()
+    FROM breaker AS b
+    WHERE b.breaker_state = 'open' AND b.opened_now AND d.endpoint_id = b.id
+      AND d.status IN ('pending', 'failed') AND d.next_attempt_at < b.open_until
+)
+SELECT id FROM done
+"""
+
+
+def _on_table(statement: str, marker: str, table: str) -> str:
+    """A job statement that is table-agnostic, renamed and pointed at ``table``."""
+    _marker, _, rest = statement.partition(" */")
+    return f"/* pgqueue:{marker} */" + rest.replace(JOB_TABLE, table)
+
+
+# Settle an ambiguous commit and extend leases: READ_OUTCOMES and EXTEND_LEASES
+# exactly, on the delivery table.
+READ_DELIVERY_OUTCOMES = _on_table(READ_OUTCOMES, "read_delivery_outcomes", DELIVERY_TABLE)
+EXTEND_DELIVERY_LEASES = _on_table(EXTEND_LEASES, "extend_delivery_leases", DELIVERY_TABLE)
+
+# Anything a claim could take now, or held by a worker (``--burst``'s exit test).
+# Deliveries of an open circuit count only once a probe is due.
+ANY_DUE_DELIVERIES = f"""/* pgqueue:any_due_deliveries */
+SELECT EXISTS (
+    SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
+    WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()
+      AND e.is_active AND (e.breaker_state = 'closed' OR e.open_until <= now())
+) OR EXISTS (
+    SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
+)
+"""
+
+# Re-enable an endpoint (operator action): active again, breaker closed and
+# counters reset. Its waiting deliveries are due as they were and go out.
+ENABLE_ENDPOINTS = f"""/* pgqueue:enable_endpoints */
+UPDATE {ENDPOINT_TABLE} SET
+    is_active = true, disabled_at = NULL, disabled_reason = '', breaker_state = 'closed',
+    consecutive_failures = 0, failing_since = NULL, open_until = NULL,
+    breaker_cooldown = 0, updated_at = now()
+WHERE id = ANY(%s)
+RETURNING id
+"""

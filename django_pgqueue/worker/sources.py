@@ -53,15 +53,23 @@ class Source:
         """Write outcomes guarded by token; return the ids that were written."""
         raise NotImplementedError
 
+    #: The source's READ_OUTCOMES and EXTEND_LEASES statements (see sql.py).
+    read_outcomes_sql: str = ""
+    extend_leases_sql: str = ""
+
     def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
         """Current (status, locked_by) of rows, to settle an ambiguous commit."""
-        raise NotImplementedError
+        rows = conn.execute(self.read_outcomes_sql, {"ids": ids}).fetchall()
+        return {row[0]: (row[1], row[2]) for row in rows}
 
     def extend_leases(
         self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
     ) -> set[int]:
         """Extend leases guarded by token; return the ids still held."""
-        raise NotImplementedError
+        rows = conn.execute(
+            self.extend_leases_sql, {"lease": lease, "ids": ids, "tokens": tokens}
+        ).fetchall()
+        return {row[0] for row in rows}
 
     def describe(self, item: Any) -> str:
         return str(getattr(item, "task_path", self.name))
@@ -71,6 +79,8 @@ class JobSource(Source):
     """Jobs of Django's Tasks framework (the ``pgqueue_job`` table)."""
 
     name = "jobs"
+    read_outcomes_sql = sql.READ_OUTCOMES
+    extend_leases_sql = sql.EXTEND_LEASES
 
     def __init__(self, runner: TaskRunner) -> None:
         self.runner = runner
@@ -103,15 +113,3 @@ class JobSource(Source):
             "refunds": [o.refund for o in batch],
         }
         return {row[0] for row in conn.execute(sql.COMPLETE_JOBS, params).fetchall()}
-
-    def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
-        rows = conn.execute(sql.READ_OUTCOMES, {"ids": ids}).fetchall()
-        return {row[0]: (row[1], row[2]) for row in rows}
-
-    def extend_leases(
-        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
-    ) -> set[int]:
-        rows = conn.execute(
-            sql.EXTEND_LEASES, {"lease": lease, "ids": ids, "tokens": tokens}
-        ).fetchall()
-        return {row[0] for row in rows}

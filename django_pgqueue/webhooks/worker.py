@@ -1,0 +1,258 @@
+"""Webhook deliveries as a worker source: claim, sign, POST, record.
+
+The Worker's claim loop, task threads, completer and lease keeper run deliveries
+exactly as they run jobs (``worker/sources.py``). This module supplies the claim
+(``sql.CLAIM_DELIVERIES``: the circuit breaker's filter and its single half-open
+probe), the HTTP attempt, and the outcome write (``sql.COMPLETE_DELIVERIES``: the
+row, its attempt log entry and the endpoint's breaker in one statement).
+
+No transaction is open while a request is in flight: the claim and the completion
+are separate autocommit statements on the worker's own connections.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from .. import sql
+from ..conf import get_settings
+from ..models.queue import Status
+from ..models.webhooks import delivery_idempotency_key
+from ..worker import hooks
+from ..worker.runner import Outcome
+from ..worker.sources import Source
+from . import breaker
+from .crypto import SecretDecryptionError, decrypt_active_secrets
+from .signing import build_headers
+from .transport import TransportResult, WebhookTransport
+
+logger = logging.getLogger("django_pgqueue.webhooks")
+
+#: Worker queue name that selects webhook deliveries (``runworkers --queue webhooks``).
+QUEUE_NAME = "webhooks"
+
+
+@dataclass(slots=True)
+class ClaimedDelivery:
+    """A delivery as ``sql.CLAIM_DELIVERIES`` returned it (secrets still encrypted)."""
+
+    id: int
+    status: str
+    token: uuid.UUID
+    attempts: int
+    max_attempts: int
+    endpoint_id: int
+    url: str
+    secret_ciphertext: str
+    previous_secrets: list[dict[str, str]]
+    headers: dict[str, str]
+    msg_id: str
+    event_type: str
+    body: str
+
+    def __repr__(self) -> str:  # never the secrets
+        return f"<ClaimedDelivery {self.id} {self.event_type} -> endpoint {self.endpoint_id}>"
+
+    @property
+    def task_path(self) -> str:
+        return f"{self.event_type} -> endpoint {self.endpoint_id}"
+
+    def secrets(self, now: dt.datetime) -> list[str]:
+        """Every secret to sign with (current first); raises SecretDecryptionError."""
+        return decrypt_active_secrets(
+            self.secret_ciphertext,
+            self.previous_secrets,
+            now,
+            what=f"the secrets of endpoint {self.endpoint_id}",
+        )
+
+
+class _Transports(threading.local):
+    """One WebhookTransport (one requests.Session: keep-alive) per worker thread."""
+
+    transport: WebhookTransport | None = None
+    conf: Any = None
+
+
+def transport_from_settings(conf: Any) -> WebhookTransport:
+    """A transport with the budgets and SSRF policy of ``PGQUEUE["WEBHOOKS"]``."""
+    return WebhookTransport(
+        connect_timeout=conf["CONNECT_TIMEOUT"],
+        total_timeout=conf["TOTAL_TIMEOUT"],
+        response_cap=conf["RESPONSE_CAP"],
+        allow_http=conf["ALLOW_HTTP"],
+        allow_networks=conf["ALLOW_NETWORKS"],
+        allow_hosts=conf["ALLOW_HOSTS"],
+        allowed_ports=conf["ALLOWED_PORTS"],
+    )
+
+
+def _body_text(raw: bytes) -> str:
+    # PostgreSQL text cannot hold NUL; the log keeps a readable, bounded copy.
+    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
+
+
+class DeliverySource(Source):
+    """Webhook deliveries (the ``pgqueue_delivery`` table)."""
+
+    name = "deliveries"
+    read_outcomes_sql = sql.READ_DELIVERY_OUTCOMES
+    extend_leases_sql = sql.EXTEND_DELIVERY_LEASES
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._local = _Transports()
+
+    # -- claiming --------------------------------------------------------------------
+
+    @staticmethod
+    def _selected(params: dict[str, Any]) -> bool:
+        return params.get("all_queues", True) or QUEUE_NAME in params.get("queues", ())
+
+    def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedDelivery]:
+        if not self._selected(params):
+            return []
+        rows = conn.execute(sql.CLAIM_DELIVERIES, params).fetchall()
+        # Lapsed rows whose endpoint is paused come back 'failed' (deferred, not run).
+        return [ClaimedDelivery(*row) for row in rows if row[1] != Status.FAILED]
+
+    def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
+        if not self._selected(params):
+            return False
+        return bool(conn.execute(sql.ANY_DUE_DELIVERIES).fetchone()[0])
+
+    # -- sending ---------------------------------------------------------------------
+
+    def _transport(self) -> WebhookTransport:
+        conf = get_settings().WEBHOOKS
+        local = self._local
+        if local.transport is None or local.conf is not conf:
+            if local.transport is not None:
+                local.transport.close()
+            local.transport = transport_from_settings(conf)
+            local.conf = conf
+        return local.transport
+
+    def run(self, item: ClaimedDelivery) -> Outcome:
+        """Sign and POST one delivery; describe the outcome. Never raises."""
+        started_at = timezone.now()
+        started = time.perf_counter()
+        try:
+            secrets = item.secrets(started_at)
+            timestamp = int(time.time())
+            headers = build_headers(
+                secrets=secrets,
+                msg_id=item.msg_id,
+                timestamp=timestamp,
+                body=item.body.encode(),
+                idempotency_key=delivery_idempotency_key(item.msg_id, item.id),
+                custom_headers=item.headers or None,
+            )
+        except (SecretDecryptionError, ValueError, TypeError, KeyError) as exc:
+            # Never send unsigned: a secret we cannot read fails the attempt loudly.
+            # The messages name the problem, never a secret.
+            logger.error("Delivery %s not sent: %s", item.id, exc)
+            result = TransportResult(error=f"not sent: {exc}")
+            local_error = True
+        else:
+            result = self._transport().post(item.url, item.body.encode(), headers)
+            local_error = False
+        if hooks.enabled("after_http_response"):
+            hooks.pause("after_http_response", item.id, item.token)
+        outcome = self._outcome(item, result, started_at, local_error=local_error)
+        outcome.duration = time.perf_counter() - started
+        return outcome
+
+    def _outcome(
+        self,
+        item: ClaimedDelivery,
+        result: TransportResult,
+        started_at: dt.datetime,
+        *,
+        local_error: bool = False,
+    ) -> Outcome:
+        conf = get_settings().WEBHOOKS
+        verdict = breaker.LOCAL_ERROR if local_error else breaker.verdict(result)
+        if verdict == breaker.SUCCESS:
+            status, delay, last_error = Status.SUCCEEDED, 0.0, None
+        else:
+            delay_or_none = breaker.retry_delay(item.attempts, item.max_attempts, result, conf)
+            status = Status.DEAD if delay_or_none is None else Status.FAILED
+            delay = delay_or_none or 0.0
+            last_error = f"attempt {item.attempts}: {breaker.describe_failure(result)}"[:2000]
+        return Outcome(
+            item.id,
+            item.token,
+            status,
+            delay=delay,
+            last_error=last_error,
+            task_path=item.task_path,
+            attempt=item.attempts,
+            source=self.name,
+            extra={
+                "verdict": verdict,
+                "started_at": started_at,
+                "duration_ms": result.duration_ms,
+                "status_code": result.status_code,
+                "headers": json.dumps(result.headers),
+                "body": _body_text(result.body),
+                "truncated": result.truncated,
+                "error": result.error or "",
+            },
+        )
+
+    def release(self, item: ClaimedDelivery, reason: str) -> Outcome:
+        return Outcome(
+            item.id,
+            item.token,
+            Status.PENDING,
+            refund=1,
+            last_error=reason,
+            task_path=item.task_path,
+            attempt=item.attempts,
+            source=self.name,
+            extra={"verdict": breaker.NOT_SENT},
+        )
+
+    def interrupted(self, item: ClaimedDelivery) -> Outcome:
+        result = TransportResult(
+            error=f"interrupted: worker {self.worker_id} shut down during the request"
+        )
+        return self._outcome(item, result, timezone.now(), local_error=True)
+
+    def describe(self, item: ClaimedDelivery) -> str:
+        return item.task_path
+
+    # -- writing ---------------------------------------------------------------------
+
+    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
+        extras = [o.extra for o in batch]
+        params = {
+            "ids": [o.job_id for o in batch],
+            "tokens": [o.token for o in batch],
+            "statuses": [str(o.status) for o in batch],
+            "delays": [o.delay for o in batch],
+            "last_errors": [o.last_error for o in batch],
+            "refunds": [o.refund for o in batch],
+            "attempts": [o.attempt for o in batch],
+            "started": [e.get("started_at") for e in extras],
+            "durations": [e.get("duration_ms", 0) for e in extras],
+            "codes": [e.get("status_code") for e in extras],
+            "headers": [e.get("headers", "{}") for e in extras],
+            "bodies": [e.get("body", "") for e in extras],
+            "truncated": [e.get("truncated", False) for e in extras],
+            "errors": [e.get("error", "") for e in extras],
+            "verdicts": [e["verdict"] for e in extras],
+            "worker_id": self.worker_id,
+            **breaker.breaker_params(get_settings().WEBHOOKS),
+        }
+        return {row[0] for row in conn.execute(sql.COMPLETE_DELIVERIES, params).fetchall()}
