@@ -430,7 +430,10 @@ JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id
 #   then nothing is logged and no breaker moves either (``logged`` and
 #   ``verdicts`` join ``done``). Verdicts are those of webhooks/breaker.py: 'none'
 #   (released unsent) is not logged, 'local' (our side failed) does not move the
-#   breaker.
+#   breaker. "Still held" is ``locked_until IS NOT NULL`` (equivalent to
+#   ``status = 'in_progress'`` by the lease_iff_running CHECK): naming ``status``
+#   would match the partial lease index's predicate and tempt the planner into
+#   scanning that index's dead entries instead of one primary-key lookup per row.
 # * ``breaker``: one UPDATE per endpoint with the batch's verdicts aggregated.
 #   Counters are incremented in place (``consecutive_failures + n``) under the
 #   row lock, never read and written back, so concurrent workers cannot lose a
@@ -441,7 +444,6 @@ JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id
 # * ``deferred``: when this statement opens a circuit, the endpoint's waiting
 #   deliveries are moved to the end of the cool-down. The claim would skip them
 #   anyway; moving them keeps them from being scanned on every claim meanwhile.
-#   (``old`` is the snapshot of the endpoint row, so it tells what the state was.)
 COMPLETE_DELIVERIES = f"""/* pgqueue:complete_deliveries */
 WITH v AS (
     SELECT * FROM unnest(
@@ -482,24 +484,26 @@ WITH v AS (
     FROM v JOIN done ON done.id = v.id
     WHERE v.verdict IN ('success', 'failure', 'gone')
     GROUP BY done.endpoint_id
+), decided AS (
+    -- Whether to deactivate, read from the endpoint's snapshot: failing_since only
+    -- moves on the first failure and on a success, so a stale read is harmless.
+    SELECT s.*, old.breaker_state AS old_state, s.gone OR (
+               NOT s.succeeded AND COALESCE(
+                   old.failing_since <= now() - make_interval(secs => %(disable_after)s),
+                   false)) AS disable
+    FROM verdicts AS s JOIN {ENDPOINT_TABLE} AS old ON old.id = s.endpoint_id
 ), breaker AS (
     UPDATE {ENDPOINT_TABLE} AS e SET
-        is_active = e.is_active AND NOT (s.gone OR (
-            NOT s.succeeded AND e.failing_since
-                <= now() - make_interval(secs => %(disable_after)s))),
-        disabled_at = CASE
-            WHEN e.is_active AND (s.gone OR (NOT s.succeeded AND e.failing_since
-                <= now() - make_interval(secs => %(disable_after)s))) THEN now()
-            ELSE e.disabled_at END,
+        is_active = e.is_active AND NOT s.disable,
+        disabled_at = CASE WHEN e.is_active AND s.disable THEN now() ELSE e.disabled_at END,
         disabled_reason = CASE
-            WHEN e.is_active AND s.gone
+            WHEN NOT (e.is_active AND s.disable) THEN e.disabled_reason
+            WHEN s.gone
                 THEN 'The receiver answered 410 Gone: it asked not to be sent webhooks any more.'
-            WHEN e.is_active AND NOT s.succeeded AND e.failing_since
-                <= now() - make_interval(secs => %(disable_after)s)
-                THEN 'Every delivery failed since ' || to_char(
-                    e.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
-                    || ' (' || s.failures + e.consecutive_failures || ' failures in a row).'
-            ELSE e.disabled_reason END,
+            ELSE 'Every delivery failed since ' || to_char(
+                e.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
+                || ' (' || (e.consecutive_failures + s.failures) || ' failures in a row).'
+            END,
         consecutive_failures = CASE WHEN s.succeeded THEN 0
                                     ELSE e.consecutive_failures + s.failures END,
         failing_since = CASE WHEN s.succeeded THEN NULL
@@ -526,9 +530,9 @@ WITH v AS (
                 THEN now() + make_interval(secs => %(cooldown)s)
             ELSE e.open_until END,
         updated_at = now()
-    FROM verdicts AS s, {ENDPOINT_TABLE} AS old
-    WHERE e.id = s.endpoint_id AND old.id = e.id
-    RETURNING e.id, e.breaker_state, e.open_until, old.breaker_state <> 'open' AS opened_now
+    FROM decided AS s
+    WHERE e.id = s.endpoint_id
+    RETURNING e.id, e.breaker_state, e.open_until, s.old_state <> 'open' AS opened_now
 ), deferred AS (
     UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = b.open_until, updated_at = now()
     FROM breaker AS b
