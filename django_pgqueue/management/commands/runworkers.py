@@ -12,34 +12,26 @@ from django_pgqueue.worker import Worker
 from django_pgqueue.worker.supervisor import Supervisor, child_argv
 
 
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
-    return number
+def bounded(kind: type[int] | type[float], minimum: float, *, strict: bool = False) -> Any:
+    """An argparse type: a number of ``kind`` at least ``minimum`` (above it if ``strict``)."""
+    noun = "a whole number" if kind is int else "a number of seconds"
+
+    def parse(value: str) -> int | float:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {value!r}") from None
+        if number < minimum or (strict and number == minimum):
+            bound = f"above {minimum:g}" if strict else f"{minimum:g} or more"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return number
+
+    return parse
 
 
-def non_negative_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
-    return number
-
-
-def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
-    return number
+positive_int = bounded(int, 1)
+non_negative_int = bounded(int, 0)
+positive_float = bounded(float, 0, strict=True)
 
 
 def queue_list(value: str) -> list[str]:
