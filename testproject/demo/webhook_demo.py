@@ -1,0 +1,131 @@
+"""The webhook part of ``manage.py pgqueue_demo``.
+
+Three receivers on 127.0.0.1: one that verifies every signature, one that fails its
+first requests and one that is dead (always 500). Events fan out to all three; a
+worker drains them with a short retry schedule and cool-down so the whole story fits
+in a few seconds: retries succeed on the flaky one, the dead one trips its circuit
+breaker and its deliveries end in the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count
+from django.test import override_settings
+
+from django_pgqueue import send_event
+from django_pgqueue.models import Delivery, DeliveryAttempt, Endpoint
+from django_pgqueue.worker import Worker
+from testproject.demo import receivers
+
+#: Marks the demo's endpoints, so a new run replaces the previous run's.
+DESCRIPTION = "pgqueue demo receiver"
+EVENTS = 20
+#: The dead receiver only subscribes to refunds, so its story stays short.
+REFUNDS = 2
+FLAKY_FAILURES = 6
+
+#: Fast settings for the demo drain only: retries within a second, a short breaker.
+DEMO_WEBHOOKS = {
+    "ALLOW_NETWORKS": ["127.0.0.0/8"],
+    "ALLOW_HTTP": True,
+    "RETRY_SCHEDULE": [0.2, 0.5],
+    "BREAKER_THRESHOLD": 3,
+    "BREAKER_COOLDOWN": 0.5,
+    "BREAKER_MAX_COOLDOWN": 1.0,
+}
+
+
+@dataclass
+class DemoState:
+    receiver: receivers.Receiver
+    endpoints: dict[str, Endpoint]
+
+
+def start(out: Any) -> DemoState:
+    """Start the receivers and create their endpoints (events are sent in ``finish``)."""
+    Endpoint.objects.filter(description=DESCRIPTION).delete()
+    receiver = receivers.Receiver()
+    endpoints = {
+        name: Endpoint.objects.create(
+            url=receiver.url(f"/{name}"), description=DESCRIPTION, event_types=types
+        )
+        for name, types in (("verifying", []), ("flaky", []), ("dead", ["order.refunded"]))
+    }
+    receiver.routes["/verifying"] = receivers.verifying(endpoints["verifying"].secret)
+    receiver.routes["/flaky"] = receivers.flaky(FLAKY_FAILURES)
+    receiver.routes["/dead"] = receivers.status(500)
+    out.write(f"Webhook receivers on {receiver.url()} (verifying, flaky, dead)")
+    return DemoState(receiver, endpoints)
+
+
+def finish(state: DemoState, out: Any, timeout: float = 60) -> str:
+    """Send the events, drain them with a worker, stop the receivers; return a summary."""
+    try:
+        with override_settings(PGQUEUE={**settings.PGQUEUE, "WEBHOOKS": DEMO_WEBHOOKS}):
+            started = time.monotonic()
+            for i in range(EVENTS):
+                send_event("order.paid", {"order_id": i, "amount_cents": 1000 + i})
+            for i in range(REFUNDS):
+                send_event("order.refunded", {"order_id": i})
+            _drain(state, timeout)
+            seconds = time.monotonic() - started
+        return _summary(state, seconds)
+    finally:
+        state.receiver.close()
+
+
+def run_webhook_demo(out: Any) -> dict[str, Any]:
+    """The whole webhook demo in one call; returns the counts the summary prints."""
+    state = start(out)
+    out.write(finish(state, out))
+    return counts(state)
+
+
+def _drain(state: DemoState, timeout: float) -> None:
+    deliveries = Delivery.objects.filter(endpoint__in=state.endpoints.values())
+    deadline = time.monotonic() + timeout
+    while deliveries.filter(status__in=("pending", "failed", "in_progress")).exists():
+        if time.monotonic() > deadline:
+            break
+        # A burst worker stops when nothing is due: an open circuit or a scheduled
+        # retry makes the loop wait, then run the next burst.
+        Worker(burst=True, concurrency=4, queues=["webhooks"], install_signal_handlers=False).run()
+        time.sleep(0.1)
+
+
+def counts(state: DemoState) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, endpoint in state.endpoints.items():
+        endpoint.refresh_from_db()
+        rows = Delivery.objects.filter(endpoint=endpoint)
+        by_status = dict(rows.values_list("status").annotate(n=Count("id")))
+        result[name] = {
+            "succeeded": by_status.get("succeeded", 0),
+            "retried": rows.filter(attempts__gt=1).count(),
+            "dead": by_status.get("dead", 0),
+            "attempts": DeliveryAttempt.objects.filter(delivery__in=rows).count(),
+            "verified": sum(1 for r in state.receiver.hits(f"/{name}") if r.verified),
+            "breaker": endpoint.breaker_state,
+        }
+    return result
+
+
+def _summary(state: DemoState, seconds: float) -> str:
+    lines = [
+        f"\n=== Webhooks ({EVENTS} order.paid to all, {REFUNDS} order.refunded to the "
+        f"dead receiver; {seconds:.1f}s) ==="
+    ]
+    for name, c in counts(state).items():
+        line = (
+            f"  {name:<9} succeeded {c['succeeded']:>3}  retried {c['retried']:>3}  "
+            f"dead {c['dead']:>3}  attempts {c['attempts']:>3}  breaker {c['breaker']}"
+        )
+        if name == "verifying":
+            line += f"  (signatures verified: {c['verified']})"
+        lines.append(line)
+    return "\n".join(lines)
