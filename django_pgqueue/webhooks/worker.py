@@ -37,7 +37,7 @@ from .transport import TransportResult, WebhookTransport
 
 logger = logging.getLogger("django_pgqueue.webhooks")
 
-#: Worker queue name that selects webhook deliveries (``runworkers --queue webhooks``).
+#: Worker queue name that selects webhook deliveries (``runworkers --queues webhooks``).
 QUEUE_NAME = "webhooks"
 
 
