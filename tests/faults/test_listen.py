@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from ..faultproxy import FaultProxy
 from .conftest import worker_env
 from .helpers import (
     backends,
+    enqueue_sql,
     job,
     ledger,
     line_index,
@@ -116,43 +116,41 @@ def test_listen_recovers_after_backend_terminated_with_a_sweep(worker_process, t
     )
 
 
-def test_half_open_listen_socket_is_detected_and_replaced(worker_process, test_dsn, summary):
+def test_half_open_listen_socket_is_detected_and_replaced(
+    worker_process, cluster_db, fault_proxy, summary
+):
     """W3: the LISTEN connection goes through a proxy that turns into a black hole."""
-    settings = connection.settings_dict
-    proxy = FaultProxy(settings.get("HOST") or "127.0.0.1", int(settings.get("PORT") or 5432))
-    proxy.start()
-    try:
-        w = worker_process(
-            "--worker-id",
-            "w3",
-            env=worker_env(
-                PGQUEUE_POLL_INTERVAL="3",
-                PGQUEUE_LISTEN_DSN=proxy.dsn_for(test_dsn),
-                PGQUEUE_LISTEN_HEALTH_INTERVAL="1",
-            ),
-        )
-        wait_until(lambda: backends(test_dsn, "pgqueue-listen-w3"), 15, "LISTEN session")
-        wait_text(w, "Worker w3 starting")
-        j0 = _enqueue("w3-before")
-        wait_terminal(test_dsn, [j0], timeout=3)
-        start = line_index(w)
-        proxy.blackhole()
-        faulted = time.monotonic()
-        j1 = _enqueue("w3-during")  # only the poll can find it now
-        wait_text(w, "LISTEN connection lost", timeout=1 + 2 + 2, start=start)
-        detected = time.monotonic() - faulted
-        wait_terminal(test_dsn, [j1], timeout=3 + 1)
-        proxy.unblackhole()
-        wait_text(w, "LISTEN connection restored", timeout=15, start=start)
-        recover = time.monotonic() - faulted
-        j2 = _enqueue("w3-after")
-        wait_terminal(test_dsn, [j2], timeout=3)
-        assert _pickup_seconds(test_dsn, j2) < 1.0
-        assert ledger(test_dsn, [j0, j1, j2]).runs == 3
-        w.signal(signal.SIGTERM)
-        assert w.wait(15) == 0
-    finally:
-        proxy.stop()
+    dsn = cluster_db.dsn
+    w = worker_process(
+        "--worker-id",
+        "w3",
+        env=worker_env(
+            DATABASE_URL=cluster_db.url,
+            PGQUEUE_POLL_INTERVAL="3",
+            PGQUEUE_LISTEN_DSN=fault_proxy.dsn_for(cluster_db.dsn),
+            PGQUEUE_LISTEN_HEALTH_INTERVAL="1",
+        ),
+    )
+    wait_until(lambda: backends(dsn, "pgqueue-listen-w3"), 15, "LISTEN session")
+    wait_text(w, "Worker w3 starting")
+    (j0,) = enqueue_sql(dsn, 1)  # sends NOTIFY on commit
+    wait_terminal(dsn, [j0], timeout=3)
+    start = line_index(w)
+    fault_proxy.blackhole()
+    faulted = time.monotonic()
+    (j1,) = enqueue_sql(dsn, 1)  # only the poll can find it now
+    wait_text(w, "LISTEN connection lost", timeout=1 + 2 + 2, start=start)
+    detected = time.monotonic() - faulted
+    wait_terminal(dsn, [j1], timeout=3 + 1)
+    fault_proxy.unblackhole()
+    wait_text(w, "LISTEN connection restored", timeout=15, start=start)
+    recover = time.monotonic() - faulted
+    (j2,) = enqueue_sql(dsn, 1)
+    wait_terminal(dsn, [j2], timeout=3)
+    assert _pickup_seconds(dsn, j2) < 1.0
+    assert ledger(dsn, [j0, j1, j2]).runs == 3
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0
     summary(
         faults=1,
         tasks=3,
