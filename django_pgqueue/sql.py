@@ -258,6 +258,42 @@ GROUP BY queue_name, status
 ORDER BY queue_name, status
 """
 
+# The webhook half of the dashboard in one pass: every endpoint (its switch and
+# circuit) with its deliveries per state, the oldest due time and lapsed leases.
+# LEFT JOIN so an endpoint without deliveries still shows.
+DELIVERY_OVERVIEW = """/* pgqueue:delivery_overview */
+SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reason,
+       d.status, count(d.id),
+       min(d.next_attempt_at) FILTER (
+           WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()),
+       count(d.id) FILTER (WHERE d.status = 'in_progress' AND d.locked_until < now()),
+       now()
+FROM pgqueue_endpoint AS e LEFT JOIN pgqueue_delivery AS d ON d.endpoint_id = e.id
+GROUP BY e.id, d.status
+ORDER BY e.id, d.status
+"""
+
+
+def endpoint_update(table: str, guard: str, set_clause: str) -> str:
+    """An operator change to endpoints (enable, disable, reset the circuit).
+
+    Shaped like :func:`operator_update`: ``old`` locks the requested endpoints the
+    change applies to (``guard``), so a repeated click changes nothing, and
+    RETURNING reports the state each endpoint left, for the audit log.
+    """
+    return f"""/* pgqueue:endpoint_operator */
+WITH old AS MATERIALIZED (
+    SELECT id, is_active, breaker_state FROM {table}
+    WHERE id = ANY(%s) AND ({guard})
+    FOR UPDATE
+)
+UPDATE {table} AS t SET {set_clause}, updated_at = now()
+FROM old WHERE t.id = old.id
+RETURNING t.id,
+    CASE WHEN old.is_active THEN 'enabled' ELSE 'disabled' END
+    || ', circuit ' || old.breaker_state
+"""
+
 
 # ---------------------------------------------------------------------------------
 # Webhook deliveries

@@ -37,6 +37,15 @@ class QueueStats:
     lapsed: int = 0
     measured_at: datetime | None = None
 
+    def add(self, status: str, count: int, oldest_due: datetime | None, lapsed: int) -> None:
+        """Fold in one (state, count) row of an overview statement."""
+        self.counts[status] = count
+        self.lapsed += lapsed
+        if oldest_due is not None and (
+            self.oldest_due_at is None or oldest_due < self.oldest_due_at
+        ):
+            self.oldest_due_at = oldest_due
+
     @property
     def total(self) -> int:
         return sum(self.counts.values())
@@ -69,10 +78,49 @@ def job_queue_overview() -> list[QueueStats]:
     queues: dict[str, QueueStats] = {}
     for queue_name, status, count, oldest_due, lapsed, now in rows:
         stats = queues.setdefault(queue_name, QueueStats(queue_name, measured_at=now))
-        stats.counts[status] = count
-        stats.lapsed += lapsed
-        if oldest_due is not None and (
-            stats.oldest_due_at is None or oldest_due < stats.oldest_due_at
-        ):
-            stats.oldest_due_at = oldest_due
+        stats.add(status, count, oldest_due, lapsed)
     return list(queues.values())
+
+
+@dataclass
+class EndpointStats(QueueStats):
+    """One webhook endpoint with its deliveries by state: a queue of its own."""
+
+    endpoint_id: int = 0
+    is_active: bool = True
+    breaker_state: str = "closed"
+    open_until: datetime | None = None
+    disabled_reason: str = ""
+
+    @property
+    def needs_attention(self) -> bool:
+        """Disabled, or its circuit is not closed: its deliveries are not going out."""
+        return not self.is_active or self.breaker_state != "closed"
+
+
+def delivery_overview() -> list[EndpointStats]:
+    """Every endpoint with its deliveries by state, in one aggregated statement."""
+    alias = get_settings().DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.DELIVERY_OVERVIEW)
+        rows = cursor.fetchall()
+    endpoints: dict[int, EndpointStats] = {}
+    for (
+        endpoint_id, url, is_active, breaker_state, open_until, reason,
+        status, count, oldest_due, lapsed, now,
+    ) in rows:  # fmt: skip
+        stats = endpoints.setdefault(
+            endpoint_id,
+            EndpointStats(
+                url,
+                measured_at=now,
+                endpoint_id=endpoint_id,
+                is_active=is_active,
+                breaker_state=breaker_state,
+                open_until=open_until,
+                disabled_reason=reason,
+            ),
+        )
+        if status is not None:
+            stats.add(status, count, oldest_due, lapsed)
+    return list(endpoints.values())

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from django.db import connections, models, transaction
 
@@ -57,6 +59,20 @@ class OperationResult:
         return len(self.skipped)
 
 
+def _lookup(operations: dict[str, Any], kind: str, name: str) -> Any:
+    try:
+        return operations[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown {kind} {name!r}; expected one of {', '.join(operations)}"
+        ) from None
+
+
+def _start(operation: str, ids: Iterable[int]) -> tuple[list[int], OperationResult, str]:
+    """Sorted distinct ids (a stable lock order), an empty result, the database alias."""
+    return sorted({int(i) for i in ids}), OperationResult(operation), get_settings().DATABASE
+
+
 def apply_operation(
     model: type[models.Model], operation: str, ids: Iterable[int]
 ) -> OperationResult:
@@ -65,17 +81,10 @@ def apply_operation(
     Returns which rows changed (with the state each left) and which were skipped
     with the reason (their current state, or that they no longer exist).
     """
-    try:
-        allowed, set_clause = OPERATIONS[operation]
-    except KeyError:
-        raise ValueError(
-            f"Unknown operation {operation!r}; expected one of {', '.join(OPERATIONS)}"
-        ) from None
-    id_list = sorted({int(i) for i in ids})
-    result = OperationResult(operation)
+    allowed, set_clause = _lookup(OPERATIONS, "operation", operation)
+    id_list, result, alias = _start(operation, ids)
     if not id_list:
         return result
-    alias = get_settings().DATABASE
     conn = connections[alias]
     table = conn.ops.quote_name(model._meta.db_table)
     with transaction.atomic(using=alias), conn.cursor() as cursor:
@@ -116,3 +125,100 @@ def cancel(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
 def move_to_dlq(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
     """Move rows that are not running to the dead-letter queue."""
     return apply_operation(model, "move_to_dlq", ids)
+
+
+#: Operator changes to webhook endpoints: for each, which endpoints it applies
+#: to (SQL guard) and what it sets. Enabling also closes the circuit, so the
+#: endpoint's waiting deliveries go out at once.
+ENDPOINT_OPERATIONS: dict[str, tuple[str, str]] = {
+    "enable": (
+        "NOT is_active OR breaker_state <> 'closed'",
+        "is_active = true, disabled_at = NULL, disabled_reason = '', breaker_state = 'closed', "
+        "consecutive_failures = 0, failing_since = NULL, open_until = NULL, breaker_cooldown = 0",
+    ),
+    "disable": (
+        "is_active",
+        "is_active = false, disabled_at = now(), disabled_reason = 'Disabled by an operator'",
+    ),
+    "reset_circuit": (
+        "breaker_state <> 'closed' OR consecutive_failures > 0 OR failing_since IS NOT NULL",
+        "breaker_state = 'closed', consecutive_failures = 0, failing_since = NULL, "
+        "open_until = NULL, breaker_cooldown = 0",
+    ),
+}
+
+
+def apply_endpoint_operation(operation: str, ids: Iterable[int]) -> OperationResult:
+    """Enable, disable or reset the circuit of endpoints, in one guarded UPDATE.
+
+    ``changed`` maps each changed endpoint to the state it left ("disabled,
+    circuit open"); endpoints already in the wanted state are ``skipped``.
+    """
+    from .models.webhooks import Endpoint
+
+    guard, set_clause = _lookup(ENDPOINT_OPERATIONS, "endpoint operation", operation)
+    id_list, result, alias = _start(operation, ids)
+    if not id_list:
+        return result
+    conn = connections[alias]
+    table = conn.ops.quote_name(Endpoint._meta.db_table)
+    with transaction.atomic(using=alias), conn.cursor() as cursor:
+        cursor.execute(sql.endpoint_update(table, guard, set_clause), [id_list])
+        result.changed = {row[0]: row[1] for row in cursor.fetchall()}
+        if operation == "enable" and result.changed:
+            wake_workers(alias)
+    existing = set(
+        Endpoint.objects.using(alias).filter(pk__in=id_list).values_list("pk", flat=True)
+    )
+    for i in id_list:
+        if i not in result.changed:
+            result.skipped[i] = "already done" if i in existing else "no longer exists"
+    return result
+
+
+def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationResult:
+    """Replay one endpoint's failed and dead deliveries created since ``since``.
+
+    The rows are picked here and changed by the guarded ``replay`` UPDATE, so a
+    delivery a worker took in between is skipped, not replayed twice.
+    """
+    from .models.webhooks import Delivery
+
+    ids = Delivery.objects.filter(
+        endpoint_id=endpoint_id,
+        status__in=[Status.FAILED, Status.DEAD],
+        created_at__gte=since,
+    ).values_list("pk", flat=True)
+    return apply_operation(Delivery, "replay", list(ids))
+
+
+def send_test_event(endpoint: models.Model, sent_by: str = "") -> models.Model:
+    """Queue one ``pgqueue.test`` event to this endpoint only; returns its Delivery.
+
+    It is tried once (``max_attempts=1``): its outcome is in the delivery's attempt
+    log at once instead of after a retry schedule.
+    """
+    import json
+
+    from django.utils import timezone
+
+    from .models.webhooks import Delivery, Event
+    from .webhooks.signing import new_message_id
+
+    alias = get_settings().DATABASE
+    payload = {
+        "type": "pgqueue.test",
+        "endpoint_id": endpoint.pk,
+        "sent_by": sent_by,
+        "sent_at": timezone.now().isoformat(),
+    }
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True)
+    with transaction.atomic(using=alias):
+        event = Event.objects.using(alias).create(
+            event_type="pgqueue.test", payload=payload, body=body, msg_id=new_message_id()
+        )
+        delivery = Delivery.objects.using(alias).create(
+            event=event, endpoint=endpoint, max_attempts=1
+        )
+        wake_workers(alias)
+    return delivery

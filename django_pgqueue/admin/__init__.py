@@ -7,9 +7,11 @@ not set its own ``index_template``.
 
 from django.contrib import admin
 
+from .deliveries import DeliveryAdmin, EventAdmin
+from .endpoints import EndpointAdmin
 from .jobs import JobAdmin
 
-__all__ = ["JobAdmin"]
+__all__ = ["DeliveryAdmin", "EndpointAdmin", "EventAdmin", "JobAdmin"]
 
 if admin.site.index_template is None:
     admin.site.index_template = "admin/django_pgqueue/index.html"

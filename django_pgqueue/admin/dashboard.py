@@ -12,7 +12,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from ..models.queue import Status
-from ..stats import job_queue_overview
+from ..stats import delivery_overview, job_queue_overview
 
 #: Columns of the per-queue table, in lifecycle order.
 STATUS_COLUMNS = (
@@ -25,36 +25,47 @@ STATUS_COLUMNS = (
 )
 
 
-def _filtered(changelist: str, queue_name: str, status: str) -> str:
-    return f"{changelist}?{urlencode({'queue_name': queue_name, 'status': status})}"
+def _filtered(changelist: str, status: str, **params: object) -> str:
+    return f"{changelist}?{urlencode({**params, 'status': status})}"
+
+
+def _rows(stats_list, changelist: str, **key) -> list[dict[str, Any]]:
+    """One table row per queue: a linked count per state, stuck and dead links."""
+    rows = []
+    for stats in stats_list:
+        params = {name: getattr(stats, attr) for name, attr in key.items()}
+        rows.append(
+            {
+                "stats": stats,
+                "cells": [
+                    {
+                        "status": status,
+                        "count": stats.counts.get(status, 0),
+                        "url": _filtered(changelist, status, **params),
+                    }
+                    for status in STATUS_COLUMNS
+                ],
+                "url": f"{changelist}?{urlencode(params)}",
+                "stuck_url": _filtered(changelist, "stuck", **params),
+                "dead_url": _filtered(changelist, Status.DEAD, **params),
+            }
+        )
+    return rows
 
 
 def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
-    """Render the dashboard from one aggregated query per queue table."""
+    """Render the dashboard: one aggregated query for jobs, one for webhooks."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     opts = model_admin.model._meta
     changelist = reverse(
         f"{model_admin.admin_site.name}:{opts.app_label}_{opts.model_name}_changelist"
     )
-    queues = []
-    for stats in job_queue_overview():
-        cells = [
-            {
-                "status": status,
-                "count": stats.counts.get(status, 0),
-                "url": _filtered(changelist, stats.name, status),
-            }
-            for status in STATUS_COLUMNS
-        ]
-        queues.append(
-            {
-                "stats": stats,
-                "cells": cells,
-                "stuck_url": _filtered(changelist, stats.name, "stuck"),
-                "dead_url": _filtered(changelist, stats.name, Status.DEAD),
-            }
-        )
+    queues = _rows(job_queue_overview(), changelist, queue_name="name")
+    endpoints = []
+    if request.user.has_perm("django_pgqueue.view_delivery"):
+        deliveries = reverse(f"{model_admin.admin_site.name}:django_pgqueue_delivery_changelist")
+        endpoints = _rows(delivery_overview(), deliveries, endpoint__id__exact="endpoint_id")
     context = {
         **model_admin.admin_site.each_context(request),
         "title": _("Queue dashboard"),
@@ -62,6 +73,7 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         "queues": queues,
         "status_columns": [(s, s.label) for s in STATUS_COLUMNS],
         "changelist_url": changelist,
-        "endpoint_sections": [],
+        "endpoints": endpoints,
+        "attention": [row["stats"] for row in endpoints if row["stats"].needs_attention],
     }
     return TemplateResponse(request, "admin/django_pgqueue/dashboard.html", context)

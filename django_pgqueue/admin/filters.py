@@ -53,7 +53,7 @@ class RecentValuesFilter(admin.AllValuesFieldListFilter):
         # Reassigned before the lazy queryset built by the parent is ever run.
         self.lookup_choices = (
             model._default_manager.filter(pk__in=recent)
-            .order_by(field.name)
-            .values_list(field.name, flat=True)
+            .order_by(field_path)
+            .values_list(field_path, flat=True)
             .distinct()
         )

@@ -5,13 +5,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import QuerySet
-from django.urls import path, reverse
-from django.utils.html import format_html
+from django.urls import path
 from django.utils.translation import gettext_lazy as _
 
 from ..models.queue import Job
 from .dashboard import dashboard_view
-from .display import error_history, first_line, json_display, status_badge
+from .display import json_display
 from .filters import RecentValuesFilter, StatusFilter
 from .queue_rows import QueueRowAdmin, operation_button
 
@@ -102,38 +101,8 @@ class JobAdmin(QueueRowAdmin):
     def task(self, obj: Job) -> str:
         return obj.task_path.rsplit(".", 1)[-1]
 
-    @admin.display(description=_("status"), ordering="status")
-    def status_display(self, obj: Job):
-        return status_badge(obj.status, obj.get_status_display())
-
-    @admin.display(description=_("attempts"))
-    def attempts_display(self, obj: Job) -> str:
-        return f"{obj.attempts}/{obj.max_attempts}"
-
-    @admin.display(description=_("last error"))
-    def last_error_line(self, obj: Job) -> str:
-        return first_line(obj.last_error)
-
-    @admin.display(description=_("lease"))
-    def lease(self, obj: Job):
-        if obj.locked_until is None:
-            return "—"
-        return format_html("{} ({})", obj.locked_until, obj.locked_by)
-
     args_json = json_display("args", _("arguments"))
     kwargs_json = json_display("kwargs", _("keyword arguments"))
     result_json = json_display("result", _("result"))
 
-    @admin.display(description=_("last error"))
-    def last_error_pre(self, obj: Job):
-        return format_html('<pre class="pgq-traceback">{}</pre>', obj.last_error or "—")
-
-    @admin.display(description=_("error history (newest first)"))
-    def errors_history(self, obj: Job):
-        return error_history(obj.errors)
-
     workers_json = json_display("worker_ids", _("worker of each attempt"))
-
-    def dashboard_url(self) -> str:
-        opts = self.model._meta
-        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_dashboard")

@@ -13,19 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
-from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from .. import storage
 from ..models.queue import Status
 from .audit import log_changes, report
+from .display import error_history, first_line, status_badge
 from .paginator import EstimatedCountPaginator
 from .row_actions import RowActionsAdmin, row_action
 
@@ -120,12 +116,12 @@ class QueueRowAdmin(RowActionsAdmin):
     """
 
     operate_permission = ""
+    action_permission = "operate"
     actions = ["replay", "retry_now", "cancel", "move_to_dlq"]
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     list_per_page = 50
     ordering = ("-id",)
-    confirm_template = "admin/django_pgqueue/confirm_operation.html"
 
     # Read-only: state changes only through the operations.
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -149,13 +145,33 @@ class QueueRowAdmin(RowActionsAdmin):
             return queryset.filter(pk=int(term)), False
         return super().get_search_results(request, queryset, search_term)
 
-    def changelist_view(self, request: HttpRequest, extra_context=None):
-        # Django drops an action the user may not run and redirects with a
-        # message; a forged POST of one of ours is answered 403 instead.
-        forged = request.method == "POST" and set(request.POST.getlist("action")) & set(OPERATIONS)
-        if forged and not self.has_operate_permission(request):
-            raise PermissionDenied
-        return super().changelist_view(request, extra_context)
+    # ----- columns and detail fields shared by every queue table -------------
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Any):
+        return status_badge(obj.status, obj.get_status_display())
+
+    @admin.display(description=_("attempts"))
+    def attempts_display(self, obj: Any) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    @admin.display(description=_("last error"))
+    def last_error_line(self, obj: Any) -> str:
+        return first_line(obj.last_error)
+
+    @admin.display(description=_("lease"))
+    def lease(self, obj: Any):
+        if obj.locked_until is None:
+            return "—"
+        return format_html("{} ({})", obj.locked_until, obj.locked_by)
+
+    @admin.display(description=_("last error"))
+    def last_error_pre(self, obj: Any):
+        return format_html('<pre class="pgq-traceback">{}</pre>', obj.last_error or "—")
+
+    @admin.display(description=_("error history (newest first)"))
+    def errors_history(self, obj: Any):
+        return error_history(obj.errors)
 
     # ----- bulk actions: the names are the public contract -------------------
 
@@ -167,29 +183,23 @@ class QueueRowAdmin(RowActionsAdmin):
     def confirm_or_apply(
         self, request: HttpRequest, queryset: QuerySet, operation: str
     ) -> HttpResponse | None:
-        """First POST: a confirmation page. Confirmed POST: apply and report."""
-        if request.POST.get("post") == "yes":
-            self.apply(request, operation, list(queryset.values_list("pk", flat=True)))
-            return None  # back to the changelist
+        """First POST: a confirmation page with what will change. Confirmed: apply."""
         op = OPERATIONS[operation]
         by_status = dict(
             queryset.order_by().values("status").annotate(n=Count("pk")).values_list("status", "n")
         )
-        context = {
-            **self.admin_site.each_context(request),
-            "title": op.label,
-            "opts": self.model._meta,
-            "operation": op,
-            "action_name": operation,
-            "selected_ids": list(queryset.values_list("pk", flat=True)),
-            "will_change": sum(n for s, n in by_status.items() if s in op.allowed_states),
-            "will_skip": {
+        return self.confirm_bulk(
+            request,
+            queryset,
+            operation,
+            label=op.label,
+            explanation=op.explanation,
+            apply=lambda ids: self.apply(request, operation, ids),
+            will_change=sum(n for s, n in by_status.items() if s in op.allowed_states),
+            will_skip={
                 Status(s).label: n for s, n in by_status.items() if s not in op.allowed_states
             },
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "bulk": True,
-        }
-        return TemplateResponse(request, self.confirm_template, context)
+        )
 
     def apply(
         self, request: HttpRequest, operation: str, ids: list[int]
@@ -209,34 +219,17 @@ class QueueRowAdmin(RowActionsAdmin):
 
     def operation_row_view(self, request: HttpRequest, pk: int, operation: str) -> HttpResponse:
         """GET shows what will happen; only a POST (with its CSRF token) acts."""
-        if request.method not in ("GET", "HEAD", "POST"):
-            return HttpResponseNotAllowed(["GET", "POST"])
-        obj = get_object_or_404(self.get_queryset(request), pk=pk)
-        changelist = reverse(
-            f"{self.admin_site.name}:{self.model._meta.app_label}_{self.model._meta.model_name}_changelist"
-        )
-        next_url = request.POST.get("next") or request.GET.get("next") or ""
-        if not url_has_allowed_host_and_scheme(
-            next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-        ):
-            next_url = ""
-        if request.method == "POST":
-            self.apply(request, operation, [obj.pk])
-            return HttpResponseRedirect(next_url or changelist)
         op = OPERATIONS[operation]
-        referer = request.META.get("HTTP_REFERER", "")
-        if not next_url and url_has_allowed_host_and_scheme(
-            referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-        ):
-            next_url = referer
-        context = {
-            **self.admin_site.each_context(request),
-            "title": op.label,
-            "opts": self.model._meta,
-            "operation": op,
-            "object": obj,
-            "applies": obj.status in op.allowed_states,
-            "next": next_url,
-            "bulk": False,
-        }
-        return TemplateResponse(request, self.confirm_template, context)
+
+        def act(obj: Any, data: dict[str, Any]) -> HttpResponse | None:
+            self.apply(request, operation, [obj.pk])
+            return None
+
+        return self.confirmed_row_view(
+            request,
+            pk,
+            label=op.label,
+            explanation=op.explanation,
+            applies=lambda obj: obj.status in op.allowed_states,
+            act=act,
+        )

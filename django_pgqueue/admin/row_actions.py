@@ -27,11 +27,17 @@ from collections.abc import Callable
 from typing import Any
 
 from admin_actions.admin import ActionsModelAdmin
-from django.contrib.admin import ModelAdmin
+from django import forms
+from django.contrib.admin import ModelAdmin, helpers
+from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.http import HttpRequest, HttpResponse
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 
 
@@ -69,7 +75,10 @@ def row_action(
 class RowActionsAdmin(ActionsModelAdmin):
     """``ActionsModelAdmin`` with permission-aware, state-aware, POST-only buttons."""
 
+    #: ``has_<name>_permission`` guarding this admin's own bulk actions (``actions``).
+    action_permission = ""
     row_actions_template = "admin/django_pgqueue/row_actions.html"
+    confirm_template = "admin/django_pgqueue/confirm_operation.html"
     change_form_template = "admin/django_pgqueue/change_form.html"
 
     class Media:
@@ -78,8 +87,6 @@ class RowActionsAdmin(ActionsModelAdmin):
         css = {"all": ("django_pgqueue/admin.css",)}
 
     def check_row_action_permission(self, request: HttpRequest, permission: str) -> None:
-        from django.core.exceptions import PermissionDenied
-
         if not getattr(self, f"has_{permission}_permission")(request):
             raise PermissionDenied
 
@@ -130,3 +137,103 @@ class RowActionsAdmin(ActionsModelAdmin):
         names = self._permitted(request, tuple(self.actions_detail))
         context["pgqueue_detail_actions"] = self._buttons(names, obj) if obj is not None else []
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # ----- the confirm-then-act view every button uses ------------------------
+
+    def _next_url(self, request: HttpRequest) -> str:
+        """Where to go after the POST: a local ``next`` (or the referring page)."""
+        for url in (
+            request.POST.get("next"),
+            request.GET.get("next"),
+            request.META.get("HTTP_REFERER") if request.method == "GET" else None,
+        ):
+            if url and url_has_allowed_host_and_scheme(
+                url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+            ):
+                return url
+        opts = self.model._meta
+        return reverse(f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_changelist")
+
+    def confirmed_row_view(
+        self,
+        request: HttpRequest,
+        pk: int,
+        *,
+        label: str,
+        explanation: str,
+        act: Callable[[Any, dict[str, Any]], HttpResponse | None],
+        applies: Callable[[Any], bool] = lambda obj: True,
+        form_class: type[forms.Form] | None = None,
+    ) -> HttpResponse:
+        """GET: a confirmation page (with ``form_class``'s fields). POST: ``act(obj, data)``
+        (``data``: the form's cleaned data).
+
+        ``act`` returns a response or None (then: redirect to ``next``). The
+        permission was checked by :func:`row_action`; CSRF by the admin view.
+        """
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        obj = get_object_or_404(self.get_queryset(request), pk=pk)
+        next_url = self._next_url(request)
+        form = None
+        if form_class is not None:
+            form = form_class(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and (form is None or form.is_valid()):
+            data = form.cleaned_data if form is not None else {}
+            return act(obj, data) or HttpResponseRedirect(next_url)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": label,
+            "opts": self.model._meta,
+            "operation": {"label": label, "explanation": explanation},
+            "object": obj,
+            "applies": applies(obj),
+            "form": form,
+            "next": next_url,
+            "bulk": False,
+        }
+        return TemplateResponse(request, self.confirm_template, context)
+
+    # ----- bulk actions: confirmation page and forged-POST guard -----------------
+
+    def changelist_view(self, request: HttpRequest, extra_context=None):
+        # Django drops an action the user may not run and redirects with a
+        # message; a forged POST of one of ours is answered 403 instead.
+        ours = request.method == "POST" and set(request.POST.getlist("action")) & set(
+            self.actions or ()
+        )
+        permitted = getattr(self, f"has_{self.action_permission}_permission", None)
+        if ours and permitted is not None and not permitted(request):
+            raise PermissionDenied
+        return super().changelist_view(request, extra_context)
+
+    def confirm_bulk(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet,
+        action_name: str,
+        *,
+        label: str,
+        explanation: str,
+        apply: Callable[[list[int]], Any],
+        **extra: Any,
+    ) -> HttpResponse | None:
+        """First POST: a confirmation page. Confirmed POST (``post=yes``): ``apply(ids)``."""
+        ids = list(queryset.values_list("pk", flat=True))
+        if request.POST.get("post") == "yes":
+            apply(ids)
+            return None  # back to the changelist
+        context = {
+            **self.admin_site.each_context(request),
+            "title": label,
+            "opts": self.model._meta,
+            "operation": {"label": label, "explanation": explanation},
+            "action_name": action_name,
+            "selected_ids": ids,
+            "will_change": None,
+            "will_skip": {},
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "bulk": True,
+            **extra,
+        }
+        return TemplateResponse(request, self.confirm_template, context)

@@ -100,3 +100,52 @@ def make_job(db: None) -> Callable[..., Job]:
         return Job.objects.create(**values)
 
     return make
+
+
+@pytest.fixture
+def make_delivery(db: None, make_job: Callable[..., Job]) -> Callable[..., Any]:
+    """``make_delivery(Status.DEAD, endpoint=ep)``: a delivery of a fresh event."""
+    from django_pgqueue.models.webhooks import Delivery, Endpoint, Event
+
+    counter = iter(range(1, 1_000_000))
+
+    def make(status: str = Status.PENDING, endpoint: Endpoint | None = None, **fields: Any):
+        n = next(counter)
+        endpoint = endpoint or Endpoint.objects.create(url=f"https://hooks.example.com/{n}")
+        event = Event.objects.create(
+            event_type="order.paid",
+            payload={"order": n},
+            body=f'{{"order":{n}}}',
+            msg_id=f"msg_{n}",
+        )
+        # Reuse the job factory's state-consistent fields.
+        template = make_job(status)
+        values = {
+            f.name: getattr(template, f.name)
+            for f in Job._meta.concrete_fields
+            if f.name in {g.name for g in Delivery._meta.concrete_fields} and f.name != "id"
+        }
+        template.delete()
+        values.update(fields)
+        return Delivery.objects.create(event=event, endpoint=endpoint, **values)
+
+    return make
+
+
+@pytest.fixture
+def webhook_operator(db: None) -> User:
+    return _staff(
+        "hookop",
+        "view_delivery",
+        "replay_delivery",
+        "view_endpoint",
+        "change_endpoint",
+        "manage_endpoint",
+        "view_event",
+        "view_job",
+    )
+
+
+@pytest.fixture
+def webhook_viewer(db: None) -> User:
+    return _staff("hookviewer", "view_delivery", "view_endpoint", "view_event", "view_job")

@@ -1,0 +1,201 @@
+"""Admin for webhook events and deliveries (with their attempt log)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from ..models.webhooks import Delivery, DeliveryAttempt, Event
+from .display import first_line, json_display, pretty_json
+from .filters import RecentValuesFilter, StatusFilter
+from .paginator import EstimatedCountPaginator
+from .queue_rows import QueueRowAdmin, operation_button
+
+
+def _admin_link(obj, text) -> str:
+    opts = obj._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=(obj.pk,))
+    return format_html('<a href="{}">{}</a>', url, text)
+
+
+class DeliveryAttemptInline(admin.TabularInline):
+    """Every HTTP attempt of the delivery, newest first."""
+
+    model = DeliveryAttempt
+    extra = 0
+    can_delete = False
+    show_change_link = False
+    fields = (
+        "attempt",
+        "started_at",
+        "duration_ms",
+        "status_code",
+        "error",
+        "response",
+        "worker_id",
+    )
+    readonly_fields = fields
+    verbose_name_plural = _("attempts (newest first)")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).order_by("-id")
+
+    # Whoever may see the delivery sees its attempt log.
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.has_perm("django_pgqueue.view_delivery")
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description=_("response"))
+    def response(self, obj: DeliveryAttempt):
+        more = " …" if obj.response_truncated else ""
+        return format_html(
+            '<pre class="pgq-json">{}{}</pre>{}',
+            obj.response_body or "—",
+            more,
+            pretty_json(obj.response_headers) if obj.response_headers else "",
+        )
+
+
+DELIVERY_BUTTONS = (
+    "pgqueue_delivery_replay",
+    "pgqueue_delivery_retry_now",
+    "pgqueue_delivery_cancel",
+    "pgqueue_delivery_move_to_dlq",
+)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(QueueRowAdmin):
+    operate_permission = "replay_delivery"
+    list_display = (
+        "id",
+        "event_link",
+        "event_type",
+        "endpoint_link",
+        "status_display",
+        "attempts_display",
+        "next_attempt_at",
+        "created_at",
+        "last_error_line",
+    )
+    list_display_links = ("id",)
+    list_select_related = ("event", "endpoint")
+    list_filter = (
+        StatusFilter,
+        "endpoint",
+        ("event__event_type", RecentValuesFilter),
+        "created_at",
+    )
+    search_fields = (
+        "endpoint__url",
+        "event__event_type",
+        "=event__idempotency_key",
+        "=event__msg_id",
+    )
+    search_help_text = _(
+        "A delivery id, an endpoint URL, an event type, an idempotency key or msg id."
+    )
+    inlines = (DeliveryAttemptInline,)
+    actions_row = DELIVERY_BUTTONS
+    actions_detail = DELIVERY_BUTTONS
+    fieldsets = (
+        (
+            None,
+            {"fields": ("id", "event_link", "event_type", "endpoint_link", "status_display")},
+        ),
+        (
+            _("Scheduling"),
+            {
+                "fields": (
+                    "attempts_display",
+                    "next_attempt_at",
+                    "lease",
+                    "worker_id",
+                    "created_at",
+                    "last_attempted_at",
+                    "finished_at",
+                )
+            },
+        ),
+        (_("Payload"), {"fields": ("idempotency_key_display", "payload_json")}),
+        (_("Errors"), {"fields": ("last_error_pre", "errors_history")}),
+    )
+    readonly_fields = flatten_fieldsets(fieldsets)
+
+    pgqueue_delivery_replay = operation_button("replay", style="default")
+    pgqueue_delivery_retry_now = operation_button("retry_now")
+    pgqueue_delivery_cancel = operation_button("cancel")
+    pgqueue_delivery_move_to_dlq = operation_button("move_to_dlq")
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request).select_related("event", "endpoint")
+        url_name = getattr(request.resolver_match, "url_name", "") or ""
+        if url_name.endswith("_changelist"):
+            qs = qs.defer("errors", "event__payload", "event__body")
+        return qs
+
+    @admin.display(description=_("event"), ordering="event_id")
+    def event_link(self, obj: Delivery):
+        return _admin_link(obj.event, f"#{obj.event_id} {obj.event.msg_id}")
+
+    @admin.display(description=_("event type"))
+    def event_type(self, obj: Delivery) -> str:
+        return obj.event.event_type
+
+    @admin.display(description=_("endpoint"), ordering="endpoint_id")
+    def endpoint_link(self, obj: Delivery):
+        return _admin_link(obj.endpoint, first_line(obj.endpoint.url, 60))
+
+    @admin.display(description=_("idempotency key (header)"))
+    def idempotency_key_display(self, obj: Delivery) -> str:
+        return obj.idempotency_key
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: Delivery):
+        return pretty_json(obj.event.payload)
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    """Events are history: read-only, linked to their deliveries."""
+
+    list_display = ("id", "event_type", "msg_id", "idempotency_key", "created_at", "deliveries")
+    list_filter = (("event_type", RecentValuesFilter), "created_at")
+    search_fields = ("event_type", "=idempotency_key", "=msg_id")
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    ordering = ("-id",)
+    fields = (
+        "id",
+        "event_type",
+        "msg_id",
+        "idempotency_key",
+        "created_at",
+        "deliveries",
+        "payload_json",
+    )
+    readonly_fields = fields
+
+    payload_json = json_display("payload", _("payload"))
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # deleting an event would delete its deliveries' history
+
+    @admin.display(description=_("deliveries"))
+    def deliveries(self, obj: Event):
+        url = reverse("admin:django_pgqueue_delivery_changelist")
+        return format_html('<a href="{}?event__id__exact={}">{}</a>', url, obj.pk, _("deliveries"))
