@@ -34,6 +34,12 @@ Route = Callable[["_Handler", Request], None]
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like real receivers
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes; without NODELAY, Nagle's
+        # algorithm meets the client's delayed ACK and each response waits ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
