@@ -140,16 +140,14 @@ class Endpoint(models.Model):
 
     def active_secrets(self, now: dt.datetime | None = None) -> list[str]:
         """Secrets to sign with: the current one first, then unexpired previous ones."""
-        from ..webhooks.crypto import decrypt_secret
+        from ..webhooks.crypto import decrypt_active_secrets
 
-        now = now or timezone.now()
-        found = [self.secret]
-        for entry in self.previous_secrets:
-            if dt.datetime.fromisoformat(entry["expires_at"]) > now:
-                found.append(
-                    decrypt_secret(entry["secret"], what=f"a previous secret of endpoint {self.pk}")
-                )
-        return found
+        return decrypt_active_secrets(
+            self.secret_ciphertext,
+            self.previous_secrets,
+            now or timezone.now(),
+            what=f"the secrets of endpoint {self.pk}",
+        )
 
     def rotate_secret(self, new_secret: str | None = None, grace: float | None = None) -> str:
         """Make ``new_secret`` (generated if None) current; keep the old one signing for

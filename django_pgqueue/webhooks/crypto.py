@@ -15,6 +15,7 @@ Error messages never contain a secret, plaintext or encrypted.
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -83,6 +84,20 @@ def decrypt_secret(token: str, *, what: str = "a webhook signing secret") -> str
             "was encrypted with. Add the old key back (after the new one) and run "
             "'manage.py pgqueue_rotate_secrets_key'."
         ) from None
+
+
+def decrypt_active_secrets(
+    current: str, previous: list[dict[str, str]], now: datetime, *, what: str
+) -> list[str]:
+    """The secrets to sign with: ``current`` first, then the unexpired ``previous`` ones.
+
+    ``previous`` entries are ``{"secret": <ciphertext>, "expires_at": <ISO time>}``.
+    """
+    found = [decrypt_secret(current, what=what)]
+    for entry in previous:
+        if datetime.fromisoformat(entry["expires_at"]) > now:
+            found.append(decrypt_secret(entry["secret"], what=what))
+    return found
 
 
 def rotate_token(token: str) -> str:

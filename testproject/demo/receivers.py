@@ -46,7 +46,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         receiver: Receiver = self.server.receiver  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
-        request = Request(self.path, dict(self.headers.items()), self.rfile.read(length))
+        body = self.rfile.read(length)
+        if len(body) < length:
+            # The sender died mid-request: a real receiver would not process this either.
+            self.close_connection = True
+            return
+        request = Request(self.path, dict(self.headers.items()), body)
         route = receiver.routes.get(self.path, ok)
         try:
             route(self, request)
