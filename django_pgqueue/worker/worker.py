@@ -95,7 +95,8 @@ class Worker:
         self.running: dict[Key, tuple[Source, Any]] = {}
         self._inflight = 0  # claimed and not yet finished running
         self._inflight_lock = threading.Lock()
-        self._full = False
+        self._full = False  # the claim loop waits for _inflight <= _refill_at
+        self._refill_at = 0
         self._todo: queue.SimpleQueue[tuple[Source, Any] | None] = queue.SimpleQueue()
         self._claim_conn: Any = None
         self._avg_task_seconds = 0.01
@@ -202,13 +203,20 @@ class Worker:
 
     # -- claiming ------------------------------------------------------------------
 
-    def _capacity(self) -> int:
+    def _capacity(self) -> tuple[int, int]:
+        """(rows this process may hold, level at or below which it claims again).
+
+        Refilling only once the prefetched rows are half used keeps claims
+        batch-sized: topping up every freed slot would degrade to one-row claims
+        (one statement and one commit per job) as soon as the prefetch is full.
+        The adaptive prefetch may reach two batches so that a refill is a full one.
+        """
         if self.fixed_prefetch is not None:
             prefetch = self.fixed_prefetch
         else:
             per_thread = int(PREFETCH_TARGET_SECONDS / max(self._avg_task_seconds, 1e-6))
-            prefetch = max(1, min(self.batch_size, per_thread * self.concurrency))
-        return self.concurrency + prefetch
+            prefetch = max(1, min(2 * self.batch_size, per_thread * self.concurrency))
+        return self.concurrency + prefetch, self.concurrency + prefetch // 2
 
     def _claim_loop(self) -> None:
         params: dict[str, Any] = {
@@ -218,6 +226,12 @@ class Worker:
             "worker_id": self.worker_id,
         }
         failures = 0
+        # A source whose last claim came back empty is not asked again until a
+        # NOTIFY arrives or a poll interval has passed: while one source is being
+        # drained the loop comes round once per batch, and an empty claim on the
+        # others each time would cost a statement and a commit per batch.
+        quiet_until: dict[str, float] = {}
+        notifications = -1
         while not self.stopping.is_set():
             if self.max_tasks is not None and self.claimed >= self.max_tasks:
                 self._wait_until_idle()
@@ -225,12 +239,22 @@ class Worker:
             self.wake.clear()
             claimed_any = False
             more = False
+            heard = self.listener.notifications if self.listener is not None else 0
+            if heard != notifications:
+                notifications = heard
+                quiet_until.clear()
             try:
                 for source in self.sources:
+                    if len(self.sources) > 1 and quiet_until.get(source.name, 0.0) > (
+                        time.monotonic()
+                    ):
+                        continue
                     with self._inflight_lock:
-                        free = self._capacity() - self._inflight
-                        self._full = free <= 0
-                    if free <= 0:
+                        capacity, refill_at = self._capacity()
+                        free = capacity - self._inflight
+                        self._full = free <= 0 or self._inflight > refill_at
+                        self._refill_at = refill_at
+                    if self._full:
                         more = True
                         break
                     limit = min(free, self.batch_size)
@@ -242,6 +266,9 @@ class Worker:
                     if items:
                         claimed_any = True
                         self._dispatch(source, items)
+                        quiet_until.pop(source.name, None)
+                    else:
+                        quiet_until[source.name] = time.monotonic() + self.poll_interval
                     if len(items) == limit:
                         more = True  # a full batch: more may be due right now
                 failures = 0
@@ -260,8 +287,10 @@ class Worker:
                     self.wake.wait(self.poll_interval)  # a task thread frees a slot
                 continue
             if self.burst:
-                if not claimed_any and self._is_idle() and not self._anything_due(params):
-                    break
+                if not claimed_any and self._is_idle():
+                    if not self._anything_due(params):
+                        break
+                    quiet_until.clear()  # something is due: ask every source again
                 # Burst runs end as soon as the work does: re-check often.
                 self.wake.wait(min(self.poll_interval, 0.05))
                 continue
@@ -352,7 +381,7 @@ class Worker:
                 self.completer.submit(outcome)
                 with self._inflight_lock:
                     self._inflight -= 1
-                    if self._full:
+                    if self._full and self._inflight <= self._refill_at:
                         self._full = False
                         self.wake.set()
         finally:
