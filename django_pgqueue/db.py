@@ -8,10 +8,12 @@ Django's per-thread connections as usual.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
 from django.db import connections
+from psycopg.types.json import JsonbLoader
 
 from .conf import get_settings
 
@@ -25,6 +27,23 @@ KEEPALIVE_PARAMS = {
     "keepalives_count": 3,
     "tcp_user_timeout": 30000,
 }
+
+
+class FastJsonbLoader(JsonbLoader):
+    """``jsonb`` loader that answers the empty list and object without parsing.
+
+    A claimed job returns four ``jsonb`` columns, most of them ``[]`` or ``{}``
+    (no arguments, no errors yet); skipping ``json.loads`` for those takes a
+    visible share of the claim loop's time off a drain of short tasks.
+    """
+
+    def load(self, data: Any) -> Any:
+        if len(data) == 2:
+            if data == b"[]":
+                return []
+            if data == b"{}":
+                return {}
+        return json.loads(data if isinstance(data, bytes) else bytes(data))
 
 
 def connection_params(alias: str | None = None) -> dict[str, Any]:
@@ -62,6 +81,7 @@ def connect(
     # psycopg prepares a statement after it ran prepare_threshold times; None
     # disables it (needed behind PgBouncer < 1.21 in transaction mode).
     conn.prepare_threshold = 2 if prepare else None
+    conn.adapters.register_loader("jsonb", FastJsonbLoader)
     return conn
 
 

@@ -6,11 +6,14 @@ completer (``completer.py``), guarded by each row's claim token.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import threading
 import time
 import traceback
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +22,7 @@ from django.utils import timezone
 
 from ..backend import PgQueueBackend, resolve_task, task_errors
 from ..compat import (
+    TASKS_MODULE,
     Task,
     TaskContext,
     TaskResult,
@@ -31,6 +35,53 @@ from ..exceptions import NotATask
 from ..models.queue import Status
 
 logger = logging.getLogger("django_pgqueue.worker")
+
+#: A task thread that finished a task less than this long ago skips the
+#: ``close_old_connections()`` before the next one: the call after that task made
+#: the same check moments ago.
+CONNECTION_CHECK_SECONDS = 1.0
+
+
+class SignalGate:
+    """Whether sending a Tasks signal can have any effect right now.
+
+    The Tasks framework connects receivers of its own that only log (INFO, ERROR
+    for a failed task) to ``django.tasks`` (``django_tasks`` on the backport).
+    When those are the only receivers and their logger would drop the record,
+    building a TaskResult and sending ``task_started``/``task_finished`` does
+    nothing but cost a noticeable share of a short task's time, so the runner
+    skips both. Any other receiver, or that logger enabled at the level, and the
+    signal is sent exactly as before.
+    """
+
+    def __init__(self, signal: Any) -> None:
+        self.signal = signal
+        module = importlib.import_module(f"{TASKS_MODULE}.signals")
+        self.builtin = {
+            getattr(module, name, None)
+            for name in ("log_task_enqueued", "log_task_started", "log_task_finished")
+        } - {None}
+        self.logger: logging.Logger = getattr(module, "logger", logging.getLogger(TASKS_MODULE))
+        self._keys: tuple[Any, ...] | None = None
+        self._others = True
+
+    def wanted(self, level: int) -> bool:
+        keys = tuple(entry[0] for entry in self.signal.receivers)
+        if keys != self._keys:
+            others = False
+            for entry in self.signal.receivers:
+                receiver = entry[1]
+                if isinstance(receiver, weakref.ReferenceType):
+                    receiver = receiver()
+                if receiver is not None and receiver not in self.builtin:
+                    others = True
+                    break
+            self._keys, self._others = keys, others
+        return self._others or self.logger.isEnabledFor(level)
+
+
+started_gate = SignalGate(task_started)
+finished_gate = SignalGate(task_finished)
 
 
 @dataclass(slots=True)
@@ -106,6 +157,8 @@ class TaskRunner:
         self.worker_id = worker_id
         self.unknown_task_delay = unknown_task_delay
         self._tasks: dict[str, Task] = {}
+        self._backends: dict[str, Any] = {}
+        self._local = threading.local()
 
     def _task_for(self, job: ClaimedJob) -> Task:
         task = self._tasks.get(job.task_path)
@@ -119,6 +172,30 @@ class TaskRunner:
         ):
             task = task.using(queue_name=job.queue_name, priority=job.priority, backend=job.backend)
         return task
+
+    def _backend_for(self, alias: str) -> Any:
+        backend = self._backends.get(alias)
+        if backend is None:
+            backend = self._backends[alias] = task_backends[alias]
+        return backend
+
+    def _result(self, job: ClaimedJob, task: Task) -> TaskResult:
+        """The RUNNING TaskResult of this attempt (for signals and ``takes_context``)."""
+        now = timezone.now()
+        return TaskResult(
+            task=task,
+            id=str(job.id),
+            status=TaskResultStatus.RUNNING,
+            enqueued_at=job.created_at,
+            started_at=job.started_at or now,
+            last_attempted_at=job.last_attempted_at or now,
+            finished_at=None,
+            args=job.args,
+            kwargs=job.kwargs,
+            backend=job.backend,
+            errors=task_errors(job.errors),
+            worker_ids=list(job.worker_ids),
+        )
 
     def release(self, job: ClaimedJob, reason: str, delay: float = 0.0) -> Outcome:
         """Give a row back without running it (the attempt is refunded)."""
@@ -180,33 +257,28 @@ class TaskRunner:
                 task_path=job.task_path,
                 attempt=job.attempts,
             )
-        backend = task_backends[job.backend] if job.backend != task.backend else task.get_backend()
-        now = timezone.now()
-        result = TaskResult(
-            task=task,
-            id=str(job.id),
-            status=TaskResultStatus.RUNNING,
-            enqueued_at=job.created_at,
-            started_at=job.started_at or now,
-            last_attempted_at=job.last_attempted_at or now,
-            finished_at=None,
-            args=job.args,
-            kwargs=job.kwargs,
-            backend=job.backend,
-            errors=task_errors(job.errors),
-            worker_ids=list(job.worker_ids),
-        )
+        backend = self._backend_for(job.backend)
         sender = type(backend)
-        task_started.send(sender=sender, task_result=result)
-        close_old_connections()
+        # The TaskResult is built only when something will look at it (see
+        # SignalGate): a no-op task otherwise spends more time on it than running.
+        result: TaskResult | None = None
+        if task.takes_context or started_gate.wanted(logging.INFO):
+            result = self._result(job, task)
+            if started_gate.wanted(logging.INFO):
+                task_started.send(sender=sender, task_result=result)
+        local = self._local
+        if time.monotonic() - getattr(local, "checked", 0.0) > CONNECTION_CHECK_SECONDS:
+            close_old_connections()
         started = time.perf_counter()
         try:
-            if task.takes_context:
+            if result is not None and task.takes_context:
                 value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
             else:
                 value = task.call(*job.args, **job.kwargs)
             result_json = json.dumps(value, allow_nan=False, separators=(",", ":"))
         except BaseException as exc:  # the task's failure (SystemExit from a task too)
+            if result is None:
+                result = self._result(job, task)
             outcome = self._failure(job, task, backend, result, exc)
             # Sent inside the except block: Django's own receiver logs exc_info.
             self._finished(outcome, result, sender, started)
@@ -219,18 +291,26 @@ class TaskRunner:
                 task_path=job.task_path,
                 attempt=job.attempts,
             )
-            object.__setattr__(result, "_return_value", json.loads(result_json))
-            object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-            self._finished(outcome, result, sender, started)
+            if result is None and finished_gate.wanted(logging.INFO):
+                result = self._result(job, task)
+            if result is None:
+                outcome.duration = time.perf_counter() - started
+            else:
+                object.__setattr__(result, "_return_value", json.loads(result_json))
+                object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+                self._finished(outcome, result, sender, started)
         finally:
             close_old_connections()
+            local.checked = time.monotonic()
         return outcome
 
     @staticmethod
     def _finished(outcome: Outcome, result: TaskResult, sender: Any, started: float) -> None:
         outcome.duration = time.perf_counter() - started
         object.__setattr__(result, "finished_at", timezone.now())
-        task_finished.send(sender=sender, task_result=result)
+        level = logging.ERROR if result.status == TaskResultStatus.FAILED else logging.INFO
+        if finished_gate.wanted(level):
+            task_finished.send(sender=sender, task_result=result)
 
     def _failure(
         self,
