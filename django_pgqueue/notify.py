@@ -13,6 +13,7 @@ never fail an enqueue.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -65,10 +66,10 @@ class Notifier:
             if window:
                 time.sleep(window)
 
-    def _send(self, channel: str) -> None:
+    def _send(self, channel: str, attempts: int = 2) -> None:
         from .db import connect
 
-        for attempt in (1, 2):
+        for attempt in range(1, attempts + 1):
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = connect("notify", prepare=False)
@@ -77,8 +78,24 @@ class Notifier:
                 return
             except Exception as exc:  # a NOTIFY must never break anything
                 self._close()
-                if attempt == 2:
+                if attempt == attempts:
                     logger.warning("NOTIFY on %r failed (workers will poll): %s", channel, exc)
+
+    def flush(self) -> None:
+        """Send any NOTIFY still waiting for its window, now (called at exit).
+
+        A process that enqueues and exits at once (a management command, a
+        script) would otherwise take its trailing NOTIFY with it, and idle
+        workers would only find the jobs at their next poll.
+        """
+        with self._lock:
+            if self._pid != os.getpid():
+                return
+            channels, self._pending = self._pending, set()
+        for channel in channels:
+            self._send(channel, attempts=1)
+        with self._lock:
+            self._close()
 
     def close(self) -> None:
         """Close the notifier's connection (it reconnects on the next request)."""
@@ -95,6 +112,7 @@ class Notifier:
 
 
 notifier = Notifier()
+atexit.register(notifier.flush)
 
 
 def wake_workers(alias: str | None = None) -> None:

@@ -62,13 +62,20 @@ def no_wait(exception, task_result):
 
 
 def test_retry_is_scheduled_with_backoff_then_dead(run_worker, settings):
+    # A backoff long enough that the burst worker cannot see the retry come due.
+    settings.TASKS = {
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.test_worker.ten_minutes"},
+        }
+    }
     result = tasks.always_fails.enqueue(1)
     run_worker()
     job = Job.objects.get(pk=int(result.id))
-    # The default backoff (full jitter, base 2 s) scheduled a retry in the future.
+    # The backoff scheduled the retry ten minutes out.
     assert job.status == "failed"
     assert job.attempts == 1
-    assert job.next_attempt_at > timezone.now() - dt.timedelta(seconds=1)
+    assert job.next_attempt_at > timezone.now() + dt.timedelta(minutes=9)
     assert job.last_error == "ValueError: order 1 has an invalid address"
     assert tasks.always_fails.get_result(result.id).status == TaskResultStatus.READY
     # Make retries due immediately until attempts run out (max_attempts=3).
@@ -86,6 +93,10 @@ def test_retry_is_scheduled_with_backoff_then_dead(run_worker, settings):
     run_worker()
     job.refresh_from_db()
     assert job.attempts == 3
+
+
+def ten_minutes(exception, task_result):
+    return 600
 
 
 def test_backoff_returning_none_stops_retrying(run_worker, settings):
