@@ -6,139 +6,419 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgqueue', '0001_initial'),
+        ("django_pgqueue", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Endpoint',
+            name="Endpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('url', models.URLField(help_text='Where events are POSTed (https unless ALLOW_HTTP).', max_length=2048)),
-                ('secret_ciphertext', models.TextField(db_column='secret', default='', editable=False, help_text='Encrypted signing secret.')),
-                ('previous_secrets', models.JSONField(blank=True, default=list, editable=False, help_text='Encrypted secrets still signing during a rotation, with their expiry.')),
-                ('event_types', models.JSONField(blank=True, default=list, help_text='Event types to receive; empty receives all.')),
-                ('headers', models.JSONField(blank=True, default=dict, help_text='Extra HTTP headers sent with every delivery.')),
-                ('description', models.TextField(blank=True, default='')),
-                ('is_active', models.BooleanField(default=True, help_text='Inactive endpoints get no new events and nothing is sent.')),
-                ('disabled_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('disabled_reason', models.TextField(blank=True, default='', editable=False)),
-                ('breaker_state', models.CharField(choices=[('closed', 'Closed (delivering)'), ('open', 'Open (paused after failures)'), ('half_open', 'Half-open (one probe in flight)')], default='closed', editable=False, max_length=16)),
-                ('consecutive_failures', models.PositiveIntegerField(default=0, editable=False)),
-                ('open_until', models.DateTimeField(blank=True, editable=False, help_text='While the circuit is open: when the next probe may go out.', null=True)),
-                ('breaker_cooldown', models.FloatField(default=0.0, editable=False, help_text='Current cool-down in seconds (grows).')),
-                ('failing_since', models.DateTimeField(blank=True, editable=False, help_text='First failure since the last success; drives auto-disable.', null=True)),
-                ('last_success_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "url",
+                    models.URLField(
+                        help_text="Where events are POSTed (https unless ALLOW_HTTP).",
+                        max_length=2048,
+                    ),
+                ),
+                (
+                    "secret_ciphertext",
+                    models.TextField(
+                        db_column="secret",
+                        default="",
+                        editable=False,
+                        help_text="Encrypted signing secret.",
+                    ),
+                ),
+                (
+                    "previous_secrets",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        editable=False,
+                        help_text="Encrypted secrets still signing during a rotation, with their expiry.",
+                    ),
+                ),
+                (
+                    "event_types",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Event types to receive; empty receives all.",
+                    ),
+                ),
+                (
+                    "headers",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Extra HTTP headers sent with every delivery.",
+                    ),
+                ),
+                ("description", models.TextField(blank=True, default="")),
+                (
+                    "is_active",
+                    models.BooleanField(
+                        default=True,
+                        help_text="Inactive endpoints get no new events and nothing is sent.",
+                    ),
+                ),
+                ("disabled_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("disabled_reason", models.TextField(blank=True, default="", editable=False)),
+                (
+                    "breaker_state",
+                    models.CharField(
+                        choices=[
+                            ("closed", "Closed (delivering)"),
+                            ("open", "Open (paused after failures)"),
+                            ("half_open", "Half-open (one probe in flight)"),
+                        ],
+                        default="closed",
+                        editable=False,
+                        max_length=16,
+                    ),
+                ),
+                ("consecutive_failures", models.PositiveIntegerField(default=0, editable=False)),
+                (
+                    "open_until",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="While the circuit is open: when the next probe may go out.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "breaker_cooldown",
+                    models.FloatField(
+                        default=0.0,
+                        editable=False,
+                        help_text="Current cool-down in seconds (grows).",
+                    ),
+                ),
+                (
+                    "failing_since",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="First failure since the last success; drives auto-disable.",
+                        null=True,
+                    ),
+                ),
+                ("last_success_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'verbose_name': 'webhook endpoint',
-                'verbose_name_plural': 'webhook endpoints',
-                'db_table': 'pgqueue_endpoint',
-                'permissions': [('manage_endpoint', 'Can rotate secrets, enable and disable webhook endpoints')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('breaker_state__in', ['closed', 'open', 'half_open'])), name='pgq_ep_breaker_valid'), models.CheckConstraint(condition=models.Q(('breaker_state', 'closed'), ('open_until__isnull', False), _connector='OR'), name='pgq_ep_open_has_until'), models.CheckConstraint(condition=models.Q(('secret_ciphertext__startswith', 'whsec_'), _negated=True), name='pgq_ep_secret_encrypted')],
+                "verbose_name": "webhook endpoint",
+                "verbose_name_plural": "webhook endpoints",
+                "db_table": "pgqueue_endpoint",
+                "permissions": [
+                    ("manage_endpoint", "Can rotate secrets, enable and disable webhook endpoints")
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("breaker_state__in", ["closed", "open", "half_open"])),
+                        name="pgq_ep_breaker_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("breaker_state", "closed"),
+                            ("open_until__isnull", False),
+                            _connector="OR",
+                        ),
+                        name="pgq_ep_open_has_until",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("secret_ciphertext__startswith", "whsec_"), _negated=True
+                        ),
+                        name="pgq_ep_secret_encrypted",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_type', models.CharField(max_length=255)),
-                ('payload', models.JSONField()),
-                ('body', models.TextField(editable=False, help_text='The exact JSON sent (signed bytes).')),
-                ('msg_id', models.CharField(editable=False, max_length=64)),
-                ('idempotency_key', models.CharField(blank=True, help_text='send_event with the same key returns this event instead of a new one.', max_length=255, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("event_type", models.CharField(max_length=255)),
+                ("payload", models.JSONField()),
+                (
+                    "body",
+                    models.TextField(
+                        editable=False, help_text="The exact JSON sent (signed bytes)."
+                    ),
+                ),
+                ("msg_id", models.CharField(editable=False, max_length=64)),
+                (
+                    "idempotency_key",
+                    models.CharField(
+                        blank=True,
+                        help_text="send_event with the same key returns this event instead of a new one.",
+                        max_length=255,
+                        null=True,
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
             ],
             options={
-                'verbose_name': 'webhook event',
-                'verbose_name_plural': 'webhook events',
-                'db_table': 'pgqueue_event',
-                'constraints': [models.CheckConstraint(condition=models.Q(('event_type', ''), _negated=True), name='pgq_evt_type_set'), models.UniqueConstraint(fields=('msg_id',), name='pgq_evt_msg_id_uniq'), models.UniqueConstraint(fields=('idempotency_key',), name='pgq_evt_idem_key_uniq')],
+                "verbose_name": "webhook event",
+                "verbose_name_plural": "webhook events",
+                "db_table": "pgqueue_event",
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("event_type", ""), _negated=True),
+                        name="pgq_evt_type_set",
+                    ),
+                    models.UniqueConstraint(fields=("msg_id",), name="pgq_evt_msg_id_uniq"),
+                    models.UniqueConstraint(
+                        fields=("idempotency_key",), name="pgq_evt_idem_key_uniq"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Delivery',
+            name="Delivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('in_progress', 'In progress'), ('succeeded', 'Succeeded'), ('failed', 'Failed, retry scheduled'), ('dead', 'Dead (DLQ)'), ('cancelled', 'Cancelled')], default='pending', max_length=16)),
-                ('priority', models.SmallIntegerField(default=0, help_text='Higher runs first.')),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='Claims so far; counted when a worker claims the row.')),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('next_attempt_at', models.DateTimeField(default=django.utils.timezone.now, help_text='Earliest time the row may be claimed (run_after, or the retry time).')),
-                ('locked_by', models.UUIDField(blank=True, editable=False, help_text='Fencing token of the most recent claim.', null=True)),
-                ('locked_until', models.DateTimeField(blank=True, editable=False, help_text='Lease expiry (database clock).', null=True)),
-                ('worker_id', models.CharField(blank=True, default='', help_text='Worker of the most recent claim.', max_length=128)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('errors', models.JSONField(blank=True, default=list, help_text='One entry per failed attempt, oldest first.')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('started_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_attempted_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('endpoint', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='django_pgqueue.endpoint')),
-                ('event', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='django_pgqueue.event')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("in_progress", "In progress"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed, retry scheduled"),
+                            ("dead", "Dead (DLQ)"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("priority", models.SmallIntegerField(default=0, help_text="Higher runs first.")),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(
+                        default=0, help_text="Claims so far; counted when a worker claims the row."
+                    ),
+                ),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                (
+                    "next_attempt_at",
+                    models.DateTimeField(
+                        default=django.utils.timezone.now,
+                        help_text="Earliest time the row may be claimed (run_after, or the retry time).",
+                    ),
+                ),
+                (
+                    "locked_by",
+                    models.UUIDField(
+                        blank=True,
+                        editable=False,
+                        help_text="Fencing token of the most recent claim.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "locked_until",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="Lease expiry (database clock).",
+                        null=True,
+                    ),
+                ),
+                (
+                    "worker_id",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Worker of the most recent claim.",
+                        max_length=128,
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True, default="")),
+                (
+                    "errors",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="One entry per failed attempt, oldest first.",
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                ("started_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_attempted_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "updated_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "endpoint",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="django_pgqueue.endpoint",
+                    ),
+                ),
+                (
+                    "event",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="django_pgqueue.event",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'webhook delivery',
-                'verbose_name_plural': 'webhook deliveries',
-                'db_table': 'pgqueue_delivery',
-                'permissions': [('replay_delivery', 'Can replay, retry or cancel webhook deliveries')],
+                "verbose_name": "webhook delivery",
+                "verbose_name_plural": "webhook deliveries",
+                "db_table": "pgqueue_delivery",
+                "permissions": [
+                    ("replay_delivery", "Can replay, retry or cancel webhook deliveries")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='DeliveryAttempt',
+            name="DeliveryAttempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('attempt', models.PositiveIntegerField()),
-                ('started_at', models.DateTimeField()),
-                ('duration_ms', models.PositiveIntegerField(default=0)),
-                ('status_code', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('response_headers', models.JSONField(blank=True, default=dict)),
-                ('response_body', models.TextField(blank=True, default='')),
-                ('response_truncated', models.BooleanField(default=False)),
-                ('error', models.TextField(blank=True, default='')),
-                ('worker_id', models.CharField(blank=True, default='', max_length=128)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('delivery', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempts_log', to='django_pgqueue.delivery')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("attempt", models.PositiveIntegerField()),
+                ("started_at", models.DateTimeField()),
+                ("duration_ms", models.PositiveIntegerField(default=0)),
+                ("status_code", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("response_headers", models.JSONField(blank=True, default=dict)),
+                ("response_body", models.TextField(blank=True, default="")),
+                ("response_truncated", models.BooleanField(default=False)),
+                ("error", models.TextField(blank=True, default="")),
+                ("worker_id", models.CharField(blank=True, default="", max_length=128)),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "delivery",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attempts_log",
+                        to="django_pgqueue.delivery",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'webhook delivery attempt',
-                'verbose_name_plural': 'webhook delivery attempts',
-                'db_table': 'pgqueue_delivery_attempt',
-                'ordering': ['delivery_id', 'id'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('attempt__gte', 1)), name='pgq_att_attempt_positive')],
+                "verbose_name": "webhook delivery attempt",
+                "verbose_name_plural": "webhook delivery attempts",
+                "db_table": "pgqueue_delivery_attempt",
+                "ordering": ["delivery_id", "id"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("attempt__gte", 1)), name="pgq_att_attempt_positive"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='delivery',
-            index=models.Index(condition=models.Q(('status__in', ['pending', 'failed'])), fields=['next_attempt_at', 'id'], name='pgq_dlv_due_idx'),
+            model_name="delivery",
+            index=models.Index(
+                condition=models.Q(("status__in", ["pending", "failed"])),
+                fields=["next_attempt_at", "id"],
+                name="pgq_dlv_due_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='delivery',
-            index=models.Index(condition=models.Q(('status', 'in_progress')), fields=['locked_until'], name='pgq_dlv_lease_idx'),
+            model_name="delivery",
+            index=models.Index(
+                condition=models.Q(("status", "in_progress")),
+                fields=["locked_until"],
+                name="pgq_dlv_lease_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='delivery',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'in_progress', 'succeeded', 'failed', 'dead', 'cancelled'])), name='pgq_dlv_status_valid'),
+            model_name="delivery",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        ["pending", "in_progress", "succeeded", "failed", "dead", "cancelled"],
+                    )
+                ),
+                name="pgq_dlv_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='delivery',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('locked_by__isnull', False), ('locked_until__isnull', False), ('status', 'in_progress')), models.Q(models.Q(('status', 'in_progress'), _negated=True), ('locked_until__isnull', True)), _connector='OR'), name='pgq_dlv_lease_iff_running'),
+            model_name="delivery",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(
+                        ("locked_by__isnull", False),
+                        ("locked_until__isnull", False),
+                        ("status", "in_progress"),
+                    ),
+                    models.Q(
+                        models.Q(("status", "in_progress"), _negated=True),
+                        ("locked_until__isnull", True),
+                    ),
+                    _connector="OR",
+                ),
+                name="pgq_dlv_lease_iff_running",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='delivery',
-            constraint=models.CheckConstraint(condition=models.Q(('attempts__gte', 0), ('max_attempts__gte', 1)), name='pgq_dlv_attempts_range'),
+            model_name="delivery",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("attempts__gte", 0), ("max_attempts__gte", 1)),
+                name="pgq_dlv_attempts_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='delivery',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'succeeded'), _negated=True), ('finished_at__isnull', False), _connector='OR'), name='pgq_dlv_finished_has_time'),
+            model_name="delivery",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status", "succeeded"), _negated=True),
+                    ("finished_at__isnull", False),
+                    _connector="OR",
+                ),
+                name="pgq_dlv_finished_has_time",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='delivery',
-            constraint=models.UniqueConstraint(fields=('event', 'endpoint'), name='pgq_dlv_event_endpoint'),
+            model_name="delivery",
+            constraint=models.UniqueConstraint(
+                fields=("event", "endpoint"), name="pgq_dlv_event_endpoint"
+            ),
         ),
     ]
