@@ -83,8 +83,17 @@ class Supervisor:
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
-    """The command line of one child: this command without ``--processes``."""
+    """The command line of one child: this command without ``--processes``.
+
+    A parent started as ``python -m django ...`` has the package's ``__main__.py``
+    in ``argv[0]``; run as a script, its folder would shadow the standard library
+    (``django/http`` for ``http``), so the child is started with ``-m`` as well.
+    """
     out: list[str] = [sys.executable]
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.endswith(".__main__") and argv:
+        out += ["-m", spec.name.removesuffix(".__main__")]
+        argv = argv[1:]
     skip = False
     for arg in argv:
         if skip:
