@@ -1,0 +1,1 @@
+"""The benchmark behind ``manage.py pgqueue_bench`` (see docs/performance.md)."""

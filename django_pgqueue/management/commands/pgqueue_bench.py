@@ -1,0 +1,146 @@
+"""``manage.py pgqueue_bench``: throughput, latency and cost of the queue next to raw SQL."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from django_pgqueue.bench.core import WORKLOADS, Bench
+from django_pgqueue.management.commands.runworkers import bounded
+
+positive_int = bounded(int, 1)
+
+
+def workload_list(value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = sorted(set(names) - set(WORKLOADS))
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of {', '.join(WORKLOADS)}"
+        )
+    return names
+
+
+def int_list(value: str) -> list[int]:
+    try:
+        numbers = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1,4,16, got {value!r}") from None
+    if not numbers or min(numbers) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {value!r}")
+    return numbers
+
+
+class Command(BaseCommand):
+    help = (
+        "Benchmark enqueue, drain, wake-up latency, webhooks, claim cost and NOTIFY "
+        "coalescing against raw SQL, in a scratch database (<name>_bench)."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--only",
+            type=workload_list,
+            default=None,
+            help=f"Workloads to run (default: all): {', '.join(WORKLOADS)}.",
+        )
+        parser.add_argument(
+            "--repeat", type=positive_int, default=3, help="Repetitions (default 3)."
+        )
+        parser.add_argument(
+            "--json",
+            dest="json_path",
+            default=None,
+            help="Also write the results as JSON to this file.",
+        )
+        parser.add_argument(
+            "--keep", action="store_true", help="Keep the scratch database at the end."
+        )
+        parser.add_argument(
+            "--n-single",
+            type=positive_int,
+            default=2000,
+            help="Jobs enqueued one per commit (default 2000).",
+        )
+        parser.add_argument(
+            "--n-many",
+            type=positive_int,
+            default=10_000,
+            help="Jobs in one enqueue_many (default 10000).",
+        )
+        parser.add_argument(
+            "--n-drain",
+            type=positive_int,
+            default=20_000,
+            help="No-op jobs per drain (default 20000).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int_list,
+            default=[1, 4, 16],
+            help="Thread counts tried for the 1-process drain (default 1,4,16).",
+        )
+        parser.add_argument(
+            "--probes",
+            type=positive_int,
+            default=100,
+            help="Latency probes per run (default 100, 100 ms apart).",
+        )
+        parser.add_argument(
+            "--history",
+            type=positive_int,
+            default=1_000_000,
+            help="Finished rows for the claim-cost workload (default 1000000).",
+        )
+        parser.add_argument(
+            "--claims",
+            type=positive_int,
+            default=50,
+            help="Claims timed per claim-cost run (default 50).",
+        )
+        parser.add_argument(
+            "--producers",
+            type=positive_int,
+            default=8,
+            help="Concurrent producers for the NOTIFY workload (default 8).",
+        )
+        parser.add_argument(
+            "--n-notify",
+            type=positive_int,
+            default=4000,
+            help="Jobs enqueued per NOTIFY run (default 4000).",
+        )
+        parser.add_argument(
+            "--n-webhooks",
+            type=positive_int,
+            default=2000,
+            help="Deliveries per webhook run (default 2000).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        bench = Bench(
+            only=options["only"],
+            repeat=options["repeat"],
+            n_single=options["n_single"],
+            n_many=options["n_many"],
+            n_drain=options["n_drain"],
+            drain_concurrency=options["concurrency"],
+            latency_probes=options["probes"],
+            history_rows=options["history"],
+            claim_samples=options["claims"],
+            producers=options["producers"],
+            n_notify=options["n_notify"],
+            n_webhooks=options["n_webhooks"],
+            keep=options["keep"],
+            out=self.stdout.write,
+        )
+        bench.run()
+        self.stdout.write("")
+        self.stdout.write(bench.table())
+        if options["json_path"]:
+            with open(options["json_path"], "w") as fh:
+                json.dump(bench.as_json(), fh, indent=2)
+            self.stdout.write(f"\nJSON written to {options['json_path']}")
