@@ -7,6 +7,7 @@ signal fires for ``PGQUEUE`` (``override_settings`` in tests).
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -81,6 +82,17 @@ DEFAULTS: dict[str, Any] = {
     # Test-only pause points (see docs/guarantees.md); never enable in production.
     "TEST_HOOKS": False,
     "WEBHOOKS": {},
+    # How long ``pgqueue_prune`` keeps terminal rows (jobs and webhook deliveries),
+    # per state: a timedelta, seconds, or None to keep them until asked. The
+    # dead-letter queue is kept by default.
+    "RETENTION": {},
+}
+
+#: Retention defaults (``PGQUEUE["RETENTION"]``), in seconds; None keeps forever.
+RETENTION_DEFAULTS: dict[str, float | None] = {
+    "succeeded": 7 * 24 * 3600.0,
+    "cancelled": 30 * 24 * 3600.0,
+    "dead": None,
 }
 
 
@@ -106,6 +118,7 @@ class PgQueueSettings:
     PREPARED_STATEMENTS: bool
     TEST_HOOKS: bool
     WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
+    RETENTION: Mapping[str, float | None] = field(default_factory=lambda: dict(RETENTION_DEFAULTS))
 
 
 def _positive_number(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -204,6 +217,21 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
     return merged
 
 
+def validate_retention(raw: Any) -> dict[str, float | None]:
+    """Merge ``PGQUEUE["RETENTION"]`` with its defaults; every value in seconds or None."""
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(f"PGQUEUE['RETENTION'] must be a dict, got {raw!r}")
+    _check_keys("PGQUEUE['RETENTION']", raw, RETENTION_DEFAULTS)
+    merged: dict[str, float | None] = {}
+    for state, value in {**RETENTION_DEFAULTS, **raw}.items():
+        if isinstance(value, dt.timedelta):
+            value = value.total_seconds()
+        if value is not None:
+            value = _positive_number(f"PGQUEUE['RETENTION'][{state!r}]", value)
+        merged[state] = value
+    return merged
+
+
 def validate(raw: Any) -> PgQueueSettings:
     """Validate a raw ``PGQUEUE`` value; raise ImproperlyConfigured naming the problem."""
     if raw is None:
@@ -262,6 +290,7 @@ def validate(raw: Any) -> PgQueueSettings:
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
+        RETENTION=validate_retention(merged["RETENTION"]),
     )
 
 

@@ -1,0 +1,146 @@
+"""Retention: delete old terminal rows in short batches (``manage.py pgqueue_prune``).
+
+Jobs and webhook deliveries in ``succeeded``, ``cancelled`` or ``dead`` are
+deleted once older than their state's retention (``PGQUEUE["RETENTION"]``,
+measured from ``finished_at``, or ``updated_at`` for rows that never finished).
+The dead-letter queue (``dead``) is kept unless a retention is configured for it
+or the caller asks (``include_dead``). A delivery's attempt log goes with it, and
+events go once none of their deliveries is left.
+
+Every batch is its own short autocommit transaction: pruning never holds locks
+that workers or enqueues wait on, and can be interrupted at any point.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import sql
+from .conf import get_settings
+from .db import connect
+
+#: Rows examined (and at most deleted) per batch.
+DEFAULT_BATCH_SIZE = 1000
+#: Dead-letter retention used by ``include_dead`` when none is configured.
+DEFAULT_DEAD_RETENTION = 30 * 24 * 3600.0
+
+
+@dataclass
+class PruneReport:
+    """What a prune deleted (or, with ``dry_run``, would delete), per table and state."""
+
+    dry_run: bool
+    retention: dict[str, float]
+    deleted: dict[str, dict[str, int]] = field(default_factory=dict)
+    batches: int = 0
+
+    def add(self, table: str, status: str, count: int) -> None:
+        per_state = self.deleted.setdefault(table, {})
+        per_state[status] = per_state.get(status, 0) + count
+
+    def total(self, table: str | None = None) -> int:
+        tables = [table] if table else list(self.deleted)
+        return sum(sum(self.deleted.get(t, {}).values()) for t in tables)
+
+
+def retention_plan(
+    *, include_dead: bool = False, dead_seconds: float | None = None
+) -> dict[str, float]:
+    """The states to prune and their ages in seconds (states kept forever are left out)."""
+    plan = {
+        state: age
+        for state, age in get_settings().RETENTION.items()
+        if age is not None and state != "dead"
+    }
+    dead = get_settings().RETENTION.get("dead")
+    if dead_seconds is not None:
+        dead = dead_seconds
+    elif dead is None and include_dead:
+        dead = DEFAULT_DEAD_RETENTION
+    if dead is not None:
+        plan["dead"] = float(dead)
+    return plan
+
+
+def _webhook_tables_exist(conn: Any) -> bool:
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.DELIVERY_TABLE,)).fetchone()
+    return bool(row[0])
+
+
+def prune(
+    *,
+    dry_run: bool = False,
+    include_dead: bool = False,
+    dead_seconds: float | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    pause: float = 0.0,
+    alias: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> PruneReport:
+    """Delete (or count, with ``dry_run``) every terminal row past its retention."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
+    plan = retention_plan(include_dead=include_dead, dead_seconds=dead_seconds)
+    report = PruneReport(dry_run=dry_run, retention=plan)
+    if not plan:
+        return report
+    params = {"states": list(plan), "ages": list(plan.values())}
+    with connect("prune", alias=alias, prepare=True) as conn:
+        tables = [(sql.JOB_TABLE, sql.PRUNE_JOBS)]
+        webhooks = _webhook_tables_exist(conn)
+        if webhooks:
+            tables.append((sql.DELIVERY_TABLE, sql.PRUNE_DELIVERIES))
+        for table, delete in tables:
+            if dry_run:
+                for status, count in conn.execute(sql.prune_count(table), params).fetchall():
+                    report.add(table, status, count)
+                continue
+            _prune_table(conn, table, delete, params, batch_size, pause, report, progress)
+        event_age = plan.get("succeeded")
+        if webhooks and event_age is not None:
+            if dry_run:
+                (count,) = conn.execute(sql.PRUNE_COUNT_EVENTS, {"age": event_age}).fetchone()
+                report.add(sql.EVENT_TABLE, "orphaned", count)
+            else:
+                while True:
+                    cur = conn.execute(sql.PRUNE_EVENTS, {"age": event_age, "limit": batch_size})
+                    report.batches += 1
+                    report.add(sql.EVENT_TABLE, "orphaned", cur.rowcount)
+                    if cur.rowcount < batch_size:
+                        break
+                    if pause:
+                        time.sleep(pause)
+    return report
+
+
+def _prune_table(
+    conn: Any,
+    table: str,
+    delete: str,
+    params: dict[str, Any],
+    batch_size: int,
+    pause: float,
+    report: PruneReport,
+    progress: Callable[[str], None] | None,
+) -> None:
+    after = 0
+    candidates = sql.prune_candidates(table)
+    while True:
+        ids, last = conn.execute(
+            candidates, {**params, "after": after, "scan": batch_size}
+        ).fetchone()
+        if last is None:
+            return  # walked past the last row
+        after = last
+        if not ids:
+            continue
+        for (status,) in conn.execute(delete, {**params, "ids": ids}).fetchall():
+            report.add(table, status, 1)
+        report.batches += 1
+        if progress is not None:
+            progress(f"{table}: {report.total(table)} deleted so far (up to id {after})")
+        if pause:
+            time.sleep(pause)
