@@ -624,15 +624,11 @@ SELECT EXISTS (
 )
 """
 
-# Re-enable an endpoint (operator action): active again, breaker closed and
-# counters reset. Its waiting deliveries are due as they were and go out.
-ENABLE_ENDPOINTS = f"""/* pgqueue:enable_endpoints */
-UPDATE {ENDPOINT_TABLE} SET
-    is_active = true, disabled_at = NULL, disabled_reason = '', breaker_state = 'closed',
-    consecutive_failures = 0, failing_since = NULL, open_until = NULL,
-    breaker_cooldown = 0, updated_at = now()
-WHERE id = ANY(%s)
-RETURNING id
+# A re-enabled endpoint's kept deliveries go out now rather than at the retry
+# time they were last given (which may be hours away after days of failure).
+DELIVERIES_DUE_NOW = f"""/* pgqueue:deliveries_due_now */
+UPDATE {DELIVERY_TABLE} SET next_attempt_at = now(), updated_at = now()
+WHERE endpoint_id = ANY(%s) AND status IN ('pending', 'failed') AND next_attempt_at > now()
 """
 
 

@@ -166,6 +166,8 @@ def apply_endpoint_operation(operation: str, ids: Iterable[int]) -> OperationRes
         cursor.execute(sql.endpoint_update(table, guard, set_clause), [id_list])
         result.changed = {row[0]: row[1] for row in cursor.fetchall()}
         if operation == "enable" and result.changed:
+            # Deliveries kept while it was disabled or failing go out now.
+            cursor.execute(sql.DELIVERIES_DUE_NOW, [list(result.changed)])
             wake_workers(alias)
     existing = set(
         Endpoint.objects.using(alias).filter(pk__in=id_list).values_list("pk", flat=True)

@@ -452,12 +452,11 @@ class Worker:
 
 
 def default_sources(worker_id: str) -> list[Source]:
-    """Jobs, plus webhook deliveries when the webhooks engine is installed."""
+    """Jobs and webhook deliveries: everything a worker runs by default."""
+    from ..webhooks.worker import DeliverySource
+
     conf = get_settings()
-    sources: list[Source] = [JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY))]
-    try:
-        from ..webhooks.worker import DeliverySource
-    except ImportError:
-        return sources
-    sources.append(DeliverySource(worker_id))
-    return sources
+    return [
+        JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY)),
+        DeliverySource(worker_id),
+    ]
