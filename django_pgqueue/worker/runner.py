@@ -17,6 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
@@ -50,8 +51,15 @@ class SignalGate:
     When those are the only receivers and their logger would drop the record,
     building a TaskResult and sending ``task_started``/``task_finished`` does
     nothing but cost a noticeable share of a short task's time, so the runner
-    skips both. Any other receiver, or that logger enabled at the level, and the
-    signal is sent exactly as before.
+    skips both. Any other receiver, or a handler that would write the record,
+    and the signal is sent exactly as before.
+
+    "Would write" follows the record up the logger hierarchy like ``logging``
+    does: a handler at or below the level writes it unless one of Django's
+    ``RequireDebugTrue``/``RequireDebugFalse`` filters rules it out for the current
+    ``DEBUG`` (any other filter is assumed to let it through). Django's default
+    logging sends ``django.*`` INFO records to a console handler that only writes
+    when ``DEBUG`` is on, so in production they are built and then dropped.
     """
 
     def __init__(self, signal: Any) -> None:
@@ -64,6 +72,52 @@ class SignalGate:
         self.logger: logging.Logger = getattr(module, "logger", logging.getLogger(TASKS_MODULE))
         self._keys: tuple[Any, ...] | None = None
         self._others = True
+        self._emits: dict[tuple[Any, ...], bool] = {}
+
+    def _chain_key(self, level: int) -> tuple[Any, ...]:
+        """What decides whether a record at ``level`` is written (cheap to build)."""
+        key: list[Any] = [level, settings.DEBUG]
+        logger: logging.Logger | None = self.logger
+        while logger is not None:
+            key.append((logger.level, logger.propagate, logger.disabled))
+            for handler in logger.handlers:
+                key.append((id(handler), handler.level, len(handler.filters)))
+            if not logger.propagate:
+                break
+            logger = logger.parent
+        return tuple(key)
+
+    def _writes(self, level: int) -> bool:
+        if not self.logger.isEnabledFor(level):
+            return False
+        key = self._chain_key(level)
+        known = self._emits.get(key)
+        if known is None:
+            known = self._emits[key] = self._would_write(level)
+        return known
+
+    def _would_write(self, level: int) -> bool:
+        from django.utils.log import RequireDebugFalse, RequireDebugTrue
+
+        found = False
+        logger: logging.Logger | None = self.logger
+        while logger is not None:
+            for handler in logger.handlers:
+                found = True
+                if level < handler.level:
+                    continue
+                if any(
+                    (isinstance(f, RequireDebugTrue) and not settings.DEBUG)
+                    or (isinstance(f, RequireDebugFalse) and settings.DEBUG)
+                    for f in handler.filters
+                ):
+                    continue
+                return True
+            if not logger.propagate:
+                break
+            logger = logger.parent
+        # No handler at all: logging.lastResort writes WARNING and above.
+        return not found and level >= logging.WARNING
 
     def wanted(self, level: int) -> bool:
         keys = tuple(entry[0] for entry in self.signal.receivers)
@@ -77,7 +131,7 @@ class SignalGate:
                     others = True
                     break
             self._keys, self._others = keys, others
-        return self._others or self.logger.isEnabledFor(level)
+        return self._others or self._writes(level)
 
 
 started_gate = SignalGate(task_started)
