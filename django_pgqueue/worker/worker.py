@@ -286,6 +286,10 @@ class Worker:
                 if self._full:
                     self.wake.wait(self.poll_interval)  # a task thread frees a slot
                 continue
+            if claimed_any:
+                # A short batch: other workers took the rest (SKIP LOCKED) or the
+                # queue just ran dry. Ask once more before sleeping a poll interval.
+                continue
             if self.burst:
                 if not claimed_any and self._is_idle():
                     if not self._anything_due(params):
