@@ -48,6 +48,9 @@ class Listener(threading.Thread):
         self.test_hooks = test_hooks
         self.connected = threading.Event()
         self.notifications = 0
+        #: Bumped on every NOTIFY and after every (re)connect: the claim loop asks
+        #: every source again when it changes (see Worker._claim_loop).
+        self.wakeups = 0
         self.reconnects = 0
 
     def run(self) -> None:
@@ -66,7 +69,9 @@ class Listener(threading.Thread):
                 first = False
                 delay = 0.2
                 self.connected.set()
-                self.wake.set()  # sweep: anything enqueued while we were not listening
+                # Sweep: anything enqueued while we were not listening.
+                self.wakeups += 1
+                self.wake.set()
                 self._listen(conn)
             except Exception as exc:
                 self.connected.clear()
@@ -89,6 +94,7 @@ class Listener(threading.Thread):
             timeout = max(0.05, min(0.25, next_health - time.monotonic()))
             for _ in conn.notifies(timeout=timeout):
                 self.notifications += 1
+                self.wakeups += 1
                 self.wake.set()
             if time.monotonic() >= next_health:
                 self._health_check(conn)

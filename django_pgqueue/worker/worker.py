@@ -37,9 +37,9 @@ from .sources import JobSource, Source
 
 logger = logging.getLogger("django_pgqueue.worker")
 
-#: Aim to hold about this many seconds of work per thread beyond the running
-#: tasks (adaptive prefetch): fast tasks get big batches, slow tasks small ones,
-#: so rows are not parked behind a slow task while other workers sit idle.
+#: Aim to hold about this many seconds of work beyond the running tasks
+#: (adaptive prefetch): fast tasks get big batches, slow tasks small ones, so rows
+#: are not parked behind a slow task while other workers sit idle.
 PREFETCH_TARGET_SECONDS = 0.05
 
 
@@ -99,7 +99,10 @@ class Worker:
         self._refill_at = 0
         self._todo: queue.SimpleQueue[tuple[Source, Any] | None] = queue.SimpleQueue()
         self._claim_conn: Any = None
-        self._avg_task_seconds = 0.01
+        # Seconds between two task completions in this process (moving average):
+        # the adaptive prefetch holds PREFETCH_TARGET_SECONDS of that throughput.
+        self._avg_gap = 0.01
+        self._last_done = time.perf_counter()
         self.claimed = 0
         self.finished = 0
         self.outcomes: dict[str, int] = {}
@@ -214,8 +217,11 @@ class Worker:
         if self.fixed_prefetch is not None:
             prefetch = self.fixed_prefetch
         else:
-            per_thread = int(PREFETCH_TARGET_SECONDS / max(self._avg_task_seconds, 1e-6))
-            prefetch = max(1, min(2 * self.batch_size, per_thread * self.concurrency))
+            # From throughput, not from each task's wall time: under GIL contention a
+            # no-op "takes" milliseconds, which shrank the prefetch, which made claims
+            # smaller and contention worse (a drain could settle at a tenth of its rate).
+            target = int(PREFETCH_TARGET_SECONDS / max(self._avg_gap, 1e-6))
+            prefetch = max(1, min(2 * self.batch_size, target))
         return self.concurrency + prefetch, self.concurrency + prefetch // 2
 
     def _claim_loop(self) -> None:
@@ -231,7 +237,7 @@ class Worker:
         # drained the loop comes round once per batch, and an empty claim on the
         # others each time would cost a statement and a commit per batch.
         quiet_until: dict[str, float] = {}
-        notifications = -1
+        wakeups = -1
         while not self.stopping.is_set():
             if self.max_tasks is not None and self.claimed >= self.max_tasks:
                 self._wait_until_idle()
@@ -239,9 +245,9 @@ class Worker:
             self.wake.clear()
             claimed_any = False
             more = False
-            heard = self.listener.notifications if self.listener is not None else 0
-            if heard != notifications:
-                notifications = heard
+            heard = self.listener.wakeups if self.listener is not None else 0
+            if heard != wakeups:  # a NOTIFY, or the sweep after a reconnect
+                wakeups = heard
                 quiet_until.clear()
             try:
                 for source in self.sources:
@@ -378,7 +384,10 @@ class Worker:
                         hooks.pause("before_task", item.id, item.token)
                     outcome = source.run(item)
                     self.running.pop(key, None)
-                    self._avg_task_seconds = 0.9 * self._avg_task_seconds + 0.1 * outcome.duration
+                    now = time.perf_counter()
+                    gap = min(now - self._last_done, 1.0)  # an idle spell counts 1 s at most
+                    self._last_done = now
+                    self._avg_gap = 0.9 * self._avg_gap + 0.1 * gap
                     if "after_task" in self.test_hooks:
                         hooks.pause("after_task", item.id, item.token)
                 outcome.source = source.name

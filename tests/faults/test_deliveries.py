@@ -17,7 +17,7 @@ from django_pgqueue.webhooks import verify
 from testproject.demo.receivers import Receiver
 
 from .conftest import LEASE, worker_env
-from .helpers import paused_fields, query, wait_until
+from .helpers import backends, paused_fields, query, wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
@@ -115,6 +115,10 @@ def test_kill9_during_delivery_load_loses_no_message(worker_process, test_dsn, r
     assert set(by_id) == {e.msg_id for e in events}  # every message arrived
     assert all(len(bodies) == 1 for bodies in by_id.values())  # redeliveries byte-identical
     duplicates = len(receiver.hits("/load")) - len(events)
+    # a2 may still be starting (b can finish the load alone): SIGTERM before the
+    # worker installed its handler would kill it outright. Its claim connection
+    # opens after the handlers are in place.
+    wait_until(lambda: backends(test_dsn, "pgqueue-worker-%") >= 2, 30, "a2 to be running")
     for w in (b, a2):
         w.signal(signal.SIGTERM)
         assert w.wait(15) == 0
