@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
@@ -92,6 +93,28 @@ def serialize_arguments(task: Task, args: Sequence[Any], kwargs: dict[str, Any])
     raise ArgumentsNotJSON(
         f"Cannot enqueue {task.module_path}: arguments are not JSON-serialisable"
     )
+
+
+def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepare: bool) -> Any:
+    """Run ``statement`` on Django's ``connection`` and return its first row.
+
+    Django's psycopg cursors bind parameters on the client, so PostgreSQL parses
+    and plans the statement again on every call; for a one-row enqueue that is a
+    large share of the whole cost. This runs it on the same psycopg connection
+    with server-side binding (a prepared statement with ``prepare``), so the
+    caller's transaction, ``on_commit`` hooks and Django's error wrapping apply as
+    before. When Django records queries (``DEBUG``), the ordinary cursor is used
+    so the statement shows up in ``connection.queries``.
+    """
+    if connection.queries_logged:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchone()
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(statement, params, prepare=prepare)
+        return cursor.fetchone()
 
 
 def resolve_task(task_path: str) -> Task:
@@ -219,21 +242,19 @@ class PgQueueBackend(BaseTaskBackend):
         args_json, kwargs_json = serialize_arguments(task, args, kwargs)
         self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)
         db = conf.DATABASE
-        with connections[db].cursor() as cursor:
-            cursor.execute(
-                sql.INSERT_JOB,
-                [
-                    task.priority,
-                    self.max_attempts_for(task),
-                    task.run_after,
-                    task.module_path,
-                    task.queue_name,
-                    self.alias,
-                    args_json,
-                    kwargs_json,
-                ],
-            )
-            job_id, created_at = cursor.fetchone()
+        params = [
+            task.priority,
+            self.max_attempts_for(task),
+            task.run_after,
+            task.module_path,
+            task.queue_name,
+            self.alias,
+            args_json,
+            kwargs_json,
+        ]
+        job_id, created_at = execute_one(
+            connections[db], sql.INSERT_JOB, params, prepare=conf.PREPARED_STATEMENTS
+        )
         if task.run_after is None:
             wake_workers(db)  # deferred jobs are found by the poll when due
         result = self._new_result(task, job_id, created_at, args, kwargs)
