@@ -103,10 +103,11 @@ def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepa
     large share of the whole cost. This runs it on the same psycopg connection
     with server-side binding (a prepared statement with ``prepare``), so the
     caller's transaction, ``on_commit`` hooks and Django's error wrapping apply as
-    before. When Django records queries (``DEBUG``), the ordinary cursor is used
-    so the statement shows up in ``connection.queries``.
+    before. When Django records queries (``DEBUG``, ``assertNumQueries``) or an
+    ``execute_wrapper`` is installed (tracing, query inspection), the ordinary
+    cursor is used so they see the statement.
     """
-    if connection.queries_logged:
+    if connection.queries_logged or connection.execute_wrappers:
         with connection.cursor() as cursor:
             cursor.execute(statement, params)
             return cursor.fetchone()

@@ -188,3 +188,17 @@ def test_aenqueue_and_aget_result():
     assert fetched.id == result.id
     assert fetched.status == TaskResultStatus.READY
     assert fetched.args == [20, 22]
+
+
+def test_enqueue_goes_through_execute_wrappers():
+    from django.db import connection
+
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        tasks.add.enqueue(1, 2)
+    assert len(seen) == 1 and "pgqueue:enqueue" in seen[0]
