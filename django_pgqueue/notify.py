@@ -32,6 +32,8 @@ class Notifier:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._sending = False
         self._pending: set[str] = set()
         self._event = threading.Event()
         self._thread: threading.Thread | None = None
@@ -58,8 +60,14 @@ class Notifier:
             self._event.clear()
             with self._lock:
                 channels, self._pending = self._pending, set()
-            for channel in channels:
-                self._send(channel)
+                self._sending = True
+            try:
+                for channel in channels:
+                    self._send(channel)
+            finally:
+                with self._lock:
+                    self._sending = False
+                    self._idle.notify_all()
             # Requests arriving during the window set the event again and are
             # sent right after it: the trailing edge.
             window = get_settings().NOTIFY_COALESCE_SECONDS
@@ -97,9 +105,16 @@ class Notifier:
         with self._lock:
             self._close()
 
-    def close(self) -> None:
-        """Close the notifier's connection (it reconnects on the next request)."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the notifier's connection once requested NOTIFYs went out.
+
+        It reconnects on the next request. Waiting (up to ``timeout``) for the
+        sender to be idle means no send can open a new connection right after.
+        """
+        deadline = time.monotonic() + timeout
         with self._lock:
+            while (self._pending or self._sending) and time.monotonic() < deadline:
+                self._idle.wait(0.05)
             self._close()
 
     def _close(self) -> None:
