@@ -31,6 +31,7 @@ import psycopg
 from django.conf import settings
 from django.db import connections
 from django.test.utils import override_settings
+from psycopg import sql as pgsql
 
 from .. import sql
 from ..conf import get_settings
@@ -257,8 +258,9 @@ class Bench:
 
     def create_database(self) -> None:
         with self._admin_connection() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}"')
-            conn.execute(f'CREATE DATABASE "{self.db_name}"')
+            name = pgsql.Identifier(self.db_name)
+            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {}").format(name))
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(name))
         subprocess.run(
             [*self._manage(), "migrate", "--verbosity", "0"], env=self.child_env(), check=True
         )
@@ -278,7 +280,11 @@ class Bench:
             self.out(f"Kept the scratch database {self.db_name}.")
             return
         with self._admin_connection() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            conn.execute(
+                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    pgsql.Identifier(self.db_name)
+                )
+            )
 
     def conn(self) -> psycopg.Connection:
         """A plain autocommit psycopg connection to the scratch database."""
@@ -572,7 +578,7 @@ class Bench:
     def bench_latency(self) -> None:
         for notify in (True, False):
             label = (
-                "LISTEN/NOTIFY"
+                "NOTIFY + LISTEN"
                 if notify
                 else (f"polling only ({get_settings().POLL_INTERVAL:g} s)")
             )
