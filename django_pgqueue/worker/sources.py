@@ -9,6 +9,7 @@ source makes for a claimed row must be guarded by the row's claim token.
 from __future__ import annotations
 
 import uuid
+from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 from .. import sql
@@ -23,35 +24,35 @@ class Claimed(Protocol):
     status: str
 
 
-class Source:
+class Source(ABC):
     """Base class of a queue table a Worker claims from."""
 
     #: Short name, used in logs and to route outcomes.
     name: str = ""
 
+    @abstractmethod
     def claim(self, conn: Any, params: dict[str, Any]) -> list[Any]:
         """Claim up to ``params['limit']`` rows (one statement); return Claimed objects."""
-        raise NotImplementedError
 
+    @abstractmethod
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         """Whether anything is due now or held by any worker (for ``--burst``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def run(self, item: Any) -> Outcome:
         """Run one claimed row; never raises."""
-        raise NotImplementedError
 
+    @abstractmethod
     def release(self, item: Any, reason: str) -> Outcome:
         """Give back a row that was not started (the attempt is refunded)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def interrupted(self, item: Any) -> Outcome:
         """A row still running when the shutdown grace ran out."""
-        raise NotImplementedError
 
+    @abstractmethod
     def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
         """Write outcomes guarded by token; return the ids that were written."""
-        raise NotImplementedError
 
     #: The source's READ_OUTCOMES and EXTEND_LEASES statements (see sql.py).
     read_outcomes_sql: str = ""
