@@ -52,6 +52,8 @@ class Command(BaseCommand):
         self.stdout.write(f"Queue dashboard: {url}django_pgqueue/job/dashboard/")
         self.stdout.write(f"Dead-letter queue: {url}django_pgqueue/job/?status=dead")
         self.stdout.write("Ctrl-C stops the server and the workers.\n")
+        # SIGTERM (e.g. from a process manager or `timeout`) stops them too.
+        signal.signal(signal.SIGTERM, _interrupt)
         try:
             while all(child.poll() is None for child in children):
                 time.sleep(0.5)
@@ -87,3 +89,7 @@ class Command(BaseCommand):
                 child.kill()
                 child.wait()
         self.stdout.write("Stopped the server and the workers.")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
