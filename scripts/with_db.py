@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 import warnings
@@ -32,6 +30,9 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
+
+# dev.py (stdlib only, beside this file) owns running a child in the foreground.
+from dev import run_child
 from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,25 +199,12 @@ def start_embedded() -> tuple[str, dict[str, str]]:
 
 
 def run(cmd: list[str], env: dict[str, str]) -> int:
-    """Run in the foreground; Ctrl-C reaches the child directly, SIGTERM is forwarded."""
+    """Run in the foreground (dev.run_child: Ctrl-C reaches it, SIGTERM is forwarded)."""
     try:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+        return run_child(cmd, env)
     except OSError as exc:
         print(f"with_db.py: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
         return 127
-
-    def forward(signum: int, _frame: object) -> None:
-        proc.send_signal(signum)
-
-    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    previous_term = signal.signal(signal.SIGTERM, forward)
-    try:
-        code = proc.wait()
-    finally:
-        signal.signal(signal.SIGINT, previous_int)
-        signal.signal(signal.SIGTERM, previous_term)
-    # Killed by a signal: report it the way shells do (128 + signal number).
-    return 128 - code if code < 0 else code
 
 
 def main(argv: list[str]) -> int:
