@@ -65,6 +65,23 @@ def record_run(context, label: str = "", sleep: float = 0.0) -> int:
     return context.attempt
 
 
+@task(takes_context=True)
+def mark_then_sleep(context, label: str, seconds: float) -> float:
+    """Writes a TaskRun row when it starts, then sleeps: tests wait for "started", not "claimed"."""
+    import os
+
+    from .models import TaskRun
+
+    TaskRun.objects.create(
+        job_id=int(context.task_result.id),
+        attempt=context.attempt,
+        pid=os.getpid(),
+        label=f"start:{label}",
+    )
+    time.sleep(seconds)
+    return seconds
+
+
 @task(takes_context=True, max_attempts=3)
 def kill_own_process(context) -> None:
     """Poison that kills its worker process (crash tests)."""

@@ -191,8 +191,8 @@ def test_graceful_sigterm_drains_releases_and_stops_claiming(worker_process, tes
     """Q8: two tasks finish within the grace period, the long one is released as interrupted."""
     from testproject.demo import tasks
 
-    quick = [int(tasks.record_run.enqueue(f"q{i}", sleep=0.6).id) for i in range(2)]
-    long = int(tasks.sleep_for.enqueue(20).id)
+    quick = [int(tasks.mark_then_sleep.enqueue(f"q{i}", 0.6).id) for i in range(2)]
+    long = int(tasks.mark_then_sleep.enqueue("long", 20).id)
     w = worker_process(
         "--concurrency",
         "3",
@@ -200,13 +200,12 @@ def test_graceful_sigterm_drains_releases_and_stops_claiming(worker_process, tes
         "0",
         env=worker_env(PGQUEUE_SHUTDOWN_GRACE_SECONDS="1.5", PGQUEUE_LEASE_SECONDS="30"),
     )
+    # Wait for the three tasks to have *started*: a claimed row still queued for a thread
+    # when SIGTERM arrives is released unstarted (pending, attempt refunded), by design.
     wait_until(
-        lambda: (
-            query(test_dsn, "SELECT count(*) FROM pgqueue_job WHERE status = 'in_progress'")[0][0]
-            == 3
-        ),
+        lambda: query(test_dsn, "SELECT count(*) FROM demo_taskrun")[0][0] == 3,
         15,
-        "three jobs in flight",
+        "three tasks started",
     )
     w.signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -226,6 +225,43 @@ def test_graceful_sigterm_drains_releases_and_stops_claiming(worker_process, tes
         assert (row["status"], row["attempts"]) == ("pending", 0)
     assert stopped < 1.5 + 3
     summary(faults=1, tasks=5, duplicates=0, lost=0, recover=stopped, note="SIGTERM drain")
+
+
+def test_sigterm_releases_prefetched_rows_unstarted_with_the_attempt_refunded(
+    worker_process, test_dsn, summary
+):
+    """Rows claimed ahead of a free thread go back to pending untouched on SIGTERM."""
+    from testproject.demo import tasks
+
+    running = int(tasks.mark_then_sleep.enqueue("running", 0.8).id)
+    queued = [int(tasks.record_run.enqueue(f"queued{i}").id) for i in range(3)]
+    w = worker_process(
+        "--concurrency", "1", "--prefetch", "3", env=worker_env(PGQUEUE_LEASE_SECONDS="30")
+    )
+    wait_until(
+        lambda: query(test_dsn, "SELECT count(*) FROM demo_taskrun")[0][0] == 1,
+        15,
+        "the first task started",
+    )
+    held = query(
+        test_dsn,
+        "SELECT count(*) FROM pgqueue_job WHERE status = 'in_progress' AND id = ANY(%s)",
+        (queued,),
+    )[0][0]
+    assert held == 3  # claimed with the first one, waiting for the only thread
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0
+    assert job(test_dsn, running)["status"] == "succeeded"
+    for job_id in queued:
+        row = job(test_dsn, job_id)
+        assert (row["status"], row["attempts"], row["locked_until"], row["errors"]) == (
+            "pending",
+            0,
+            None,
+            [],
+        )
+    assert query(test_dsn, "SELECT count(*) FROM demo_taskrun")[0][0] == 1
+    summary(faults=1, tasks=4, duplicates=0, lost=0, note="SIGTERM with 3 prefetched rows")
 
 
 def test_restart_after_kill_during_load_loses_nothing(worker_process, test_dsn, summary):
