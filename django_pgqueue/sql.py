@@ -17,6 +17,8 @@ Django cursor (enqueue, results) use positional ``%s``.
 
 from __future__ import annotations
 
+import datetime as dt
+
 JOB_TABLE = "pgqueue_job"
 
 #: Columns a worker needs to run a claimed job.
@@ -333,6 +335,16 @@ EVENT_TABLE = "pgqueue_event"
 DELIVERY_TABLE = "pgqueue_delivery"
 ATTEMPT_TABLE = "pgqueue_delivery_attempt"
 
+# A disabled endpoint's waiting deliveries are "parked": a trigger on the endpoint
+# table (migration 0004) moves their ``next_attempt_at`` to this instant when
+# ``is_active`` goes false and back to now when it goes true, however the flag is
+# changed. Parked rows lie beyond every ``next_attempt_at <= now()`` range the
+# claim reads, so a big backlog on a disabled endpoint costs the claim nothing.
+# Parking is an optimisation, never a condition of correctness: the claim still
+# checks ``is_active``, so a row a race leaves unparked only costs a scan.
+PARKED_AT = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
+_PARKED = f"TIMESTAMPTZ '{PARKED_AT.isoformat()}'"
+
 # One event, in the caller's transaction. With an idempotency key, a second send
 # (even a concurrent one: ON CONFLICT waits for the first transaction) inserts
 # nothing and returns no row; the caller then reads the first event. ``payload``
@@ -499,6 +511,9 @@ JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id
 #   probe, opens it for a cool-down that doubles (capped) while failures go on. A
 #   410 Gone, or failing without a success for DISABLE_AFTER, deactivates the
 #   endpoint with a reason; its deliveries stay as they are.
+# * ``done`` parks a row that goes back to waiting while its endpoint is disabled
+#   (see PARKED_AT); an endpoint this very statement disables is parked by the
+#   trigger once the statement is over.
 # * ``deferred``: when this statement opens a circuit, the endpoint's waiting
 #   deliveries are moved to the end of the cool-down. The claim would skip them
 #   anyway; moving them keeps them from being scanned on every claim meanwhile.
@@ -517,14 +532,16 @@ WITH v AS (
         status = v.status,
         locked_until = NULL,
         finished_at = CASE WHEN v.status IN ('succeeded', 'dead') THEN now() END,
-        next_attempt_at = CASE WHEN v.status IN ('failed', 'pending')
-                               THEN now() + make_interval(secs => v.delay)
-                               ELSE d.next_attempt_at END,
+        next_attempt_at = CASE WHEN v.status NOT IN ('failed', 'pending')
+                                   THEN d.next_attempt_at
+                               WHEN ep.is_active THEN now() + make_interval(secs => v.delay)
+                               ELSE {_PARKED} END,
         attempts = d.attempts - v.refund,
         last_error = COALESCE(v.last_error, d.last_error),
         updated_at = now()
-    FROM v
+    FROM v, {ENDPOINT_TABLE} AS ep
     WHERE d.id = v.id AND d.locked_by = v.token AND d.locked_until IS NOT NULL
+      AND ep.id = d.endpoint_id
     RETURNING d.id, d.endpoint_id
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (

@@ -82,7 +82,7 @@ class DeliveryAdmin(QueueRowAdmin):
         "endpoint_link",
         "status_display",
         "attempts_display",
-        "next_attempt_at",
+        "next_attempt_display",
         "created_at",
         "last_error_line",
     )
@@ -116,7 +116,7 @@ class DeliveryAdmin(QueueRowAdmin):
             {
                 "fields": (
                     "attempts_display",
-                    "next_attempt_at",
+                    "next_attempt_display",
                     "lease",
                     "worker_id",
                     "created_at",
@@ -141,6 +141,14 @@ class DeliveryAdmin(QueueRowAdmin):
         if url_name.endswith("_changelist"):
             qs = qs.defer("errors", "event__payload", "event__body")
         return qs
+
+    @admin.display(description=_("next attempt at"), ordering="next_attempt_at")
+    def next_attempt_display(self, obj: Delivery):
+        if obj.is_parked:
+            return format_html(
+                '<span class="pgq-muted">{}</span>', _("parked: the endpoint is disabled")
+            )
+        return obj.next_attempt_at
 
     @admin.display(description=_("event"), ordering="event_id")
     def event_link(self, obj: Delivery):

@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from ..sql import PARKED_AT
 from .queue import QueueRow, queue_row_constraints, queue_row_indexes
 
 
@@ -264,6 +265,11 @@ class Delivery(QueueRow):
 
     def __str__(self) -> str:
         return f"delivery #{self.pk} ({self.status})"
+
+    @property
+    def is_parked(self) -> bool:
+        """Waiting for its endpoint to be enabled again (see ``sql.PARKED_AT``)."""
+        return self.next_attempt_at is not None and self.next_attempt_at >= PARKED_AT
 
     @property
     def idempotency_key(self) -> str:
