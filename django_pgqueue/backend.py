@@ -95,17 +95,27 @@ def serialize_arguments(task: Task, args: Sequence[Any], kwargs: dict[str, Any])
     )
 
 
+#: A prepare threshold no statement reaches during one ``execute_one`` call:
+#: only the statement executed with ``prepare=True`` is prepared.
+_ONLY_WHEN_ASKED = 2**31
+
+
 def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepare: bool) -> Any:
     """Run ``statement`` on Django's ``connection`` and return its first row.
 
     Django's psycopg cursors bind parameters on the client, so PostgreSQL parses
     and plans the statement again on every call; for a one-row enqueue that is a
     large share of the whole cost. This runs it on the same psycopg connection
-    with server-side binding (a prepared statement with ``prepare``), so the
-    caller's transaction, ``on_commit`` hooks and Django's error wrapping apply as
-    before. When Django records queries (``DEBUG``, ``assertNumQueries``) or an
-    ``execute_wrapper`` is installed (tracing, query inspection), the ordinary
-    cursor is used so they see the statement.
+    with server-side binding, so the caller's transaction, ``on_commit`` hooks and
+    Django's error wrapping apply as before. When Django records queries
+    (``DEBUG``, ``assertNumQueries``) or an ``execute_wrapper`` is installed
+    (tracing, query inspection), the ordinary cursor is used so they see it.
+
+    With ``prepare`` the statement is a server-side prepared statement. Django
+    opens its connections with ``prepare_threshold=None`` unless ``OPTIONS`` says
+    otherwise, and psycopg then prepares nothing, not even on request; the
+    threshold is lifted for this one call only (to a value no other statement
+    reaches), so this statement is prepared and Django's own never are.
     """
     if connection.queries_logged or connection.execute_wrappers:
         with connection.cursor() as cursor:
@@ -113,8 +123,16 @@ def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepa
             return cursor.fetchone()
     connection.ensure_connection()
     connection.validate_no_broken_transaction()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(statement, params, prepare=prepare)
+    pg = connection.connection
+    with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor:
+        if prepare and pg.prepare_threshold is None:
+            pg.prepare_threshold = _ONLY_WHEN_ASKED
+            try:
+                cursor.execute(statement, params, prepare=True)
+            finally:
+                pg.prepare_threshold = None
+        else:
+            cursor.execute(statement, params, prepare=prepare)
         return cursor.fetchone()
 
 
@@ -418,7 +436,7 @@ class PgQueueBackend(BaseTaskBackend):
                 f"Job {job_id} refers to {task_path!r}, which is not an importable Task here: {exc}"
             ) from exc
         task = self._task_as_enqueued(task, queue_name, priority, backend)
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task,
             id=str(job_id),
             status=STATUS_MAP[status],

@@ -202,3 +202,47 @@ def test_enqueue_goes_through_execute_wrappers():
     with connection.execute_wrapper(wrapper):
         tasks.add.enqueue(1, 2)
     assert len(seen) == 1 and "pgqueue:enqueue" in seen[0]
+
+
+def _prepared_statements() -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_enqueue_is_a_prepared_statement_and_django_queries_stay_unprepared():
+    from django.db import connection
+
+    connection.close()  # a fresh session: nothing prepared yet
+    for n in range(3):
+        tasks.add.enqueue(n, n)
+        Job.objects.filter(pk=0).exists()  # a query of Django's own, several times
+    prepared = _prepared_statements()
+    assert len(prepared) == 1 and "pgqueue:enqueue" in prepared[0]
+    assert connection.connection.prepare_threshold is None  # Django's setting is back
+    assert Job.objects.count() == 3
+
+
+def test_enqueue_prepares_nothing_when_prepared_statements_are_off(settings):
+    from django.db import connection
+
+    settings.PGQUEUE = {**settings.PGQUEUE, "PREPARED_STATEMENTS": False}
+    connection.close()
+    tasks.add.enqueue(1, 1)
+    assert _prepared_statements() == []
+
+
+def test_a_failed_prepared_enqueue_leaves_the_connection_usable():
+    from django.db import IntegrityError, connection
+
+    connection.close()
+    tasks.add.enqueue(1, 1)  # prepared now
+    with pytest.raises(IntegrityError), transaction.atomic():
+        tasks.add.using(priority=0).enqueue(2, 2)
+        with connection.cursor() as cursor:  # break the transaction on purpose
+            cursor.execute("INSERT INTO pgqueue_job (id) VALUES (NULL)")
+    tasks.add.enqueue(3, 3)  # the rollback cleared psycopg's cache; prepared again
+    assert connection.connection.prepare_threshold is None
+    assert sorted(Job.objects.values_list("args", flat=True)) == [[1, 1], [3, 3]]
