@@ -24,8 +24,10 @@ try:
 
     TASKS_MODULE = "django.tasks"
 except ImportError:  # Django 5.2: the backport.
+    # mypy checks the package against django.tasks (django-stubs): the backport's classes
+    # are the same API under other module names, hence the ignores on this branch.
     try:
-        from django_tasks import (  # type: ignore[no-redef]
+        from django_tasks import (  # type: ignore[no-redef, assignment]
             DEFAULT_TASK_BACKEND_ALIAS,
             DEFAULT_TASK_QUEUE_NAME,
             TaskContext,
@@ -34,13 +36,13 @@ except ImportError:  # Django 5.2: the backport.
             task,
             task_backends,
         )
-        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-        from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
-        from django_tasks.exceptions import (  # type: ignore[no-redef]
+        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
+        from django_tasks.base import Task, TaskError  # type: ignore[assignment]
+        from django_tasks.exceptions import (  # type: ignore[assignment]
             InvalidTaskError as InvalidTask,
         )
-        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
-        from django_tasks.signals import (  # type: ignore[no-redef]
+        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[assignment]
+        from django_tasks.signals import (
             task_enqueued,
             task_finished,
             task_started,

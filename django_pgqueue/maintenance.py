@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from . import sql
 from .conf import get_settings
@@ -102,7 +102,11 @@ def prune(
         event_age = plan.get("succeeded")
         if webhooks and event_age is not None:
             if dry_run:
-                (count,) = conn.execute(sql.PRUNE_COUNT_EVENTS, {"age": event_age}).fetchone()
+                # A COUNT(*) always returns its one row.
+                (count,) = cast(
+                    "tuple[int]",
+                    conn.execute(sql.PRUNE_COUNT_EVENTS, {"age": event_age}).fetchone(),
+                )
                 report.add(sql.EVENT_TABLE, "orphaned", count)
             else:
                 while True:

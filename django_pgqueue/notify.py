@@ -18,11 +18,15 @@ import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
 from . import sql
 from .conf import get_settings
+
+if TYPE_CHECKING:
+    import psycopg
 
 logger = logging.getLogger("django_pgqueue.notify")
 
@@ -38,7 +42,7 @@ class Notifier:
         self._event = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
-        self._conn = None
+        self._conn: psycopg.Connection | None = None
         self.sent = 0
 
     def request(self, channel: str) -> None:

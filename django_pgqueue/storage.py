@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models, transaction
 
@@ -19,6 +19,9 @@ from . import sql
 from .conf import get_settings
 from .models.queue import Status
 from .notify import wake_workers
+
+if TYPE_CHECKING:
+    from .models.webhooks import Delivery, Endpoint
 
 #: For each operation: the states it may change, and the SET clause it applies.
 OPERATIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -194,7 +197,7 @@ def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationRe
     return apply_operation(Delivery, "replay", list(ids))
 
 
-def send_test_event(endpoint: models.Model, sent_by: str = "") -> models.Model:
+def send_test_event(endpoint: Endpoint, sent_by: str = "") -> Delivery:
     """Queue one ``pgqueue.test`` event to this endpoint only; returns its Delivery.
 
     It is tried once (``max_attempts=1``): its outcome is in the delivery's attempt

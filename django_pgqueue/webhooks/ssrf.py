@@ -210,8 +210,11 @@ def is_address_allowed(
     allow = parse_networks(allow_networks)
     deny = {_to_address(a) for a in deny_addresses}
 
+    encoding: str
+    embedded: list[ipaddress.IPv4Address]
     encoding, embedded = ("", [])
     prefix = ""
+    reason: str | None
     if isinstance(address, ipaddress.IPv6Address):
         encoding, embedded = _embedded_ipv4(address)
         if encoding == "IPv4-mapped":
