@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.http import HttpRequest
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 def log_changes(
@@ -30,7 +34,7 @@ def log_changes(
     LogEntry.objects.bulk_create(
         [
             LogEntry(
-                user_id=request.user.pk,
+                user_id=request.user.pk,  # type: ignore[misc]  # the admin's user is logged in
                 content_type_id=content_type.pk,
                 object_id=str(pk),
                 object_repr=str(objects.get(pk, f"{model._meta.verbose_name} #{pk}"))[:200],
@@ -56,7 +60,11 @@ def summarize_skips(skipped: Mapping[int, str], limit: int = 10) -> str:
 
 
 def report(
-    modeladmin, request: HttpRequest, done: str, changed: Iterable[int], skipped: Mapping[int, str]
+    modeladmin,
+    request: HttpRequest,
+    done: StrOrPromise,
+    changed: Iterable[int],
+    skipped: Mapping[int, str],
 ) -> None:
     """``message_user`` with the changed count and each skip's reason."""
     changed = list(changed)

@@ -25,7 +25,7 @@ STATUS_COLUMNS = (
 )
 
 
-def _filtered(changelist: str, status: str, **params: object) -> str:
+def _filtered(changelist: str, status: str, **params: Any) -> str:
     return f"{changelist}?{urlencode({**params, 'status': status})}"
 
 

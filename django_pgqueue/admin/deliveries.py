@@ -128,7 +128,8 @@ class DeliveryAdmin(QueueRowAdmin):
         (_("Payload"), {"fields": ("idempotency_key_display", "payload_json")}),
         (_("Errors"), {"fields": ("last_error_pre", "errors_history")}),
     )
-    readonly_fields = flatten_fieldsets(fieldsets)
+    # The stub wants each fieldset's options as its TypedDict; the literal is a plain dict.
+    readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
 
     pgqueue_delivery_replay = operation_button("replay", style="default")
     pgqueue_delivery_retry_now = operation_button("retry_now")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -18,7 +21,7 @@ def pretty_json(value: Any) -> SafeString:
     return format_html('<pre class="pgq-json">{}</pre>', text)
 
 
-def json_display(field: str, description: str):
+def json_display(field: str, description: StrOrPromise):
     """An admin display method showing ``field`` as pretty JSON."""
 
     def show(modeladmin: Any, obj: Any) -> SafeString:

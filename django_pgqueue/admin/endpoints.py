@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -28,6 +28,9 @@ from .audit import log_changes, report
 from .display import json_display
 from .row_actions import RowActionsAdmin, row_action
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 MASK = "whsec_" + "•" * 12
 
 
@@ -36,9 +39,9 @@ class EndpointSwitch:
     """One operator switch: labels, and which endpoints it applies to."""
 
     name: str
-    label: str
-    done: str
-    explanation: str
+    label: StrOrPromise
+    done: StrOrPromise
+    explanation: StrOrPromise
 
     def applies(self, endpoint: Endpoint) -> bool:
         if self.name == "enable":
@@ -192,9 +195,10 @@ class EndpointAdmin(RowActionsAdmin):
     def previous_secrets_count(self, obj: Endpoint) -> int:
         now = timezone.now()
         return sum(
-            1
+            1  # type: ignore[misc]  # mypy matches this generator to sum's bool overload
             for e in obj.previous_secrets
-            if timezone.datetime.fromisoformat(e["expires_at"]) > now
+            # django.utils.timezone imports datetime; its stub does not re-export it.
+            if timezone.datetime.fromisoformat(e["expires_at"]) > now  # type: ignore[attr-defined]
         )
 
     @admin.display(description=_("circuit"), ordering="breaker_state")

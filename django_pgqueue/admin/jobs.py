@@ -71,7 +71,8 @@ class JobAdmin(QueueRowAdmin):
         (_("Errors"), {"fields": ("last_error_pre", "errors_history", "workers_json")}),
     )
 
-    readonly_fields = flatten_fieldsets(fieldsets)
+    # The stub wants each fieldset's options as its TypedDict; the literal is a plain dict.
+    readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
 
     pgqueue_job_replay = operation_button("replay", style="default")
     pgqueue_job_retry_now = operation_button("retry_now")

@@ -10,7 +10,7 @@ a double submit changes nothing the second time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import Count, QuerySet
@@ -25,16 +25,19 @@ from .display import error_history, first_line, status_badge
 from .paginator import EstimatedCountPaginator
 from .row_actions import RowActionsAdmin, row_action
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 
 @dataclass(frozen=True)
 class Operation:
     """How the admin names and explains one storage operation."""
 
     name: str
-    label: str
-    done: str
+    label: StrOrPromise
+    done: StrOrPromise
     result_state: str
-    explanation: str
+    explanation: StrOrPromise
 
     @property
     def allowed_states(self) -> tuple[str, ...]:
@@ -97,7 +100,7 @@ def operation_button(operation: str, style: str = ""):
     )(view)
 
 
-def _bulk_action(operation: str, description: str):
+def _bulk_action(operation: str, description: StrOrPromise):
     """A bulk admin action named ``operation`` (the name is the public contract)."""
 
     @admin.action(permissions=["operate"], description=description)

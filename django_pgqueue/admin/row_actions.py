@@ -24,9 +24,9 @@ adapt the rest in this subclass (docs/admin.md, "django-admin-actions"):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from admin_actions.admin import ActionsModelAdmin
+from admin_actions.admin import ActionsModelAdmin  # type: ignore[import-untyped]  # no py.typed
 from django import forms
 from django.contrib.admin import ModelAdmin, helpers
 from django.core.exceptions import PermissionDenied
@@ -40,9 +40,12 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 
 def row_action(
-    label: str,
+    label: StrOrPromise,
     url_path: str,
     *,
     permission: str,
@@ -111,8 +114,12 @@ class RowActionsAdmin(ActionsModelAdmin):
                 )
         return buttons
 
-    def get_list_display(self, request: HttpRequest) -> tuple[str, ...]:
-        display = tuple(ModelAdmin.get_list_display(self, request))
+    def get_list_display(
+        self, request: HttpRequest
+    ) -> tuple[str | Callable[[Any], str | bool], ...]:
+        display: tuple[str | Callable[[Any], str | bool], ...] = tuple(
+            ModelAdmin.get_list_display(self, request)
+        )
         # The column is rendered per row without the request, so permission is
         # decided here, for the whole column: the row buttons of one admin share
         # one permission.
@@ -159,8 +166,8 @@ class RowActionsAdmin(ActionsModelAdmin):
         request: HttpRequest,
         pk: int,
         *,
-        label: str,
-        explanation: str,
+        label: StrOrPromise,
+        explanation: StrOrPromise,
         act: Callable[[Any, dict[str, Any]], HttpResponse | None],
         applies: Callable[[Any], bool] = lambda obj: True,
         form_class: type[forms.Form] | None = None,
@@ -213,8 +220,8 @@ class RowActionsAdmin(ActionsModelAdmin):
         queryset: QuerySet,
         action_name: str,
         *,
-        label: str,
-        explanation: str,
+        label: StrOrPromise,
+        explanation: StrOrPromise,
         apply: Callable[[list[int]], Any],
         **extra: Any,
     ) -> HttpResponse | None:
