@@ -12,7 +12,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from django_pgqueue.webhooks.transport import WebhookTransport, parse_retry_after
+from django_pgqueue.webhooks.transport import WebhookTransport, _watchdog, parse_retry_after
 
 LOOPBACK = ["127.0.0.0/8"]
 
@@ -145,6 +145,12 @@ def test_success_and_keep_alive_reuses_one_connection(receiver, transport):
     sent = receiver.requests[0]["headers"]
     assert sent["Accept-Encoding"] == "identity"
     assert sent["User-Agent"].startswith("django-pgqueue/")
+
+
+def test_the_watchdog_holds_only_requests_in_flight(receiver, transport):
+    for _ in range(3):
+        assert transport.post(receiver.url("/hook"), b"{}", {}).ok
+    assert not _watchdog._active  # finished requests are not kept until their deadline
 
 
 def test_server_error_is_a_response_not_a_transport_error(receiver, transport):
