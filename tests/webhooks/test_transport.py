@@ -147,6 +147,41 @@ def test_success_and_keep_alive_reuses_one_connection(receiver, transport):
     assert sent["User-Agent"].startswith("django-pgqueue/")
 
 
+def test_exactly_the_given_headers_and_bytes_are_sent(receiver, transport):
+    # No session: nothing is merged in (no default Accept, Connection or cookie headers),
+    # a caller's Accept-Encoding and Content-Length cannot win, the body goes as given.
+    body = b'{"type": "x", "data": "\xc3\xa9"}'
+    result = transport.post(
+        receiver.url("/hook"),
+        body,
+        {"webhook-id": "msg_1", "accept-encoding": "gzip", "Content-Length": "1"},
+    )
+    assert result.ok
+    (sent,) = receiver.requests
+    assert sent["body"] == body
+    assert {k.lower(): v for k, v in sent["headers"].items()} == {
+        "webhook-id": "msg_1",
+        "accept-encoding": "identity",
+        "content-length": str(len(body)),
+        "user-agent": sent["headers"]["User-Agent"],
+        "host": f"127.0.0.1:{receiver.port}",
+    }
+
+
+def test_cookies_a_receiver_sets_are_never_sent_back(receiver, transport):
+    receiver.routes["/cookie"] = lambda h: h.send_simple(200, b"", [("Set-Cookie", "s=1")])
+    assert transport.post(receiver.url("/cookie"), b"{}", {}).ok
+    assert transport.post(receiver.url("/hook"), b"{}", {}).ok
+    assert [r["headers"].get("Cookie") for r in receiver.requests] == [None, None]
+
+
+def test_header_injection_is_refused_before_sending(receiver, transport):
+    result = transport.post(receiver.url("/hook"), b"{}", {"X-Evil": "a\r\nX-Injected: 1"})
+    assert result.status_code is None
+    assert "InvalidHeader" in result.error
+    assert receiver.requests == []
+
+
 def test_the_watchdog_holds_only_requests_in_flight(receiver, transport):
     for _ in range(3):
         assert transport.post(receiver.url("/hook"), b"{}", {}).ok
