@@ -36,8 +36,12 @@ class SecretDecryptionError(PgQueueError):
     """A stored secret cannot be decrypted with the configured keys."""
 
 
+@lru_cache(maxsize=8)
 def derive_key(secret_key: str) -> bytes:
-    """A Fernet key derived from a Django ``SECRET_KEY`` (HKDF-SHA256)."""
+    """A Fernet key derived from a Django ``SECRET_KEY`` (HKDF-SHA256).
+
+    Cached: a pure function of the setting, and it ran on every decryption.
+    """
     raw = HKDF(algorithm=hashes.SHA256(), length=32, salt=_HKDF_SALT, info=_HKDF_INFO).derive(
         secret_key.encode()
     )
@@ -87,16 +91,32 @@ def decrypt_secret(token: str, *, what: str = "a webhook signing secret") -> str
 
 
 def decrypt_active_secrets(
-    current: str, previous: list[dict[str, str]], now: datetime, *, what: str
+    current: str,
+    previous: list[dict[str, str]],
+    now: datetime,
+    *,
+    what: str,
+    cache: dict[str, str] | None = None,
 ) -> list[str]:
     """The secrets to sign with: ``current`` first, then the unexpired ``previous`` ones.
 
     ``previous`` entries are ``{"secret": <ciphertext>, "expires_at": <ISO time>}``.
+    ``cache`` (ciphertext to plaintext) saves decrypting the same secret again; the
+    worker keeps one per claimed batch, so it lives as long as that batch.
     """
-    found = [decrypt_secret(current, what=what)]
+
+    def decrypt(token: str) -> str:
+        if cache is None:
+            return decrypt_secret(token, what=what)
+        plaintext = cache.get(token)
+        if plaintext is None:
+            plaintext = cache[token] = decrypt_secret(token, what=what)
+        return plaintext
+
+    found = [decrypt(current)]
     for entry in previous:
         if datetime.fromisoformat(entry["expires_at"]) > now:
-            found.append(decrypt_secret(entry["secret"], what=what))
+            found.append(decrypt(entry["secret"]))
     return found
 
 

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils import timezone
@@ -58,6 +58,9 @@ class ClaimedDelivery:
     msg_id: str
     event_type: str
     body: str
+    #: Decrypted secrets by ciphertext, shared by the deliveries of one claim: a batch
+    #: to one endpoint decrypts its secret once. Lives as long as the batch's items.
+    decrypted: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __repr__(self) -> str:  # never the secrets
         return f"<ClaimedDelivery {self.id} {self.event_type} -> endpoint {self.endpoint_id}>"
@@ -73,6 +76,7 @@ class ClaimedDelivery:
             self.previous_secrets,
             now,
             what=f"the secrets of endpoint {self.endpoint_id}",
+            cache=self.decrypted,
         )
 
 
@@ -122,8 +126,9 @@ class DeliverySource(Source):
         if not self._selected(params):
             return []
         rows = conn.execute(sql.CLAIM_DELIVERIES, params).fetchall()
+        decrypted: dict[str, str] = {}
         # Lapsed rows whose endpoint is paused come back 'failed' (deferred, not run).
-        return [ClaimedDelivery(*row) for row in rows if row[1] != Status.FAILED]
+        return [ClaimedDelivery(*row, decrypted) for row in rows if row[1] != Status.FAILED]
 
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         if not self._selected(params):

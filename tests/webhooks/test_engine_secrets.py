@@ -152,3 +152,23 @@ def test_secrets_never_in_repr_str_logs_or_attempts(
         for secret in secrets:
             assert secret not in text
             assert secret.removeprefix("whsec_") not in text
+
+
+def test_a_claimed_batch_decrypts_each_endpoint_secret_once(monkeypatch, make_endpoint):
+    from django_pgqueue.webhooks import crypto
+    from django_pgqueue.webhooks.signing import generate_secret
+
+    endpoint = make_endpoint("http://127.0.0.1:9/", secret=generate_secret())
+    ciphertext, plaintext = stored_secret(endpoint), endpoint.secret
+    calls = []
+    real = crypto.decrypt_secret
+    monkeypatch.setattr(
+        crypto, "decrypt_secret", lambda token, **kw: calls.append(token) or real(token, **kw)
+    )
+    now = endpoint.created_at
+    cache: dict[str, str] = {}
+    first = crypto.decrypt_active_secrets(ciphertext, [], now, what="x", cache=cache)
+    second = crypto.decrypt_active_secrets(ciphertext, [], now, what="x", cache=cache)
+    assert first == second == [plaintext] and calls == [ciphertext]
+    crypto.decrypt_active_secrets(ciphertext, [], now, what="x")  # no cache: decrypts again
+    assert calls == [ciphertext, ciphertext]
