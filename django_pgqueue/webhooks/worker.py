@@ -15,12 +15,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from django.utils import timezone
 
 from .. import sql
@@ -29,7 +31,7 @@ from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
 from ..worker import hooks
 from ..worker.runner import Outcome
-from ..worker.sources import Source
+from ..worker.sources import Source, array_literal, text_array_literal
 from . import breaker
 from .crypto import SecretDecryptionError, decrypt_active_secrets
 from .signing import build_headers
@@ -80,6 +82,45 @@ class ClaimedDelivery:
         )
 
 
+_NAMED_PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+class _Statement:
+    """A ``%(name)s`` statement converted once to PostgreSQL's ``$n`` form.
+
+    psycopg converts a statement with named parameters on every execution and caches
+    the result only for statements up to 4 KiB; the delivery claim and completion are
+    longer, so each one paid a full parse of its text. A raw cursor sends the converted
+    text as is (and psycopg still prepares it server-side after its second run).
+    """
+
+    def __init__(self, query: str) -> None:
+        names: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            return f"${names.index(match.group(1)) + 1}"
+
+        self.query = _NAMED_PARAMETER.sub(number, query)
+        if "%" in self.query:
+            raise ValueError("only %(name)s placeholders can be converted")
+        self.names = tuple(names)
+
+    def fetchall(self, conn: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with psycopg.RawCursor(conn) as cursor:
+            cursor.execute(self.query, [params[name] for name in self.names])
+            return cursor.fetchall()
+
+
+_CLAIM = _Statement(sql.CLAIM_DELIVERIES)
+_COMPLETE = _Statement(sql.COMPLETE_DELIVERIES)
+
+
+def _literal(value: object) -> str:
+    return "NULL" if value is None else str(value)
+
+
 class _Transports(threading.local):
     """One WebhookTransport (one requests.Session: keep-alive) per worker thread."""
 
@@ -125,7 +166,7 @@ class DeliverySource(Source):
     def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedDelivery]:
         if not self._selected(params):
             return []
-        rows = conn.execute(sql.CLAIM_DELIVERIES, params).fetchall()
+        rows = _CLAIM.fetchall(conn, params)
         decrypted: dict[str, str] = {}
         # Lapsed rows whose endpoint is paused come back 'failed' (deferred, not run).
         return [ClaimedDelivery(*row, decrypted) for row in rows if row[1] != Status.FAILED]
@@ -240,24 +281,27 @@ class DeliverySource(Source):
     # -- writing ---------------------------------------------------------------------
 
     def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
+        # Arrays go as PostgreSQL array literals (text, cast by the statement), as
+        # JobSource does: psycopg's list dumper adapts element by element.
         extras = [o.extra for o in batch]
+        started = [e.get("started_at") for e in extras]
         params = {
-            "ids": [o.job_id for o in batch],
-            "tokens": [o.token for o in batch],
-            "statuses": [str(o.status) for o in batch],
-            "delays": [o.delay for o in batch],
-            "last_errors": [o.last_error for o in batch],
-            "refunds": [o.refund for o in batch],
-            "attempts": [o.attempt for o in batch],
-            "started": [e.get("started_at") for e in extras],
-            "durations": [e.get("duration_ms", 0) for e in extras],
-            "codes": [e.get("status_code") for e in extras],
-            "headers": [e.get("headers", "{}") for e in extras],
-            "bodies": [e.get("body", "") for e in extras],
-            "truncated": [e.get("truncated", False) for e in extras],
-            "errors": [e.get("error", "") for e in extras],
-            "verdicts": [e["verdict"] for e in extras],
+            "ids": array_literal([str(o.job_id) for o in batch]),
+            "tokens": array_literal([str(o.token) for o in batch]),
+            "statuses": array_literal([str(o.status) for o in batch]),
+            "delays": array_literal([repr(float(o.delay)) for o in batch]),
+            "last_errors": text_array_literal([o.last_error for o in batch]),
+            "refunds": array_literal([str(int(o.refund)) for o in batch]),
+            "attempts": array_literal([str(int(o.attempt)) for o in batch]),
+            "started": text_array_literal([s.isoformat() if s else None for s in started]),
+            "durations": array_literal([str(int(e.get("duration_ms", 0))) for e in extras]),
+            "codes": array_literal([_literal(e.get("status_code")) for e in extras]),
+            "headers": text_array_literal([e.get("headers", "{}") for e in extras]),
+            "bodies": text_array_literal([e.get("body", "") for e in extras]),
+            "truncated": array_literal(["true" if e.get("truncated") else "false" for e in extras]),
+            "errors": text_array_literal([e.get("error", "") for e in extras]),
+            "verdicts": array_literal([str(e["verdict"]) for e in extras]),
             "worker_id": self.worker_id,
             **breaker.breaker_params(get_settings().WEBHOOKS),
         }
-        return {row[0] for row in conn.execute(sql.COMPLETE_DELIVERIES, params).fetchall()}
+        return {row[0] for row in _COMPLETE.fetchall(conn, params)}

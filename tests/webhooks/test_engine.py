@@ -48,6 +48,26 @@ def test_success_sends_signed_exact_body_with_standard_headers(receiver, make_en
     assert attempt.response_body == '{"ok":true}' and attempt.duration_ms >= 0
 
 
+def test_attempt_log_keeps_awkward_text_exactly(receiver, make_endpoint, run_worker):
+    # The completion sends its columns as PostgreSQL array literals: quotes,
+    # backslashes, braces, commas, "NULL" and non-ASCII must come back unchanged.
+    awkward = 'NULL {"a": "b,c"} \\" \\\\ ☃ \t end'
+    receiver.routes["/odd"] = receivers.status(
+        201, awkward.encode(), {"X-Odd": 'v"1\\,{2}', "X-Null": "NULL"}
+    )
+    make_endpoint(receiver.url("/odd"))
+    event = send_event("order.paid", {"order_id": 7})
+    run_worker()
+    delivery = only_delivery(event)
+    assert delivery.status == "succeeded" and delivery.last_error == ""
+    [attempt] = attempts_of(delivery)
+    assert (attempt.status_code, attempt.error, attempt.response_truncated) == (201, "", False)
+    assert attempt.response_body == awkward
+    assert attempt.response_headers["X-Odd"] == 'v"1\\,{2}'
+    assert attempt.response_headers["X-Null"] == "NULL"
+    assert attempt.started_at <= timezone.now() and attempt.duration_ms >= 0
+
+
 def test_500_then_success_keeps_id_body_and_idempotency_key(receiver, make_endpoint, run_worker):
     receiver.routes["/flaky"] = receivers.flaky(1)
     make_endpoint(receiver.url("/flaky"))
