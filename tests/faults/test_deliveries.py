@@ -14,8 +14,8 @@ import pytest
 from standardwebhooks import Webhook
 
 from django_pgqueue.webhooks import verify
-from testproject.demo.receivers import Receiver
 
+from ..receiver import Receiver
 from .conftest import LEASE, worker_env
 from .helpers import backends, paused_fields, query, wait_until
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from testproject.demo.receivers import Receiver
+from ..receiver import Receiver
 
 #: Fast, deterministic delivery settings: retries due at once, a short breaker.
 FAST_WEBHOOKS: dict[str, Any] = {
