@@ -12,7 +12,6 @@ same way an operator starts them.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -612,11 +611,7 @@ class Bench:
             self.notes.append(f"webhooks: skipped ({reason})")
             self.out(f"   skipped: {reason}")
             return
-        import requests
-
-        from ..models import Endpoint
-        from ..webhooks.fanout import send_event
-        from ..webhooks.signing import generate_secret
+        from ..webhooks.fanout import serialize_payload
 
         receiver = subprocess.Popen(
             [sys.executable, "-m", "django_pgqueue.bench.receiver"],
@@ -638,50 +633,90 @@ class Bench:
                     extra={"n": self.n_webhooks},
                 )
             )
+            # One thread sends one request at a time on one connection, like the
+            # reference: what is left is the per-delivery work, not the overlap.
+            single = self.add(
+                Row(
+                    "webhooks",
+                    "1 process x 1 thread",
+                    "deliveries/s",
+                    reference="requests.Session loop",
+                    extra={"n": self.n_webhooks},
+                )
+            )
             payload = {"type": "bench", "data": {"id": 1}}
-            body = json.dumps(payload).encode()
+            # The very bytes a delivery of this payload sends.
+            body = serialize_payload(payload).encode()
             for rep in range(self.repeat):
-                with requests.Session() as session:
-                    t0 = time.perf_counter()
-                    for _ in range(self.n_webhooks):
-                        session.post(
-                            url, data=body, headers={"content-type": "application/json"}, timeout=5
-                        ).raise_for_status()
-                    row.ref_values.append(self.n_webhooks / (time.perf_counter() - t0))
-                self.sql(
-                    "TRUNCATE pgqueue_delivery_attempt, pgqueue_delivery, pgqueue_event, "
-                    "pgqueue_endpoint CASCADE"
-                )
-                Endpoint.objects.create(url=url, secret=generate_secret())
-                with override_settings(
-                    PGQUEUE={**getattr(settings, "PGQUEUE", {}), "NOTIFY": False}
+                # Alternate the order so drift on a shared machine favours neither.
+                for step in (
+                    ("raw", "ours", "single") if rep % 2 == 0 else ("single", "ours", "raw")
                 ):
-                    for _ in range(self.n_webhooks):
-                        send_event("bench.event", payload)
-                connections.close_all()
-                self.checkpoint(vacuum=True)
-                t0 = time.perf_counter()
-                subprocess.run(
-                    [*self._manage(), "runworkers", "--burst", "--skip-checks"],
-                    env=self.child_env(),
-                    check=True,
-                )
-                elapsed = time.perf_counter() - t0
-                with self.conn() as conn:
-                    query = DRAIN_SPAN.format(table=sql.DELIVERY_TABLE)
-                    done, span = conn.execute(query).fetchone()
-                if done != self.n_webhooks:
-                    raise RuntimeError(f"webhooks: {done} of {self.n_webhooks} delivered")
-                row.values.append(self.n_webhooks / float(span))
-                row.extra.setdefault("wall_per_s", []).append(self.n_webhooks / elapsed)
+                    if step == "raw":
+                        rate = self.webhook_reference(url, body)
+                        row.ref_values.append(rate)
+                        single.ref_values.append(rate)
+                    elif step == "ours":
+                        self.webhook_drain(url, payload, row, None)
+                    else:
+                        self.webhook_drain(url, payload, single, 1)
                 self.out(
-                    f"   rep {rep + 1}: ours {row.values[-1]:,.0f}/s "
-                    f"(raw {row.ref_values[-1]:,.0f}/s)"
+                    f"   rep {rep + 1}: ours {row.values[-1]:,.0f}/s, 1 thread "
+                    f"{single.values[-1]:,.0f}/s (raw {row.ref_values[-1]:,.0f}/s)"
                 )
         finally:
             stop(receiver)
             if receiver.stdout is not None:
                 receiver.stdout.close()
+
+    def webhook_reference(self, url: str, body: bytes) -> float:
+        """Posts/s of a bare ``requests.Session`` loop, after a warm-up."""
+        import requests
+
+        def post(session: requests.Session) -> None:
+            session.post(
+                url, data=body, headers={"content-type": "application/json"}, timeout=5
+            ).raise_for_status()
+
+        with requests.Session() as session:
+            for _ in range(min(50, self.n_webhooks)):  # connection, imports, caches
+                post(session)
+            t0 = time.perf_counter()
+            for _ in range(self.n_webhooks):
+                post(session)
+            return self.n_webhooks / (time.perf_counter() - t0)
+
+    def webhook_drain(
+        self, url: str, payload: dict[str, Any], row: Row, concurrency: int | None
+    ) -> None:
+        """Deliver ``n_webhooks`` events with one ``runworkers --burst``; adds to ``row``."""
+        from ..models import Endpoint
+        from ..webhooks.fanout import send_event
+        from ..webhooks.signing import generate_secret
+
+        self.sql(
+            "TRUNCATE pgqueue_delivery_attempt, pgqueue_delivery, pgqueue_event, "
+            "pgqueue_endpoint CASCADE"
+        )
+        Endpoint.objects.create(url=url, secret=generate_secret())
+        with override_settings(PGQUEUE={**getattr(settings, "PGQUEUE", {}), "NOTIFY": False}):
+            for _ in range(self.n_webhooks):
+                send_event("bench.event", payload)
+        connections.close_all()
+        self.checkpoint(vacuum=True)
+        argv = [*self._manage(), "runworkers", "--burst", "--skip-checks"]
+        if concurrency is not None:
+            argv += ["--concurrency", str(concurrency)]
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=self.child_env(), check=True)
+        elapsed = time.perf_counter() - t0
+        with self.conn() as conn:
+            query = DRAIN_SPAN.format(table=sql.DELIVERY_TABLE)
+            done, span = conn.execute(query).fetchone()
+        if done != self.n_webhooks:
+            raise RuntimeError(f"webhooks: {done} of {self.n_webhooks} delivered")
+        row.values.append(self.n_webhooks / float(span))
+        row.extra.setdefault("wall_per_s", []).append(self.n_webhooks / elapsed)
 
     # 6. claim cost with history ------------------------------------------------------------
 
