@@ -255,6 +255,32 @@ class _PinningAdapter(HTTPAdapter):
             "https": _WatchedHTTPSConnectionPool,
         }
 
+    # Never a proxy, whatever ``proxies`` says (a proxy would resolve the name itself):
+    # the pool is always the pinned one, and the request line is the path. Also spares
+    # two URL parses per request that only looked for a proxy.
+    def get_connection_with_tls_context(
+        self,
+        request: requests.PreparedRequest,
+        verify: bool | str | None,
+        proxies: Mapping[str, str] | None = None,
+        cert: str | tuple[str, str] | None = None,
+    ) -> HTTPConnectionPool:
+        try:
+            host_params, pool_kwargs = self.build_connection_pool_key_attributes(
+                request,
+                verify,  # type: ignore[arg-type]
+                cert,
+            )
+        except ValueError as exc:
+            raise requests.exceptions.InvalidURL(exc, request=request) from None
+        pool: HTTPConnectionPool = self.poolmanager.connection_from_host(
+            **host_params, pool_kwargs=pool_kwargs
+        )
+        return pool
+
+    def request_url(self, request: requests.PreparedRequest, proxies: Mapping[str, str]) -> str:
+        return request.path_url
+
     def build_connection_pool_key_attributes(
         self,
         request: requests.PreparedRequest,
@@ -288,8 +314,7 @@ class _PinningAdapter(HTTPAdapter):
         if deadline is not None:
             deadline.address = str(pinned)
 
-        # Copy: the caller may reuse the mapping it passed in.
-        request.headers = CaseInsensitiveDict(request.headers or {})
+        # WebhookTransport.post() built these headers for this request alone.
         host_header = f"[{host}]" if ":" in host else host
         if port is not None:
             host_header += f":{port}"

@@ -192,6 +192,7 @@ class DeliverySource(Source):
         """Sign and POST one delivery; describe the outcome. Never raises."""
         started_at = timezone.now()
         started = time.perf_counter()
+        body = item.body.encode()  # the bytes signed are the bytes sent
         try:
             secrets = item.secrets(started_at)
             timestamp = int(time.time())
@@ -199,7 +200,7 @@ class DeliverySource(Source):
                 secrets=secrets,
                 msg_id=item.msg_id,
                 timestamp=timestamp,
-                body=item.body.encode(),
+                body=body,
                 idempotency_key=delivery_idempotency_key(item.msg_id, item.id),
                 custom_headers=item.headers or None,
             )
@@ -210,7 +211,7 @@ class DeliverySource(Source):
             result = TransportResult(error=f"not sent: {exc}")
             local_error = True
         else:
-            result = self._transport().post(item.url, item.body.encode(), headers)
+            result = self._transport().post(item.url, body, headers)
             local_error = False
         if hooks.enabled("after_http_response"):
             hooks.pause("after_http_response", item.id, item.token)
