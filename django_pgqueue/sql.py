@@ -343,7 +343,7 @@ ATTEMPT_TABLE = "pgqueue_delivery_attempt"
 # Parking is an optimisation, never a condition of correctness: the claim still
 # checks ``is_active``, so a row a race leaves unparked only costs a scan.
 PARKED_AT = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
-_PARKED = f"TIMESTAMPTZ '{PARKED_AT.isoformat()}'"
+_PARKED = "TIMESTAMPTZ '9999-01-01 00:00:00+00'"  # PARKED_AT, as SQL
 
 # One event, in the caller's transaction. With an idempotency key, a second send
 # (even a concurrent one: ON CONFLICT waits for the first transaction) inserts

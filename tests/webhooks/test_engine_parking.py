@@ -87,3 +87,9 @@ def test_410_gone_parks_the_rest_of_the_endpoints_backlog(receiver, make_endpoin
     statuses = [status for status, _ in rows.values()]
     assert statuses.count("failed") == len(receiver.hits("/gone")) >= 1
     assert statuses.count("pending") == 4 - statuses.count("failed")
+
+
+def test_parked_instant_is_the_same_in_python_and_in_sql():
+    with connect("test-parked") as conn:
+        value = conn.execute(f"SELECT {sql._PARKED}").fetchone()[0]
+    assert value == sql.PARKED_AT
