@@ -278,7 +278,7 @@ class _PinningAdapter(HTTPAdapter):
         )
         return pool
 
-    def request_url(self, request: requests.PreparedRequest, proxies: Mapping[str, str]) -> str:
+    def request_url(self, request: requests.PreparedRequest, proxies: dict[str, str] | None) -> str:
         return request.path_url
 
     def build_connection_pool_key_attributes(
@@ -450,7 +450,7 @@ class WebhookTransport:
                 return result
 
         # Whatever the caller passed, never accept a compressed body (decompression bombs).
-        send_headers = CaseInsensitiveDict(headers)
+        send_headers: CaseInsensitiveDict[str | bytes] = CaseInsensitiveDict(headers)
         send_headers["Accept-Encoding"] = "identity"
         if "User-Agent" not in send_headers:
             send_headers["User-Agent"] = USER_AGENT

@@ -167,9 +167,12 @@ class DeliverySource(Source):
         if not self._selected(params):
             return []
         rows = _CLAIM.fetchall(conn, params)
-        decrypted: dict[str, str] = {}
         # Lapsed rows whose endpoint is paused come back 'failed' (deferred, not run).
-        return [ClaimedDelivery(*row, decrypted) for row in rows if row[1] != Status.FAILED]
+        items = [ClaimedDelivery(*row) for row in rows if row[1] != Status.FAILED]
+        decrypted: dict[str, str] = {}
+        for item in items:
+            item.decrypted = decrypted
+        return items
 
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         if not self._selected(params):
