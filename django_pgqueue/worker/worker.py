@@ -182,7 +182,7 @@ class Worker:
             or threading.current_thread() is not threading.main_thread()
         ):
             return {}
-        old = {}
+        old: dict[int, Any] = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, self._on_signal)
         return old
