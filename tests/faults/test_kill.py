@@ -233,7 +233,7 @@ def test_sigterm_releases_prefetched_rows_unstarted_with_the_attempt_refunded(
     """Rows claimed ahead of a free thread go back to pending untouched on SIGTERM."""
     from testproject.demo import tasks
 
-    running = int(tasks.mark_then_sleep.enqueue("running", 0.8).id)
+    running = int(tasks.mark_then_sleep.enqueue("running", 2.0).id)
     queued = [int(tasks.record_run.enqueue(f"queued{i}").id) for i in range(3)]
     w = worker_process(
         "--concurrency", "1", "--prefetch", "3", env=worker_env(PGQUEUE_LEASE_SECONDS="30")
