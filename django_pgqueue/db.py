@@ -9,6 +9,7 @@ Django's per-thread connections as usual.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import psycopg
@@ -94,3 +95,35 @@ def is_connection_error(exc: BaseException) -> bool:
     # pg_terminate_backend, crash recovery); 25006: read-only transaction after a
     # failover to a standby.
     return sqlstate.startswith(("08", "57P")) or sqlstate == "25006"
+
+
+_NAMED_PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+class PositionalStatement:
+    """A ``%(name)s`` statement converted once to PostgreSQL's ``$n`` form.
+
+    psycopg converts a statement with named parameters on every execution and caches
+    the result only for statements up to 4 KiB, so a longer one (the delivery claim and
+    completion) paid a full parse of its text on every run. A raw cursor sends the
+    converted text as is (and psycopg still prepares it server-side after its second
+    run, with the connection's prepare threshold).
+    """
+
+    def __init__(self, query: str) -> None:
+        names: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            return f"${names.index(match.group(1)) + 1}"
+
+        self.query = _NAMED_PARAMETER.sub(number, query)
+        if "%" in self.query:
+            raise ValueError("only %(name)s placeholders can be converted")
+        self.names = tuple(names)
+
+    def fetchall(self, conn: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with psycopg.RawCursor(conn) as cursor:
+            cursor.execute(self.query, [params[name] for name in self.names])
+            return cursor.fetchall()

@@ -15,18 +15,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
 from django.utils import timezone
 
 from .. import sql
 from ..conf import get_settings
+from ..db import PositionalStatement
 from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
 from ..worker import hooks
@@ -82,39 +81,9 @@ class ClaimedDelivery:
         )
 
 
-_NAMED_PARAMETER = re.compile(r"%\((\w+)\)s")
-
-
-class _Statement:
-    """A ``%(name)s`` statement converted once to PostgreSQL's ``$n`` form.
-
-    psycopg converts a statement with named parameters on every execution and caches
-    the result only for statements up to 4 KiB; the delivery claim and completion are
-    longer, so each one paid a full parse of its text. A raw cursor sends the converted
-    text as is (and psycopg still prepares it server-side after its second run).
-    """
-
-    def __init__(self, query: str) -> None:
-        names: list[str] = []
-
-        def number(match: re.Match[str]) -> str:
-            if match.group(1) not in names:
-                names.append(match.group(1))
-            return f"${names.index(match.group(1)) + 1}"
-
-        self.query = _NAMED_PARAMETER.sub(number, query)
-        if "%" in self.query:
-            raise ValueError("only %(name)s placeholders can be converted")
-        self.names = tuple(names)
-
-    def fetchall(self, conn: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with psycopg.RawCursor(conn) as cursor:
-            cursor.execute(self.query, [params[name] for name in self.names])
-            return cursor.fetchall()
-
-
-_CLAIM = _Statement(sql.CLAIM_DELIVERIES)
-_COMPLETE = _Statement(sql.COMPLETE_DELIVERIES)
+# Both are longer than psycopg's 4 KiB query cache (see PositionalStatement).
+_CLAIM = PositionalStatement(sql.CLAIM_DELIVERIES)
+_COMPLETE = PositionalStatement(sql.COMPLETE_DELIVERIES)
 
 
 def _literal(value: object) -> str:
@@ -122,7 +91,7 @@ def _literal(value: object) -> str:
 
 
 class _Transports(threading.local):
-    """One WebhookTransport (one requests.Session: keep-alive) per worker thread."""
+    """One WebhookTransport (one keep-alive connection pool) per worker thread."""
 
     transport: WebhookTransport | None = None
     conf: Any = None
