@@ -35,6 +35,7 @@ from .exceptions import ArgumentsNotJSON, NotATask, PayloadTooLarge
 from .models.queue import Status
 from .notify import wake_workers
 from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
+from .routers import warn_if_outside_queue_transaction
 
 #: Our states as the Tasks framework sees them (docs/tasks.md explains the choice).
 STATUS_MAP: dict[str, Any] = {
@@ -271,6 +272,7 @@ class PgQueueBackend(BaseTaskBackend):
             args_json,
             kwargs_json,
         ]
+        warn_if_outside_queue_transaction(db, "enqueue()", stacklevel=3)
         job_id, created_at = execute_one(
             connections[db], sql.INSERT_JOB, params, prepare=conf.PREPARED_STATEMENTS
         )
@@ -298,6 +300,7 @@ class PgQueueBackend(BaseTaskBackend):
             self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)
         db = conf.DATABASE
         max_attempts = self.max_attempts_for(task)
+        warn_if_outside_queue_transaction(db, "enqueue_many()", stacklevel=3)
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
             cursor.execute(sql.RESERVE_JOB_IDS, [len(items)])
             reserved = cursor.fetchall()

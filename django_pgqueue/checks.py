@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db.models import Model
+
+from . import sql
+
+#: What to put in ``DATABASE_ROUTERS`` when the queue has its own database.
+ROUTER_PATH = "django_pgqueue.routers.QueueRouter"
 
 
 @checks.register(checks.Tags.compatibility)
@@ -77,3 +85,89 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return errors
+
+
+def _queue_alias() -> str | None:
+    """The queue's database alias when it is valid and not ``default`` (else None).
+
+    On ``default`` there is nothing to route. Invalid settings are E001's and
+    E002's to report.
+    """
+    from .conf import validate
+
+    try:
+        alias = validate(getattr(settings, "PGQUEUE", None)).DATABASE
+    except ImproperlyConfigured:
+        return None
+    if alias == DEFAULT_DB_ALIAS or alias not in settings.DATABASES:
+        return None
+    return alias
+
+
+def _queue_models() -> list[type[Model]]:
+    from .routers import APP_LABEL
+
+    return list(apps.get_app_config(APP_LABEL).get_models())
+
+
+@checks.register(checks.Tags.compatibility)
+def check_routing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E004: with the queue on its own database, Django's routers send its models there."""
+    alias = _queue_alias()
+    if alias is None:
+        return []
+    wrong: dict[str, list[str]] = {}
+    for model in _queue_models():
+        name = model.__name__
+        for what, db in (
+            ("reads", router.db_for_read(model)),
+            ("writes", router.db_for_write(model)),
+        ):
+            if db != alias:
+                wrong.setdefault(f"{what} go to {db!r}", []).append(name)
+        if not router.allow_migrate_model(alias, model):
+            wrong.setdefault(f"migrate does not create them in {alias!r}", []).append(name)
+        if router.allow_migrate_model(DEFAULT_DB_ALIAS, model):
+            wrong.setdefault(f"migrate creates them in {DEFAULT_DB_ALIAS!r} too", []).append(name)
+    if not wrong:
+        return []
+    problems = "; ".join(f"{problem} ({', '.join(names)})" for problem, names in wrong.items())
+    return [
+        checks.Error(
+            f"PGQUEUE['DATABASE'] is {alias!r}, but Django's database routers do not keep "
+            f"django_pgqueue's models there: {problems}. The admin and Job.objects would "
+            f"read another database than the one the queue writes.",
+            hint=f"Add {ROUTER_PATH!r} to DATABASE_ROUTERS (before any router that "
+            "claims every model).",
+            id="django_pgqueue.E004",
+        )
+    ]
+
+
+@checks.register(checks.Tags.database)
+def check_tables(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W002: the queue database has the app's tables (with ``--database`` only).
+
+    A warning, not an error: ``migrate --database <queue>`` runs the checks of
+    the database it is about to create the tables in.
+    """
+    alias = _queue_alias()
+    if alias is None or alias not in (databases or ()):
+        return []
+    tables = [model._meta.db_table for model in _queue_models()]
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.MISSING_TABLES, [tables])
+        missing = [row[0] for row in cursor.fetchall()]
+    if not missing:
+        return []
+    return [
+        checks.Warning(
+            f"The queue database {alias!r} has no {', '.join(missing)} table"
+            f"{'s' if len(missing) > 1 else ''}: enqueue, the workers and the admin will fail.",
+            hint=f"Run 'manage.py migrate --database {alias}' (this warning also shows "
+            "while that command creates them).",
+            id="django_pgqueue.W002",
+        )
+    ]

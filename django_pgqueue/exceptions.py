@@ -29,3 +29,13 @@ class NotATask(PgQueueError):
 
 class LeaseLost(PgQueueError):
     """A worker's claim token no longer matches the row: another worker owns it."""
+
+
+class CrossDatabaseEnqueueWarning(RuntimeWarning):
+    """A job or event was written outside the caller's open transaction.
+
+    Raised as a warning when ``enqueue()``, ``enqueue_many()`` or ``send_event()``
+    runs inside ``transaction.atomic()`` on a database other than the queue's
+    (``PGQUEUE["DATABASE"]``) and no transaction is open on the queue's: the row
+    commits on its own, whatever the caller's transaction does later.
+    """

@@ -740,3 +740,11 @@ def prune_count(table: str) -> str:
     if table not in (JOB_TABLE, DELIVERY_TABLE):
         raise ValueError(f"not a queue table: {table!r}")
     return PRUNE_COUNT.format(table=table, expired=_EXPIRED)
+
+
+# Which of the given tables the queue database lacks (system check W002).
+# ``to_regclass`` resolves a name the way the queue's own statements will (through
+# the search_path) and returns NULL instead of raising for a missing table.
+MISSING_TABLES = """/* pgqueue:missing_tables */
+SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(quote_ident(t)) IS NULL ORDER BY t
+"""

@@ -63,16 +63,29 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "testproject.wsgi.application"
 
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/pgqueue_demo")
+# Load tests keep task connections open (0 = one connection per task).
+CONN_MAX_AGE = int(os.environ.get("DATABASE_CONN_MAX_AGE", "0"))
 DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/pgqueue_demo"),
-        # Load tests keep task connections open (0 = one connection per task).
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
-    )
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=CONN_MAX_AGE),
+    # A second database for the queue, on the same server: the tests that move the
+    # queue off "default" (PGQUEUE["DATABASE"] = "queue") use it. Its name is
+    # default's with "_queue" appended, so a worker subprocess given the test
+    # database's URL finds the test queue database too (test_<name>_queue).
+    "queue": dj_database_url.parse(
+        os.environ.get("QUEUE_DATABASE_URL", "") or DATABASE_URL, conn_max_age=CONN_MAX_AGE
+    ),
 }
+if not os.environ.get("QUEUE_DATABASE_URL"):
+    DATABASES["queue"]["NAME"] = f"{DATABASES['default']['NAME']}_queue"
+# The queue on the second database (PGQUEUE_DATABASE=queue): the router keeps the
+# queue's models there, as a project that moves its queue out does.
+QUEUE_ALIAS = os.environ.get("PGQUEUE_DATABASE", "default")
+DATABASE_ROUTERS = [] if QUEUE_ALIAS == "default" else ["django_pgqueue.routers.QueueRouter"]
 # Behind PgBouncer in transaction mode (fault tests set this): no server-side cursors.
 if os.environ.get("DATABASE_DISABLE_SERVER_SIDE_CURSORS", "") == "1":
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    for alias in DATABASES:
+        DATABASES[alias]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -90,6 +103,7 @@ TASKS = {
 }
 
 PGQUEUE = {
+    "DATABASE": QUEUE_ALIAS,
     "LEASE_SECONDS": float(os.environ.get("PGQUEUE_LEASE_SECONDS", "30")),
     "POLL_INTERVAL": float(os.environ.get("PGQUEUE_POLL_INTERVAL", "1.0")),
     "TEST_HOOKS": os.environ.get("PGQUEUE_TEST_HOOKS", "") == "1",

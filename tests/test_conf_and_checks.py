@@ -76,10 +76,10 @@ def test_check_e002_sqlite():
 
 
 def test_check_e002_missing_alias():
-    with override_settings(PGQUEUE={"DATABASE": "queue"}):
+    with override_settings(PGQUEUE={"DATABASE": "nowhere"}):
         messages = check_settings()
     assert ids(messages) == ["django_pgqueue.E002"]
-    assert "'queue', which is not in DATABASES" in messages[0].msg
+    assert "'nowhere', which is not in DATABASES" in messages[0].msg
 
 
 def test_check_w001_without_our_backend():

@@ -13,6 +13,7 @@ from .. import sql
 from ..conf import get_settings
 from ..exceptions import PayloadTooLarge
 from ..notify import wake_workers
+from ..routers import warn_if_outside_queue_transaction
 from .breaker import max_attempts
 from .signing import new_message_id
 
@@ -70,6 +71,7 @@ def send_event(
         )
     alias = using or conf.DATABASE
     msg_id = new_message_id()
+    warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=2)
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(sql.INSERT_EVENT, [event_type, body, body, msg_id, idempotency_key])
         row = cursor.fetchone()
