@@ -10,24 +10,33 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
+import subprocess
+import sys
 from io import StringIO
 
+import psycopg
 import pytest
 from asgiref.sync import async_to_sync
+from django.apps import apps
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
-from django.db import connections, router, transaction
+from django.db import connection, connections, router, transaction
 from django.urls import reverse
 from django.utils import timezone
+from psycopg import sql as pgsql
 
 from django_pgqueue import enqueue_many, send_event
 from django_pgqueue.checks import ROUTER_PATH, check_routing, check_tables
 from django_pgqueue.compat import TaskResultStatus
+from django_pgqueue.db import connection_params
 from django_pgqueue.exceptions import CrossDatabaseEnqueueWarning
 from django_pgqueue.models import Delivery, Endpoint, Event, Job, Status
 from testproject.demo.tasks import add, noop
+
+from .conftest import REPO, database_url
 
 QUEUE = "queue"
 BOTH = ["default", QUEUE]
@@ -42,6 +51,10 @@ def queue_db(settings) -> str:
     settings.PGQUEUE = {**settings.PGQUEUE, "DATABASE": QUEUE}
     settings.DATABASE_ROUTERS = [ROUTER_PATH]
     return QUEUE
+
+
+def queue_models():
+    return apps.get_app_config("django_pgqueue").get_models()
 
 
 def ids(messages):
@@ -133,6 +146,74 @@ def test_check_w002_when_the_queue_database_lacks_the_tables(queue_db):
     assert "migrate --database queue" in messages[0].hint
 
 
+# --------------------------------------------------------------------------- a new project
+
+
+def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "QUEUE_DATABASE_URL"}
+    env.update(
+        DATABASE_URL=url, PGQUEUE_DATABASE=QUEUE, DJANGO_SETTINGS_MODULE="testproject.settings"
+    )
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.django_db(databases=[])
+def test_a_new_project_migrates_each_database_and_checks_the_queue_one():
+    """The documented steps, in a project of two fresh databases."""
+    name = f"{connection.settings_dict['NAME']}_two"
+    names = [name, f"{name}_queue"]  # the settings derive the second from the first
+    url = database_url().replace(f"/{connection.settings_dict['NAME']}", f"/{name}", 1)
+    admin = {**connection_params("default"), "dbname": "postgres"}
+    with psycopg.connect(autocommit=True, **admin) as conn:
+        for db in names:
+            conn.execute(
+                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(db))
+            )
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(db)))
+    try:
+        manage("migrate", "--verbosity", "0", url=url)
+        forgot = manage("check", "--database", QUEUE, url=url).stderr
+        assert "django_pgqueue.W002" in forgot and "pgqueue_job" in forgot
+        manage("migrate", "--database", QUEUE, "--verbosity", "0", "django_pgqueue", url=url)
+        assert "no issues" in manage("check", "--database", QUEUE, url=url).stdout
+
+        def tables(db: str) -> set[str]:
+            with psycopg.connect(autocommit=True, **{**admin, "dbname": db}) as conn:
+                rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+                return {row[0] for row in rows}
+
+        on_default, on_queue = tables(names[0]), tables(names[1])
+        assert not {t for t in on_default if t.startswith("pgqueue_")}
+        assert {"auth_user", "django_admin_log", "auth_permission"} <= on_default
+        assert on_queue == {"django_migrations"} | {m._meta.db_table for m in queue_models()}
+        with psycopg.connect(autocommit=True, **{**admin, "dbname": names[0]}) as conn:
+            # The queue's permissions are where the users are.
+            (count,) = conn.execute(
+                "SELECT count(*) FROM auth_permission p JOIN django_content_type c"
+                " ON c.id = p.content_type_id"
+                " WHERE c.app_label = 'django_pgqueue' AND p.codename = 'replay_job'"
+            ).fetchone()
+        assert count == 1
+    finally:
+        with psycopg.connect(autocommit=True, **admin) as conn:
+            for db in names:
+                conn.execute(
+                    pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        pgsql.Identifier(db)
+                    )
+                )
+
+
 # --------------------------------------------------------------------------- the whole path
 
 
@@ -163,8 +244,20 @@ def test_enqueue_run_results_and_admin_read_the_queue_database(queue_db, run_wor
     assert counts["default"][Status.SUCCEEDED] == 3
 
 
-def test_admin_actions_change_the_queue_database_and_log_in_default(queue_db, admin_client):
-    admin_user = User.objects.get(username="admin")
+@pytest.fixture
+def operator() -> User:
+    """Staff allowed to view and operate jobs: its permissions live in ``default``."""
+    user = User.objects.create_user("operator", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="django_pgqueue", codename__in=["view_job", "replay_job"]
+        )
+    )
+    return user
+
+
+def test_admin_actions_change_the_queue_database_and_log_in_default(queue_db, operator, client):
+    client.force_login(operator)
     pending = Job.objects.create(task_path="testproject.demo.tasks.noop")
     dead = Job.objects.create(
         task_path="testproject.demo.tasks.noop", status=Status.DEAD, finished_at=timezone.now()
@@ -172,11 +265,11 @@ def test_admin_actions_change_the_queue_database_and_log_in_default(queue_db, ad
     assert jobs_in(QUEUE) == {pending.pk, dead.pk}
 
     data = {"action": "cancel", "_selected_action": [str(pending.pk)], "index": "0"}
-    confirm = admin_client.post(reverse(CHANGELIST), data)
+    confirm = client.post(reverse(CHANGELIST), data)
     assert confirm.status_code == 200 and b'name="post" value="yes"' in confirm.content
-    done = admin_client.post(reverse(CHANGELIST), {**data, "post": "yes"})
+    done = client.post(reverse(CHANGELIST), {**data, "post": "yes"})
     assert done.status_code == 302
-    replay = admin_client.post(reverse("admin:pgqueue_job_replay", args=(dead.pk,)))
+    replay = client.post(reverse("admin:pgqueue_job_replay", args=(dead.pk,)))
     assert replay.status_code == 302
 
     states = dict(Job.objects.using(QUEUE).values_list("pk", "status"))
@@ -184,11 +277,11 @@ def test_admin_actions_change_the_queue_database_and_log_in_default(queue_db, ad
     # The audit log is in default, pointing at the rows by content type and id.
     entries = LogEntry.objects.using("default").order_by("object_id")
     assert [(e.object_id, e.action_flag, e.user_id) for e in entries] == sorted(
-        [(str(pending.pk), CHANGE, admin_user.pk), (str(dead.pk), CHANGE, admin_user.pk)]
+        [(str(pending.pk), CHANGE, operator.pk), (str(dead.pk), CHANGE, operator.pk)]
     )
     assert {e.content_type.model_class() for e in entries} == {Job}
     assert LogEntry.objects.using(QUEUE).count() == 0
-    history = admin_client.get(reverse("admin:django_pgqueue_job_history", args=(dead.pk,)))
+    history = client.get(reverse("admin:django_pgqueue_job_history", args=(dead.pk,)))
     assert "Replay: dead -&gt; pending" in history.content.decode()
 
 
