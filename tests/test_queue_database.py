@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -362,4 +363,40 @@ def test_no_warning_when_the_queue_database_transaction_is_open_or_none_is(queue
         send_event("order.paid", {"order": 1})
     with transaction.atomic(using=QUEUE):
         enqueue_many(noop, [((), {})])
-    assert len(jobs_in(QUEUE)) == 3
+    with transaction.atomic():  # the documented way: enqueue once the data committed
+        User.objects.create(username="buyer")
+        transaction.on_commit(lambda: add.enqueue(1, 2))
+    assert len(jobs_in(QUEUE)) == 4
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+@pytest.mark.timeout(300)
+def test_bench_runs_on_a_scratch_copy_of_the_queue_database(queue_db, monkeypatch, tmp_path):
+    monkeypatch.setenv("PGQUEUE_DATABASE", QUEUE)  # the children's settings, as ours
+    queue_name = connections[QUEUE].settings_dict["NAME"]
+    default_name = connections["default"].settings_dict["NAME"]
+    out = tmp_path / "bench.json"
+    call_command(
+        "pgqueue_bench",
+        "--only=enqueue,drain",
+        "--repeat=1",
+        "--n-single=20",
+        "--n-many=50",
+        "--n-drain=200",
+        "--concurrency=1",
+        f"--json={out}",
+        stdout=StringIO(),
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert {"enqueue", "drain"} <= {row["workload"] for row in rows}
+    assert all(row["values"] and all(v > 0 for v in row["values"]) for row in rows), rows
+    assert connections[QUEUE].settings_dict["NAME"] == queue_name
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT datname FROM pg_database WHERE datname IN (%s, %s)",
+            [f"{queue_name}_bench", f"{default_name}_bench"],
+        )
+        assert cursor.fetchall() == []  # the scratch copy of the queue's database is gone
+    assert jobs_in(QUEUE) == jobs_in("default") == set()

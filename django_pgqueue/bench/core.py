@@ -3,8 +3,9 @@
 Each workload runs ``repeat`` times; the reference of a workload is measured in the
 same repetition, right before ours, so the ratios compare minutes of the same
 (possibly noisy) machine. Everything runs in a scratch database created for the
-run (``<name>_bench``), migrated by a ``manage.py migrate`` subprocess with
-``DATABASE_URL`` pointing at it, and dropped at the end unless ``keep``.
+run (``<name>_bench``, on the queue's database alias), migrated by a ``migrate``
+subprocess pointed at it (``python -m django_pgqueue.bench``), and dropped at the
+end unless ``keep``.
 
 Workers are real ``runworkers`` subprocesses (``--skip-checks``), started the
 same way an operator starts them.
@@ -24,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 from django.conf import settings
@@ -219,34 +219,23 @@ class Bench:
                 return alias
         raise RuntimeError("No TASKS backend is django_pgqueue.backend.PgQueueBackend")
 
-    def _url(self, name: str) -> str:
-        s = connections[self.alias].settings_dict
-        user = quote(s.get("USER") or "", safe="")
-        password = quote(s.get("PASSWORD") or "", safe="")
-        auth = user + (f":{password}" if password else "")
-        host = s.get("HOST") or ""
-        port = s.get("PORT") or ""
-        if host.startswith("/"):
-            return f"postgresql://{auth}@/{name}?host={quote(host, safe='/')}" + (
-                f"&port={port}" if port else ""
-            )
-        return f"postgresql://{auth}@{host or '127.0.0.1'}{':' + str(port) if port else ''}/{name}"
-
     def _admin_connection(self) -> psycopg.Connection:
         params = connection_params(self.alias)
         params["dbname"] = "postgres"
         return psycopg.connect(autocommit=True, **params)
 
     def _manage(self) -> list[str]:
-        """How to start a management command in a child process."""
-        script = sys.argv[0] if sys.argv else ""
-        if script.endswith("manage.py") and os.path.exists(script):
-            return [sys.executable, os.path.abspath(script)]
-        return [sys.executable, "-m", "django"]
+        """How to start a management command in a child process, on the scratch database.
+
+        Through ``python -m django_pgqueue.bench``, which points the queue's alias
+        at it: the project's settings need not read a ``DATABASE_URL``, and the
+        queue may live on any alias.
+        """
+        return [sys.executable, "-m", "django_pgqueue.bench", self.alias, self.db_name]
 
     def child_env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
-        env["DATABASE_URL"] = self._url(self.db_name)
+        env.setdefault("DJANGO_SETTINGS_MODULE", settings.SETTINGS_MODULE)
         # ``python -m django`` finds the project through the working directory; a
         # supervisor's children are started from a script path, so say it outright.
         env["PYTHONPATH"] = os.pathsep.join(
@@ -261,7 +250,9 @@ class Bench:
             conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {}").format(name))
             conn.execute(pgsql.SQL("CREATE DATABASE {}").format(name))
         subprocess.run(
-            [*self._manage(), "migrate", "--verbosity", "0"], env=self.child_env(), check=True
+            [*self._manage(), "migrate", "--database", self.alias, "--verbosity", "0"],
+            env=self.child_env(),
+            check=True,
         )
         self._switch_to(self.db_name)
 
