@@ -135,8 +135,9 @@ def check_routing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
     return [
         checks.Error(
             f"PGQUEUE['DATABASE'] is {alias!r}, but Django's database routers do not keep "
-            f"django_pgqueue's models there: {problems}. The admin and Job.objects would "
-            f"read another database than the one the queue writes.",
+            f"django_pgqueue's models there: {problems}. Django's ORM (Job.objects, the "
+            "admin's lists and forms) and migrate would use another database than the one "
+            "the queue writes.",
             hint=f"Add {ROUTER_PATH!r} to DATABASE_ROUTERS (before any router that "
             "claims every model).",
             id="django_pgqueue.E004",
@@ -166,8 +167,8 @@ def check_tables(
         checks.Warning(
             f"The queue database {alias!r} has no {', '.join(missing)} table"
             f"{'s' if len(missing) > 1 else ''}: enqueue, the workers and the admin will fail.",
-            hint=f"Run 'manage.py migrate --database {alias}' (this warning also shows "
-            "while that command creates them).",
+            hint=f"Run 'manage.py migrate --database {alias} django_pgqueue' (this warning "
+            "also shows while that command creates them).",
             id="django_pgqueue.W002",
         )
     ]
