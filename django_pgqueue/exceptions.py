@@ -36,6 +36,7 @@ class CrossDatabaseEnqueueWarning(RuntimeWarning):
 
     Raised as a warning when ``enqueue()``, ``enqueue_many()`` or ``send_event()``
     runs inside ``transaction.atomic()`` on a database other than the queue's
-    (``PGQUEUE["DATABASE"]``) and no transaction is open on the queue's: the row
-    commits on its own, whatever the caller's transaction does later.
+    (``PGQUEUE["DATABASE"]``, when it is not ``default``) and no transaction is
+    open on the queue's: the row commits on its own, whatever the caller's
+    transaction does later.
     """

@@ -369,6 +369,14 @@ def test_no_warning_when_the_queue_database_transaction_is_open_or_none_is(queue
     assert len(jobs_in(QUEUE)) == 4
 
 
+def test_no_scan_with_the_queue_on_default():
+    # A transaction on another alias is the project's own multi-database design
+    # then; the enqueue path does not look at other connections.
+    with transaction.atomic(using=QUEUE):
+        result = add.enqueue(1, 2)
+    assert jobs_in("default") == {int(result.id)}
+
+
 # --------------------------------------------------------------------------- the benchmark
 
 
