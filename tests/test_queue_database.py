@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 from django.apps import apps
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
@@ -330,6 +330,32 @@ def test_send_event_writes_on_the_queue_database(queue_db, admin_client):
     elsewhere = send_event("order.paid", {"order": 2}, using="default")
     assert elsewhere._state.db == "default"
     assert Event.objects.using("default").get().pk == elsewhere.pk
+
+
+def test_endpoint_admin_forms_and_buttons_write_the_queue_database(queue_db, admin_client):
+    added = admin_client.post(
+        reverse("admin:django_pgqueue_endpoint_add"),
+        {
+            "url": "http://127.0.0.1:9/new",  # the test settings allow loopback
+            "description": "orders",
+            "event_types": "[]",
+            "headers": "{}",
+            "is_active": "on",
+        },
+    )
+    assert added.status_code == 302, added.context["adminform"].form.errors
+    endpoint = Endpoint.objects.using(QUEUE).get()
+    assert not Endpoint.objects.using("default").exists()
+    admin_client.post(reverse("admin:pgqueue_endpoint_disable", args=(endpoint.pk,)))
+    admin_client.post(reverse("admin:pgqueue_endpoint_send_test_event", args=(endpoint.pk,)))
+    endpoint.refresh_from_db()
+    assert not endpoint.is_active
+    assert Delivery.objects.using(QUEUE).get().event.event_type == "pgqueue.test"
+    logged = LogEntry.objects.using("default").filter(object_id=str(endpoint.pk))
+    # Added, disabled, sent a test event: the log sits next to the users.
+    flags = list(logged.order_by("id").values_list("action_flag", flat=True))
+    assert flags == [ADDITION, CHANGE, CHANGE]
+    assert not LogEntry.objects.using(QUEUE).exists()
 
 
 # --------------------------------------------------------------------------- atomicity
