@@ -29,3 +29,18 @@ class NotATask(PgQueueError):
 
 class LeaseLost(PgQueueError):
     """A worker's claim token no longer matches the row: another worker owns it."""
+
+
+class InvalidUniqueKey(PgQueueError, ValueError):
+    """A unique key is empty, not a string or too long (nothing was written)."""
+
+
+class DuplicateJob(PgQueueError):
+    """A live job already holds this unique key (raised with ``on_duplicate="raise"``).
+
+    ``job_id`` is the live job's id.
+    """
+
+    def __init__(self, message: str, *, job_id: int | None) -> None:
+        super().__init__(message)
+        self.job_id = job_id

@@ -43,6 +43,34 @@ INSERT INTO {JOB_TABLE} (
 RETURNING id, created_at
 """
 
+# Enqueue one unique or atomic job (Django cursor). INSERT_JOB's row plus the
+# unique key and the atomic flag. A live job of the same task with the same key
+# wins: ``ON CONFLICT`` names the partial unique index ``pgq_job_unique_live`` by
+# its columns and predicate (written as in the index so PostgreSQL infers it), a
+# concurrent enqueue of the same key waits for the first transaction and then
+# inserts nothing. No row back means "a live job holds the key" (LIVE_JOB_WITH_KEY
+# then reads it, with a fresh snapshot). Rows without a key never conflict.
+INSERT_KEYED_JOB = f"""/* pgqueue:enqueue_keyed */
+INSERT INTO {JOB_TABLE} (
+    status, priority, attempts, max_attempts, next_attempt_at, worker_id,
+    last_error, errors, created_at, updated_at, task_path, queue_name, backend,
+    args, kwargs, worker_ids, unique_key, atomic
+) VALUES (
+    'pending', %s, 0, %s, COALESCE(%s, now()), '', '', '[]', now(), now(),
+    %s, %s, %s, %s::jsonb, %s::jsonb, '[]', %s, %s
+)
+ON CONFLICT (task_path, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'in_progress', 'failed')
+DO NOTHING
+RETURNING id, created_at
+"""
+
+# The live job holding a unique key (the partial unique index answers it).
+LIVE_JOB_WITH_KEY = f"""/* pgqueue:live_job_with_key */
+SELECT id FROM {JOB_TABLE}
+WHERE task_path = %s AND unique_key = %s AND status IN ('pending', 'in_progress', 'failed')
+"""
+
 # Reserve ids for a bulk enqueue. ``INSERT ... RETURNING`` does not promise to
 # return rows in input order, so ids are drawn first and written explicitly: the
 # caller then knows which result belongs to which argument list, and the same
@@ -92,6 +120,9 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (
 #   later write of this attempt must present.
 # * The due source reads the ``(priority DESC, next_attempt_at, id)`` partial
 #   index in order; terminal rows are not in it, so history does not slow it.
+#   Atomic jobs are left to the atomic claim (CLAIM_ATOMIC_JOB), which runs them
+#   inside its own transaction; they are a filter here, not a condition of the
+#   index, because they are expected to be a small share of the due rows.
 # * The picked ids are folded into arrays and joined back through ``unnest``. The
 #   planner cannot estimate a ``LIMIT`` that is a parameter or an expression and
 #   assumes a tenth of the due rows; joining a CTE of that size makes it hash the
@@ -109,7 +140,7 @@ WITH lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
       AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
