@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import psycopg
 from django.core import checks
@@ -76,7 +76,7 @@ class PgQueueTask(Task):
     on_duplicate: Literal["return", "raise"] = "return"
     atomic: bool = False
 
-    def using(  # type: ignore[override]
+    def using(
         self,
         *,
         priority: int | None = None,
@@ -86,12 +86,15 @@ class PgQueueTask(Task):
         unique_key: str | None = None,
     ) -> PgQueueTask:
         """Task.using, plus ``unique_key``: at most one live job of this task with it."""
-        task = Task.using(
-            self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
+        task = cast(
+            PgQueueTask,
+            Task.using(
+                self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
+            ),
         )
         if unique_key is not None:
             task = replace(task, unique_key=unique_key)
-        return task  # type: ignore[return-value]
+        return task
 
 
 def _dumps(value: Any) -> str:

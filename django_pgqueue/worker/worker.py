@@ -69,6 +69,7 @@ class Worker:
         shutdown_grace: float | None = None,
         install_signal_handlers: bool = True,
         sources: Sequence[Source] | None = None,
+        scheduler: bool | None = None,
     ) -> None:
         conf = get_settings()
         self.queues = list(queues or [])
@@ -87,6 +88,9 @@ class Worker:
         )
         self.install_signal_handlers = install_signal_handlers
         self.test_hooks = hooks._active_points()
+        # Periodic tasks (periodic/scheduler.py); not in burst runs unless asked.
+        self.run_scheduler = (not burst) if scheduler is None else scheduler
+        self.scheduler_thread: threading.Thread | None = None
 
         self.stopping = threading.Event()
         self.wake = threading.Event()
@@ -153,6 +157,10 @@ class Worker:
         self.completer.start()
         if self.listener is not None:
             self.listener.start()
+        if self.run_scheduler:
+            from ..periodic.scheduler import start_scheduler
+
+            self.scheduler_thread = start_scheduler(self.stopping, self.worker_id)
         for i in range(self.concurrency):
             thread = threading.Thread(target=self._executor, name=f"pgqueue-task-{i}", daemon=True)
             thread.start()
@@ -460,6 +468,8 @@ class Worker:
             clean = False
         if self.listener is not None:
             self.listener.join(2)
+        if self.scheduler_thread is not None:
+            self.scheduler_thread.join(5)
         self._drop_claim_connection()
         return clean
 

@@ -84,6 +84,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-notify", action="store_true", help="Poll only (no LISTEN connection)."
         )
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="Do not enqueue periodic tasks from this process (default: every worker does).",
+        )
         parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -106,6 +111,7 @@ class Command(BaseCommand):
                 max_tasks=options["max_tasks"],
                 worker_id=worker_id,
                 notify=False if options["no_notify"] else None,
+                scheduler=False if options["no_scheduler"] else None,
             )
             code = worker.run()
         if code:
