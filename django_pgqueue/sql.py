@@ -258,6 +258,24 @@ SELECT EXISTS (
 )
 """
 
+# Is anything left at all: pending or failed (due now or later) or held? Used by
+# ``--until-empty``, which also waits for scheduled retries and deferred jobs.
+ANY_LEFT = f"""/* pgqueue:any_left */
+SELECT EXISTS (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE status IN ('pending', 'failed', 'in_progress')
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+)
+"""
+
+# Make every scheduled retry due now (django_pgqueue.testing: a test does not
+# wait for a backoff). Only ``failed`` rows: deferred jobs keep their run_after.
+RETRIES_DUE_NOW = f"""/* pgqueue:retries_due_now */
+UPDATE {JOB_TABLE} SET next_attempt_at = now()
+WHERE status = 'failed' AND next_attempt_at > now()
+  AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+"""
+
 # Read one job for ``get_result`` (Django cursor).
 GET_JOB = f"""/* pgqueue:get_result */
 SELECT id, status, task_path, args, kwargs, queue_name, priority, backend,
@@ -670,6 +688,24 @@ SELECT EXISTS (
 ) OR EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
 )
+"""
+
+# Anything left to send (``--until-empty``): waiting deliveries of active
+# endpoints, due or not, and held ones. A disabled endpoint's deliveries are
+# parked until an operator acts, so they do not count.
+ANY_LEFT_DELIVERIES = f"""/* pgqueue:any_left_deliveries */
+SELECT EXISTS (
+    SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
+    WHERE d.status IN ('pending', 'failed') AND e.is_active
+) OR EXISTS (
+    SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
+)
+"""
+
+# DELIVERY retries due now (django_pgqueue.testing), as RETRIES_DUE_NOW.
+DELIVERY_RETRIES_DUE_NOW = f"""/* pgqueue:delivery_retries_due_now */
+UPDATE {DELIVERY_TABLE} SET next_attempt_at = now()
+WHERE status = 'failed' AND next_attempt_at > now() AND next_attempt_at < {_PARKED}
 """
 
 # A re-enabled endpoint's kept deliveries go out now rather than at the retry

@@ -78,6 +78,18 @@ class Command(BaseCommand):
             help="Exit 0 once nothing is due and nothing is in flight.",
         )
         parser.add_argument(
+            "--until-empty",
+            action="store_true",
+            help="A burst run that also waits for scheduled retries and deferred jobs: exit 0 "
+            "once nothing is pending, failed-and-retrying or in progress in the selected queues.",
+        )
+        parser.add_argument(
+            "--max-time",
+            type=positive_float,
+            default=None,
+            help="Stop after this many seconds; exit 2 if work was left (for CI).",
+        )
+        parser.add_argument(
             "--max-tasks", type=positive_int, default=None, help="Exit after claiming this many."
         )
         parser.add_argument("--worker-id", default=None, help="Name in logs and in the admin.")
@@ -93,6 +105,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["processes"] > 1:
+            if options["until_empty"] or options["max_time"]:
+                raise CommandError(
+                    "--until-empty and --max-time run one process; drop --processes "
+                    "(use --concurrency for more threads)"
+                )
             if options["worker_id"]:
                 raise CommandError("--worker-id names one process; it cannot go with --processes")
             code = Supervisor(
@@ -112,6 +129,8 @@ class Command(BaseCommand):
                 worker_id=worker_id,
                 notify=False if options["no_notify"] else None,
                 scheduler=False if options["no_scheduler"] else None,
+                until_empty=options["until_empty"],
+                max_time=options["max_time"],
             )
             code = worker.run()
         if code:
