@@ -183,6 +183,96 @@ WHERE j.id = p.id
 RETURNING {_CLAIM_RETURNING}
 """
 
+# ---- Atomic jobs (worker/atomic.py) ----------------------------------------------
+#
+# An atomic job is claimed, run and completed in ONE transaction on the queue
+# database (Django cursor, ``%(name)s``): its row stays locked by that
+# transaction the whole time, so no lease, no ``in_progress`` and nothing for
+# other workers to reclaim. A crash rolls the claim back with the task's writes.
+
+# Bound the transaction. ``statement_timeout`` stops a statement that runs too
+# long and ``idle_in_transaction_session_timeout`` ends a session whose task sits
+# between statements (sleeping, HTTP) too long; both only for this transaction.
+ATOMIC_TIMEOUTS = """/* pgqueue:atomic_timeouts */
+SELECT set_config('statement_timeout', %(ms)s, true),
+       set_config('idle_in_transaction_session_timeout', %(ms)s, true)
+"""
+
+# Claim one due atomic job and keep it locked until the transaction ends. Shaped
+# like CLAIM_JOBS's due source (a MATERIALIZED CTE with SKIP LOCKED, reading the
+# ``pgq_job_atomic_due_idx`` partial index in order), but the row keeps its state:
+# the attempt and token counted here commit only if the job finishes.
+CLAIM_ATOMIC_JOB = f"""/* pgqueue:claim_atomic */
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+    ORDER BY priority DESC, next_attempt_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB_TABLE} AS j SET
+    attempts = j.attempts + 1,
+    locked_by = gen_random_uuid(),
+    worker_id = %(worker_id)s,
+    worker_ids = j.worker_ids || to_jsonb(%(worker_id)s::text),
+    started_at = COALESCE(j.started_at, now()),
+    last_attempted_at = now(),
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING {_CLAIM_RETURNING}
+"""
+
+# Success, in the claim's transaction: it commits with the task's own writes.
+COMPLETE_ATOMIC_JOB = f"""/* pgqueue:complete_atomic */
+UPDATE {JOB_TABLE} SET
+    status = 'succeeded', result = %(result)s::jsonb, finished_at = clock_timestamp(),
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND locked_by = %(token)s
+"""
+
+# A failed attempt, recorded in its own short transaction after the task's
+# transaction rolled back (taking the claim's attempt count with it). Counted
+# again here; ``attempts = %(before)s`` makes it a no-op if another worker ran
+# the job in between.
+RECORD_ATOMIC_FAILURE = f"""/* pgqueue:atomic_failure */
+UPDATE {JOB_TABLE} SET
+    status = %(status)s,
+    attempts = attempts + 1,
+    locked_by = %(token)s,
+    worker_id = %(worker_id)s,
+    worker_ids = worker_ids || to_jsonb(%(worker_id)s::text),
+    started_at = COALESCE(started_at, now()),
+    last_attempted_at = now(),
+    next_attempt_at = CASE WHEN %(status)s = 'failed'
+                           THEN now() + make_interval(secs => %(delay)s)
+                           ELSE next_attempt_at END,
+    finished_at = CASE WHEN %(status)s = 'dead' THEN now() END,
+    errors = errors || %(error)s::jsonb,
+    last_error = %(last_error)s,
+    updated_at = now()
+WHERE id = %(id)s AND attempts = %(before)s AND status IN ('pending', 'failed')
+"""
+
+# Any atomic job waiting, due or not (``--until-empty``).
+ATOMIC_LEFT = f"""/* pgqueue:atomic_left */
+SELECT EXISTS (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed')
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+)
+"""
+
+# Whether an atomic job is due (the atomic source's claim sizing and ``--burst``).
+ATOMIC_DUE = f"""/* pgqueue:atomic_due */
+SELECT count(*) FROM (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+    LIMIT %(limit)s
+) AS due
+"""
+
 # Write the outcomes of a batch of attempts in one statement (coalesced
 # completions). ``unnest`` turns parallel arrays into rows, so one round trip
 # completes a whole batch whatever its size.
@@ -246,10 +336,11 @@ RETURNING j.id
 """
 
 # Is anything due now or held by anyone? Used by ``--burst`` to decide to exit.
+# Atomic jobs are the atomic source's to answer for (ATOMIC_DUE).
 ANY_DUE = f"""/* pgqueue:any_due */
 SELECT EXISTS (
     SELECT 1 FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
       AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
 ) OR EXISTS (
     SELECT 1 FROM {JOB_TABLE}

@@ -36,6 +36,7 @@ from django.db import connections
 
 from .conf import get_settings
 from .db import FastJsonbLoader
+from .worker.atomic import SKIPPED
 from .worker.runner import Outcome, TaskRunner
 from .worker.sources import JobSource, Source
 
@@ -53,7 +54,11 @@ class RunReport:
 
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
 
-    def count(self, status: str, source: str = "jobs") -> int:
+    def count(self, status: str, source: str | None = None) -> int:
+        """Outcomes in ``status`` of ``source`` ("jobs", "atomic", "deliveries");
+        None counts jobs and atomic jobs together."""
+        if source is None:
+            return self.outcomes[("jobs", status)] + self.outcomes[("atomic", status)]
         return self.outcomes[(source, status)]
 
     @property
@@ -97,8 +102,11 @@ def _json_loading(pg: Any) -> Iterator[None]:
 
 def _sources(webhooks: bool, worker_id: str) -> list[Source]:
     conf = get_settings()
+    from .worker.atomic import AtomicJobSource
+
     sources: list[Source] = [
-        JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY, manage_connections=False))
+        JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY, manage_connections=False)),
+        AtomicJobSource(worker_id, manage_connections=False),
     ]
     if webhooks:
         from .webhooks.worker import DeliverySource
@@ -130,8 +138,6 @@ def run_queued_jobs(
     """
     conf = get_settings()
     connection = connections[conf.DATABASE]
-    connection.ensure_connection()
-    pg = connection.connection
     worker_id = f"test-{uuid.uuid4().hex[:6]}"
     sources = _sources(webhooks, worker_id)
     params: dict[str, Any] = {
@@ -143,13 +149,18 @@ def run_queued_jobs(
     }
     report = RunReport()
     ran = 0
-    with _json_loading(pg):
-        while True:
-            progressed = False
-            for source in sources:
+    while True:
+        progressed = False
+        for source in sources:
+            # Fetched for each source: an atomic job whose transaction timed out
+            # leaves Django to reconnect, and the old session is gone.
+            connection.ensure_connection()
+            pg = connection.connection
+            with _json_loading(pg):
                 if retries == "now":
                     source.retries_due_now(pg, params)
-                for item in source.claim(pg, params):
+                items = source.claim(pg, params)
+                for item in items:
                     if item.status == "dead":  # lapsed on its last attempt
                         report.outcomes[(source.name, "dead")] += 1
                         continue
@@ -159,14 +170,16 @@ def run_queued_jobs(
                             f"that enqueues itself? Raise max_jobs if this is expected."
                         )
                     outcome: Outcome = source.run(item)
+                    if outcome.status == SKIPPED:
+                        continue  # an atomic slot that found no job
                     outcome.source = source.name
                     source.write_outcomes(pg, [outcome])
                     label = "released" if outcome.refund else str(outcome.status)
                     report.outcomes[(source.name, label)] += 1
                     ran += 1
                     progressed = True
-            if not progressed:
-                return report
+        if not progressed:
+            return report
 
 
 @contextmanager

@@ -506,11 +506,13 @@ class Worker:
 
 
 def default_sources(worker_id: str) -> list[Source]:
-    """Jobs and webhook deliveries: everything a worker runs by default."""
+    """Jobs, atomic jobs and webhook deliveries: everything a worker runs by default."""
     from ..webhooks.worker import DeliverySource
+    from .atomic import AtomicJobSource
 
     conf = get_settings()
     return [
         JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY)),
+        AtomicJobSource(worker_id),
         DeliverySource(worker_id),
     ]
