@@ -137,3 +137,15 @@ def _record(context, label: str, sleep: float, fail: bool) -> int:
     if fail:
         raise RuntimeError(f"{label}: failing after the write (it must roll back)")
     return context.attempt
+
+
+@task(takes_context=True, atomic=True, max_attempts=100)
+def atomic_effect(context, label: str = "", sleep: float = 0.0) -> int:
+    """The exactly-once fault test's task: one effect row, in the claim's transaction."""
+    return _record(context, label, sleep, False)
+
+
+@task(takes_context=True, max_attempts=100)
+def leased_effect(context, label: str = "", sleep: float = 0.0) -> int:
+    """``atomic_effect`` as an at-least-once task: the fault test's control run."""
+    return _record(context, label, sleep, False)
