@@ -362,7 +362,7 @@ SELECT EXISTS (
 # Make every scheduled retry due now (django_pgqueue.testing: a test does not
 # wait for a backoff). Only ``failed`` rows: deferred jobs keep their run_after.
 RETRIES_DUE_NOW = f"""/* pgqueue:retries_due_now */
-UPDATE {JOB_TABLE} SET next_attempt_at = now()
+UPDATE {JOB_TABLE} AS j SET next_attempt_at = now()
 WHERE status = 'failed' AND next_attempt_at > now()
   AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
 """
@@ -795,7 +795,7 @@ SELECT EXISTS (
 
 # DELIVERY retries due now (django_pgqueue.testing), as RETRIES_DUE_NOW.
 DELIVERY_RETRIES_DUE_NOW = f"""/* pgqueue:delivery_retries_due_now */
-UPDATE {DELIVERY_TABLE} SET next_attempt_at = now()
+UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = now()
 WHERE status = 'failed' AND next_attempt_at > now() AND next_attempt_at < {_PARKED}
 """
 
@@ -860,7 +860,7 @@ RETURNING id
 """
 
 SET_TICK_JOB = f"""/* pgqueue:set_tick_job */
-UPDATE {TICK_TABLE} SET job_id = %s WHERE id = %s
+UPDATE {TICK_TABLE} AS t SET job_id = %s WHERE t.id = %s
 """
 
 # Move a schedule's cursor forward (never back: a pass that read an older cursor
