@@ -32,11 +32,11 @@ def set_clock(path, now: dt.datetime) -> None:
     os.replace(tmp, path)  # readers see the old or the new instant, never half
 
 
-def env_for(clock_path, **extra: str) -> dict[str, str]:
+def env_for(clock_path, schedule=SCHEDULE, **extra: str) -> dict[str, str]:
     return {
         "PGQUEUE_TEST_HOOKS": "1",
         "PGQUEUE_TEST_CLOCK_FILE": str(clock_path),
-        "PGQUEUE_TEST_SCHEDULE": json.dumps(SCHEDULE),
+        "PGQUEUE_TEST_SCHEDULE": json.dumps(schedule),
         "PGQUEUE_SCHEDULER_INTERVAL": "0.05",
         "PGQUEUE_POLL_INTERVAL": "0.2",
         "PGQUEUE_LOG_LEVEL": "INFO",
@@ -56,10 +56,12 @@ def tick_at(minute: int) -> dt.datetime:
     return START.replace(second=0) + dt.timedelta(minutes=minute)
 
 
-def advance_and_wait(clock_path, minute: int) -> None:
+def advance_and_wait(clock_path, minute: int, name: str = "every-minute") -> None:
     set_clock(clock_path, tick_at(minute) + dt.timedelta(seconds=1))
     wait_for(
-        lambda: ScheduleTick.objects.filter(tick_at=tick_at(minute), job_id__isnull=False).exists(),
+        lambda: ScheduleTick.objects.filter(
+            schedule_name=name, tick_at=tick_at(minute), job_id__isnull=False
+        ).exists(),
         30,
         f"the tick of minute {minute}",
     )
@@ -118,3 +120,27 @@ def test_a_worker_killed_at_a_tick_still_gives_exactly_one(worker_process, tmp_p
     assert rows == [tick_at(m) for m in range(1, 6)]
     assert Job.objects.filter(task_path="testproject.demo.tasks.add").count() == 5
     assert sum(enqueued_lines(p) for p in others) == 5
+
+
+def test_a_schedule_removed_from_settings_stops_after_the_deploy(worker_process, tmp_path):
+    clock = tmp_path / "clock"
+    set_clock(clock, START)
+    both = {**SCHEDULE, "removed": {"task": "testproject.demo.tasks.add", "cron": "* * * * *"}}
+    old = [worker_process(env=env_for(clock, both)) for _ in range(2)]
+    wait_for(lambda: all(started(p) for p in old), 60, "the old workers")
+    advance_and_wait(clock, 1)
+    wait_for(
+        lambda: ScheduleTick.objects.filter(schedule_name="removed", job_id__isnull=False).exists(),
+        30,
+        "the schedule about to be removed to run once",
+    )
+    stop_all(old)
+    # The deploy: the same workers, without "removed" in PGQUEUE["SCHEDULE"].
+    new = [worker_process(env=env_for(clock)) for _ in range(2)]
+    wait_for(lambda: all(started(p) for p in new), 60, "the new workers")
+    for minute in range(2, 6):
+        advance_and_wait(clock, minute)
+    stop_all(new)
+    names = list(ScheduleTick.objects.values_list("schedule_name", flat=True))
+    assert names.count("every-minute") == 5
+    assert names.count("removed") == 1
