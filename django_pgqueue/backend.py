@@ -7,16 +7,17 @@ Workers (``manage.py runworkers``) claim and run the rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, cast
 
 import psycopg
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils.module_loading import import_string
 
 from . import sql
@@ -31,8 +32,8 @@ from .compat import (
     task_enqueued,
 )
 from .conf import get_settings
-from .exceptions import ArgumentsNotJSON, NotATask, PayloadTooLarge
-from .models.queue import Status
+from .exceptions import ArgumentsNotJSON, DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
+from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
 from .notify import wake_workers
 from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
@@ -54,14 +55,47 @@ COPY_THRESHOLD = 2000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PgQueueTask(Task):
-    """A Task with per-task retry options.
+    """A Task with per-task retry, uniqueness and atomicity options.
 
-    ``@task(max_attempts=8, backoff=my_backoff)`` sets them; ``None`` means the
-    backend's ``OPTIONS["MAX_ATTEMPTS"]`` / ``OPTIONS["BACKOFF"]``.
+    ``@task(max_attempts=8, backoff=my_backoff)`` sets the retry options; ``None``
+    means the backend's ``OPTIONS["MAX_ATTEMPTS"]`` / ``OPTIONS["BACKOFF"]``.
+
+    ``@task(unique=True)`` keeps at most one live job per task and arguments;
+    ``task.using(unique_key="order-42")`` names the key per call instead. A second
+    enqueue while a job with the key is live returns that job's result, or raises
+    :class:`~django_pgqueue.exceptions.DuplicateJob` with ``on_duplicate="raise"``
+    (docs/unique-tasks.md).
+
+    ``@task(atomic=True)`` runs the task inside the transaction that claims and
+    completes its row (docs/atomic-tasks.md).
     """
 
     max_attempts: int | None = None
     backoff: Backoff | None = None
+    unique: bool = False
+    unique_key: str | None = None
+    on_duplicate: Literal["return", "raise"] = "return"
+    atomic: bool = False
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | None = None,
+        backend: str | None = None,
+        unique_key: str | None = None,
+    ) -> PgQueueTask:
+        """Task.using, plus ``unique_key``: at most one live job of this task with it."""
+        task = cast(
+            PgQueueTask,
+            Task.using(
+                self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
+            ),
+        )
+        if unique_key is not None:
+            task = replace(task, unique_key=unique_key)
+        return task
 
 
 def _dumps(value: Any) -> str:
@@ -245,6 +279,15 @@ class PgQueueBackend(BaseTaskBackend):
                 f"backoff must be a callable backoff(exception, task_result) -> seconds | None, "
                 f"got {backoff!r}"
             )
+        validate_unique_key(getattr(task, "unique_key", None))
+        if getattr(task, "on_duplicate", "return") not in ("return", "raise"):
+            raise InvalidTask(
+                f"on_duplicate must be 'return' or 'raise', got {task.on_duplicate!r}"  # type: ignore[attr-defined]
+            )
+        if getattr(task, "atomic", False):
+            problem = atomic_database_problem()
+            if problem:
+                raise InvalidTask(f"{task.module_path}: atomic=True cannot work here: {problem}")
 
     def max_attempts_for(self, task: Task) -> int:
         return getattr(task, "max_attempts", None) or self.max_attempts
@@ -273,21 +316,67 @@ class PgQueueBackend(BaseTaskBackend):
             kwargs_json,
         ]
         warn_if_outside_queue_transaction(db, "enqueue()", stacklevel=3)
-        job_id, created_at = execute_one(
-            connections[db], sql.INSERT_JOB, params, prepare=conf.PREPARED_STATEMENTS
-        )
+        unique_key = unique_key_for(task, args, kwargs)
+        if unique_key is not None or getattr(task, "atomic", False):
+            inserted = self._insert_keyed(task, db, params, unique_key)
+            if isinstance(inserted, TaskResult):
+                return inserted  # a live job already holds the key
+            job_id, created_at = inserted
+        else:
+            job_id, created_at = execute_one(
+                connections[db], sql.INSERT_JOB, params, prepare=conf.PREPARED_STATEMENTS
+            )
         if task.run_after is None:
             wake_workers(db)  # deferred jobs are found by the poll when due
         result = self._new_result(task, job_id, created_at, args, kwargs)
         task_enqueued.send(type(self), task_result=result)
         return result
 
+    def _insert_keyed(
+        self, task: Task, db: str, params: list[Any], unique_key: str | None
+    ) -> tuple[int, datetime] | TaskResult:
+        """Insert a unique or atomic job; a live job holding the key wins.
+
+        The partial unique index settles concurrent enqueues of one key: the
+        INSERT of the second waits for the first transaction and then inserts
+        nothing (``ON CONFLICT DO NOTHING``). Only then is the live job read, by
+        a statement with a fresh snapshot. If that job finished in between,
+        nothing is live any more and the insert is tried again.
+        """
+        connection = connections[db]
+        for _ in range(5):
+            with transaction.atomic(using=db), connection.cursor() as cursor:
+                cursor.execute(
+                    sql.INSERT_KEYED_JOB,
+                    [*params, unique_key, bool(getattr(task, "atomic", False))],
+                )
+                row = cursor.fetchone()
+                if row is not None:
+                    return row[0], row[1]
+                cursor.execute(sql.LIVE_JOB_WITH_KEY, [task.module_path, unique_key])
+                live = cursor.fetchone()
+            if live is None:
+                continue  # it finished meanwhile: the key is free again
+            if getattr(task, "on_duplicate", "return") == "raise":
+                raise DuplicateJob(
+                    f"{task.module_path} already has a live job ({live[0]}) with unique key "
+                    f"{unique_key!r}",
+                    job_id=live[0],
+                )
+            return self.get_result(str(live[0]))
+        raise DuplicateJob(  # pragma: no cover - needs five finishes in a row
+            f"{task.module_path}: the job holding unique key {unique_key!r} kept changing",
+            job_id=None,
+        )
+
     def enqueue_many(
         self, task: Task, arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]]
     ) -> list[TaskResult]:
         """Write many jobs of one task with one statement (COPY for large batches).
 
-        All rows are written or none, in the caller's transaction.
+        All rows are written or none, in the caller's transaction. Unique and
+        atomic tasks are written one row at a time (each key must be settled by
+        the unique index on its own).
         """
         self._raise_if_misconfigured()
         self.validate_task(task)
@@ -295,6 +384,13 @@ class PgQueueBackend(BaseTaskBackend):
         items = [(tuple(a), dict(k)) for a, k in arguments]
         if not items:
             return []
+        if (
+            getattr(task, "unique", False)
+            or getattr(task, "unique_key", None) is not None
+            or getattr(task, "atomic", False)
+        ):
+            with transaction.atomic(using=conf.DATABASE):
+                return [self.enqueue(task, a, k) for a, k in items]
         encoded = [serialize_arguments(task, a, k) for a, k in items]
         for args_json, kwargs_json in encoded:
             self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)
@@ -462,6 +558,64 @@ class PgQueueBackend(BaseTaskBackend):
         if (task.queue_name, task.priority, task.backend) == (queue_name, priority, backend):
             return task
         return task.using(queue_name=queue_name, priority=priority, backend=backend)
+
+
+def validate_unique_key(key: Any) -> None:
+    """Raise InvalidUniqueKey unless ``key`` is None or a storable key."""
+    if key is None:
+        return
+    if not isinstance(key, str) or not key:
+        raise InvalidUniqueKey(f"unique_key must be a non-empty string, got {key!r}")
+    if len(key) > UNIQUE_KEY_MAX_LENGTH:
+        raise InvalidUniqueKey(
+            f"unique_key is {len(key)} characters long, more than the "
+            f"{UNIQUE_KEY_MAX_LENGTH} allowed: {key[:40]!r}... Hash long keys "
+            f"(e.g. hashlib.sha256(key.encode()).hexdigest())."
+        )
+
+
+def unique_key_for(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """The unique key of one call: the per-call key, else a digest of the arguments
+    for ``@task(unique=True)``, else None (not unique).
+
+    The digest is taken over canonical JSON (sorted keys), so ``f(a=1, b=2)`` and
+    ``f(b=2, a=1)`` are the same call.
+    """
+    key = getattr(task, "unique_key", None)
+    if key is not None:
+        return str(key)
+    if not getattr(task, "unique", False):
+        return None
+    canonical = json.dumps([list(args), kwargs], sort_keys=True, separators=(",", ":"))
+    return "args:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def atomic_database_problem() -> str | None:
+    """Why atomic tasks cannot be exactly-once here, or None.
+
+    An atomic task's claim and completion run on the queue database
+    (``PGQUEUE["DATABASE"]``); the task's own ORM writes go to ``default`` unless
+    a router says otherwise. When the two aliases name different databases, those
+    writes are outside the claim's transaction and nothing is exactly-once.
+    """
+    from django.conf import settings
+
+    queue_db = get_settings().DATABASE
+    if queue_db == DEFAULT_DB_ALIAS:
+        return None
+    databases = settings.DATABASES
+    if queue_db not in databases or DEFAULT_DB_ALIAS not in databases:
+        return None  # E002 reports a missing alias
+    where = ("NAME", "HOST", "PORT")
+    queue_at = tuple(databases[queue_db].get(k) or "" for k in where)
+    default_at = tuple(databases[DEFAULT_DB_ALIAS].get(k) or "" for k in where)
+    if queue_at == default_at:
+        return None
+    return (
+        f"PGQUEUE['DATABASE'] is {queue_db!r}, a different database from "
+        f"{DEFAULT_DB_ALIAS!r} where the task's writes go; only writes on the queue's "
+        f"database commit together with the job"
+    )
 
 
 def _json(value: Any) -> Any:

@@ -172,3 +172,45 @@ def check_tables(
             id="django_pgqueue.W002",
         )
     ]
+@checks.register(checks.Tags.compatibility)
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E020: a schedule's task path does not import to a Task. E021: a schedule name is
+    declared both in PGQUEUE['SCHEDULE'] and with @periodic."""
+    from .backend import resolve_task
+    from .conf import validate
+    from .exceptions import NotATask
+
+    try:
+        conf = validate(getattr(settings, "PGQUEUE", None))
+    except ImproperlyConfigured:
+        return []  # E001 reports it (a bad cron expression or time zone among others)
+    from .periodic.registry import decorated_schedules
+
+    errors: list[checks.CheckMessage] = []
+    decorated = decorated_schedules()
+    for name, spec in {**decorated, **conf.SCHEDULE}.items():
+        where = (
+            f"PGQUEUE['SCHEDULE'][{name!r}]['task']"
+            if spec.origin == "settings"
+            else (f"@periodic {name!r}")
+        )
+        try:
+            resolve_task(spec.task_path)
+        except (ImportError, NotATask) as exc:
+            errors.append(
+                checks.Error(
+                    f"{where} is {spec.task_path!r}, which is not an importable task: {exc}",
+                    hint="Use the dotted path of a function decorated with @task.",
+                    id="django_pgqueue.E020",
+                )
+            )
+    for name in sorted(set(decorated) & set(conf.SCHEDULE)):
+        errors.append(
+            checks.Error(
+                f"Schedule {name!r} is declared both in PGQUEUE['SCHEDULE'] and with @periodic "
+                f"on {decorated[name].task_path}; the settings' entry would win.",
+                hint="Give one of them another name (@periodic(name=...)).",
+                id="django_pgqueue.E021",
+            )
+        )
+    return errors

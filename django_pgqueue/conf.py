@@ -82,6 +82,18 @@ DEFAULTS: dict[str, Any] = {
     # Test-only pause points (see docs/guarantees.md); never enable in production.
     "TEST_HOOKS": False,
     "WEBHOOKS": {},
+    # Periodic tasks by name: {"task": dotted path, "cron": expression, optional
+    # "timezone", "args", "kwargs", "queue_name", "catch_up"} (docs/periodic.md).
+    "SCHEDULE": {},
+    # Seconds between two scheduler passes in each worker process.
+    "SCHEDULER_INTERVAL": 2.0,
+    # Missed ticks after downtime: "latest" (run the latest once), "all" or "none".
+    "SCHEDULE_CATCH_UP": "latest",
+    # Under catch_up "none", how late a tick may still be enqueued.
+    "SCHEDULE_GRACE_SECONDS": 60.0,
+    # Bound on an atomic task's transaction: its statement_timeout and
+    # idle_in_transaction_session_timeout (docs/atomic-tasks.md).
+    "ATOMIC_TIMEOUT_SECONDS": 300.0,
     # How long ``pgqueue_prune`` keeps terminal rows (jobs and webhook deliveries),
     # per state: a timedelta, seconds, or None to keep them until asked. The
     # dead-letter queue is kept by default.
@@ -118,6 +130,11 @@ class PgQueueSettings:
     PREPARED_STATEMENTS: bool
     TEST_HOOKS: bool
     WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
+    SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
+    SCHEDULER_INTERVAL: float = 2.0
+    SCHEDULE_CATCH_UP: str = "latest"
+    SCHEDULE_GRACE_SECONDS: float = 60.0
+    ATOMIC_TIMEOUT_SECONDS: float = 300.0
     RETENTION: Mapping[str, float | None] = field(default_factory=lambda: dict(RETENTION_DEFAULTS))
 
 
@@ -261,6 +278,9 @@ def validate(raw: Any) -> PgQueueSettings:
     listen_dsn = merged["LISTEN_DSN"]
     if listen_dsn is not None and not isinstance(listen_dsn, str):
         raise ImproperlyConfigured("PGQUEUE['LISTEN_DSN'] must be None or a libpq DSN string")
+    from .periodic.spec import check_catch_up, validate_schedule
+
+    check_catch_up("PGQUEUE['SCHEDULE_CATCH_UP']", merged["SCHEDULE_CATCH_UP"])
     return PgQueueSettings(
         DATABASE=merged["DATABASE"],
         LEASE_SECONDS=_positive_number("PGQUEUE['LEASE_SECONDS']", merged["LEASE_SECONDS"]),
@@ -290,6 +310,17 @@ def validate(raw: Any) -> PgQueueSettings:
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
+        SCHEDULE=validate_schedule(merged["SCHEDULE"]),
+        SCHEDULER_INTERVAL=_positive_number(
+            "PGQUEUE['SCHEDULER_INTERVAL']", merged["SCHEDULER_INTERVAL"]
+        ),
+        SCHEDULE_CATCH_UP=merged["SCHEDULE_CATCH_UP"],
+        SCHEDULE_GRACE_SECONDS=_positive_number(
+            "PGQUEUE['SCHEDULE_GRACE_SECONDS']", merged["SCHEDULE_GRACE_SECONDS"]
+        ),
+        ATOMIC_TIMEOUT_SECONDS=_positive_number(
+            "PGQUEUE['ATOMIC_TIMEOUT_SECONDS']", merged["ATOMIC_TIMEOUT_SECONDS"]
+        ),
         RETENTION=validate_retention(merged["RETENTION"]),
     )
 

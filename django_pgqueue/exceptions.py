@@ -40,3 +40,16 @@ class CrossDatabaseEnqueueWarning(RuntimeWarning):
     open on the queue's: the row commits on its own, whatever the caller's
     transaction does later.
     """
+class InvalidUniqueKey(PgQueueError, ValueError):
+    """A unique key is empty, not a string or too long (nothing was written)."""
+
+
+class DuplicateJob(PgQueueError):
+    """A live job already holds this unique key (raised with ``on_duplicate="raise"``).
+
+    ``job_id`` is the live job's id.
+    """
+
+    def __init__(self, message: str, *, job_id: int | None) -> None:
+        super().__init__(message)
+        self.job_id = job_id

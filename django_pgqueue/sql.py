@@ -43,6 +43,34 @@ INSERT INTO {JOB_TABLE} (
 RETURNING id, created_at
 """
 
+# Enqueue one unique or atomic job (Django cursor). INSERT_JOB's row plus the
+# unique key and the atomic flag. A live job of the same task with the same key
+# wins: ``ON CONFLICT`` names the partial unique index ``pgq_job_unique_live`` by
+# its columns and predicate (written as in the index so PostgreSQL infers it), a
+# concurrent enqueue of the same key waits for the first transaction and then
+# inserts nothing. No row back means "a live job holds the key" (LIVE_JOB_WITH_KEY
+# then reads it, with a fresh snapshot). Rows without a key never conflict.
+INSERT_KEYED_JOB = f"""/* pgqueue:enqueue_keyed */
+INSERT INTO {JOB_TABLE} (
+    status, priority, attempts, max_attempts, next_attempt_at, worker_id,
+    last_error, errors, created_at, updated_at, task_path, queue_name, backend,
+    args, kwargs, worker_ids, unique_key, atomic
+) VALUES (
+    'pending', %s, 0, %s, COALESCE(%s, now()), '', '', '[]', now(), now(),
+    %s, %s, %s, %s::jsonb, %s::jsonb, '[]', %s, %s
+)
+ON CONFLICT (task_path, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'in_progress', 'failed')
+DO NOTHING
+RETURNING id, created_at
+"""
+
+# The live job holding a unique key (the partial unique index answers it).
+LIVE_JOB_WITH_KEY = f"""/* pgqueue:live_job_with_key */
+SELECT id FROM {JOB_TABLE}
+WHERE task_path = %s AND unique_key = %s AND status IN ('pending', 'in_progress', 'failed')
+"""
+
 # Reserve ids for a bulk enqueue. ``INSERT ... RETURNING`` does not promise to
 # return rows in input order, so ids are drawn first and written explicitly: the
 # caller then knows which result belongs to which argument list, and the same
@@ -92,6 +120,9 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (
 #   later write of this attempt must present.
 # * The due source reads the ``(priority DESC, next_attempt_at, id)`` partial
 #   index in order; terminal rows are not in it, so history does not slow it.
+#   Atomic jobs are left to the atomic claim (CLAIM_ATOMIC_JOB), which runs them
+#   inside its own transaction; they are a filter here, not a condition of the
+#   index, because they are expected to be a small share of the due rows.
 # * The picked ids are folded into arrays and joined back through ``unnest``. The
 #   planner cannot estimate a ``LIMIT`` that is a parameter or an expression and
 #   assumes a tenth of the due rows; joining a CTE of that size makes it hash the
@@ -109,7 +140,7 @@ WITH lapsed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
       AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
@@ -150,6 +181,96 @@ UPDATE {JOB_TABLE} AS j SET
 FROM picked, unnest(picked.ids, picked.exhausted, picked.lapsed) AS p(id, exhausted, lapsed)
 WHERE j.id = p.id
 RETURNING {_CLAIM_RETURNING}
+"""
+
+# ---- Atomic jobs (worker/atomic.py) ----------------------------------------------
+#
+# An atomic job is claimed, run and completed in ONE transaction on the queue
+# database (Django cursor, ``%(name)s``): its row stays locked by that
+# transaction the whole time, so no lease, no ``in_progress`` and nothing for
+# other workers to reclaim. A crash rolls the claim back with the task's writes.
+
+# Bound the transaction. ``statement_timeout`` stops a statement that runs too
+# long and ``idle_in_transaction_session_timeout`` ends a session whose task sits
+# between statements (sleeping, HTTP) too long; both only for this transaction.
+ATOMIC_TIMEOUTS = """/* pgqueue:atomic_timeouts */
+SELECT set_config('statement_timeout', %(ms)s, true),
+       set_config('idle_in_transaction_session_timeout', %(ms)s, true)
+"""
+
+# Claim one due atomic job and keep it locked until the transaction ends. Shaped
+# like CLAIM_JOBS's due source (a MATERIALIZED CTE with SKIP LOCKED, reading the
+# ``pgq_job_atomic_due_idx`` partial index in order), but the row keeps its state:
+# the attempt and token counted here commit only if the job finishes.
+CLAIM_ATOMIC_JOB = f"""/* pgqueue:claim_atomic */
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+    ORDER BY priority DESC, next_attempt_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB_TABLE} AS j SET
+    attempts = j.attempts + 1,
+    locked_by = gen_random_uuid(),
+    worker_id = %(worker_id)s,
+    worker_ids = j.worker_ids || to_jsonb(%(worker_id)s::text),
+    started_at = COALESCE(j.started_at, now()),
+    last_attempted_at = now(),
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING {_CLAIM_RETURNING}
+"""
+
+# Success, in the claim's transaction: it commits with the task's own writes.
+COMPLETE_ATOMIC_JOB = f"""/* pgqueue:complete_atomic */
+UPDATE {JOB_TABLE} SET
+    status = 'succeeded', result = %(result)s::jsonb, finished_at = clock_timestamp(),
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND locked_by = %(token)s
+"""
+
+# A failed attempt, recorded in its own short transaction after the task's
+# transaction rolled back (taking the claim's attempt count with it). Counted
+# again here; ``attempts = %(before)s`` makes it a no-op if another worker ran
+# the job in between.
+RECORD_ATOMIC_FAILURE = f"""/* pgqueue:atomic_failure */
+UPDATE {JOB_TABLE} SET
+    status = %(status)s,
+    attempts = attempts + 1,
+    locked_by = %(token)s,
+    worker_id = %(worker_id)s,
+    worker_ids = worker_ids || to_jsonb(%(worker_id)s::text),
+    started_at = COALESCE(started_at, now()),
+    last_attempted_at = now(),
+    next_attempt_at = CASE WHEN %(status)s = 'failed'
+                           THEN now() + make_interval(secs => %(delay)s)
+                           ELSE next_attempt_at END,
+    finished_at = CASE WHEN %(status)s = 'dead' THEN now() END,
+    errors = errors || %(error)s::jsonb,
+    last_error = %(last_error)s,
+    updated_at = now()
+WHERE id = %(id)s AND attempts = %(before)s AND status IN ('pending', 'failed')
+"""
+
+# Any atomic job waiting, due or not (``--until-empty``).
+ATOMIC_LEFT = f"""/* pgqueue:atomic_left */
+SELECT EXISTS (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed')
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+)
+"""
+
+# Whether an atomic job is due (the atomic source's claim sizing and ``--burst``).
+ATOMIC_DUE = f"""/* pgqueue:atomic_due */
+SELECT count(*) FROM (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+    LIMIT %(limit)s
+) AS due
 """
 
 # Write the outcomes of a batch of attempts in one statement (coalesced
@@ -215,16 +336,35 @@ RETURNING j.id
 """
 
 # Is anything due now or held by anyone? Used by ``--burst`` to decide to exit.
+# Atomic jobs are the atomic source's to answer for (ATOMIC_DUE).
 ANY_DUE = f"""/* pgqueue:any_due */
 SELECT EXISTS (
     SELECT 1 FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
       AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
 ) OR EXISTS (
     SELECT 1 FROM {JOB_TABLE}
     WHERE status = 'in_progress'
       AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
 )
+"""
+
+# Is anything left at all: pending or failed (due now or later) or held? Used by
+# ``--until-empty``, which also waits for scheduled retries and deferred jobs.
+ANY_LEFT = f"""/* pgqueue:any_left */
+SELECT EXISTS (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE status IN ('pending', 'failed', 'in_progress')
+      AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
+)
+"""
+
+# Make every scheduled retry due now (django_pgqueue.testing: a test does not
+# wait for a backoff). Only ``failed`` rows: deferred jobs keep their run_after.
+RETRIES_DUE_NOW = f"""/* pgqueue:retries_due_now */
+UPDATE {JOB_TABLE} AS j SET next_attempt_at = now()
+WHERE status = 'failed' AND next_attempt_at > now()
+  AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
 """
 
 # Read one job for ``get_result`` (Django cursor).
@@ -641,11 +781,97 @@ SELECT EXISTS (
 )
 """
 
+# Anything left to send (``--until-empty``): waiting deliveries of active
+# endpoints, due or not, and held ones. A disabled endpoint's deliveries are
+# parked until an operator acts, so they do not count.
+ANY_LEFT_DELIVERIES = f"""/* pgqueue:any_left_deliveries */
+SELECT EXISTS (
+    SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
+    WHERE d.status IN ('pending', 'failed') AND e.is_active
+) OR EXISTS (
+    SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
+)
+"""
+
+# DELIVERY retries due now (django_pgqueue.testing), as RETRIES_DUE_NOW.
+DELIVERY_RETRIES_DUE_NOW = f"""/* pgqueue:delivery_retries_due_now */
+UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = now()
+WHERE status = 'failed' AND next_attempt_at > now() AND next_attempt_at < {_PARKED}
+"""
+
 # A re-enabled endpoint's kept deliveries go out now rather than at the retry
 # time they were last given (which may be hours away after days of failure).
 DELIVERIES_DUE_NOW = f"""/* pgqueue:deliveries_due_now */
 UPDATE {DELIVERY_TABLE} SET next_attempt_at = now(), updated_at = now()
 WHERE endpoint_id = ANY(%s) AND status IN ('pending', 'failed') AND next_attempt_at > now()
+"""
+
+
+# ---------------------------------------------------------------------------------
+# Periodic tasks (periodic/scheduler.py)
+#
+# Every worker process runs the scheduler; none is a leader. A tick is enqueued by
+# the transaction that inserts its (schedule, instant) row: the unique constraint
+# ``pgq_tick_once`` makes a concurrent insert of the same tick wait for the first
+# transaction, then insert nothing (or, if the first rolled back because its
+# worker died, insert it after all). The tick row and its job commit together.
+# "Now" is a parameter: the database's ``now()`` read at the start of a pass (or a
+# clock a test injects), so every statement of a pass agrees on the time.
+# ---------------------------------------------------------------------------------
+
+SCHEDULE_TABLE = "pgqueue_schedule"
+TICK_TABLE = "pgqueue_schedule_tick"
+
+DATABASE_NOW = "/* pgqueue:now */ SELECT now()"
+
+# Mirror a declared schedule in its row (at scheduler start). A new row's cursor
+# is its creation: ticks before a schedule existed are never "missed". A changed
+# cron or time zone gets its next tick recomputed; pause and cursor are kept.
+UPSERT_SCHEDULE = f"""/* pgqueue:upsert_schedule */
+INSERT INTO {SCHEDULE_TABLE} AS s (
+    name, task_path, cron, timezone, args, kwargs, queue_name, catch_up, origin,
+    paused, last_tick_at, last_job_id, next_tick_at, declared_at, created_at, updated_at
+) VALUES (
+    %(name)s, %(task_path)s, %(cron)s, %(timezone)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+    %(queue_name)s, %(catch_up)s, %(origin)s, false, NULL, NULL, %(next)s, %(now)s,
+    %(now)s, %(now)s
+)
+ON CONFLICT (name) DO UPDATE SET
+    task_path = EXCLUDED.task_path, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+    args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, queue_name = EXCLUDED.queue_name,
+    catch_up = EXCLUDED.catch_up, origin = EXCLUDED.origin,
+    next_tick_at = CASE WHEN (s.cron, s.timezone) = (EXCLUDED.cron, EXCLUDED.timezone)
+                             AND s.next_tick_at IS NOT NULL
+                        THEN s.next_tick_at ELSE EXCLUDED.next_tick_at END,
+    declared_at = EXCLUDED.declared_at, updated_at = EXCLUDED.updated_at
+"""
+
+# A schedule's state at the start of its pass: no lock (the tick insert decides).
+SCHEDULE_STATE = f"""/* pgqueue:schedule_state */
+SELECT paused, COALESCE(last_tick_at, created_at) FROM {SCHEDULE_TABLE} WHERE name = %s
+"""
+
+# Claim one tick: a row back means this transaction enqueues it.
+INSERT_TICK = f"""/* pgqueue:insert_tick */
+INSERT INTO {TICK_TABLE} (schedule_name, tick_at, job_id, created_at)
+VALUES (%s, %s, NULL, now())
+ON CONFLICT (schedule_name, tick_at) DO NOTHING
+RETURNING id
+"""
+
+SET_TICK_JOB = f"""/* pgqueue:set_tick_job */
+UPDATE {TICK_TABLE} AS t SET job_id = %s WHERE t.id = %s
+"""
+
+# Move a schedule's cursor forward (never back: a pass that read an older cursor
+# changes nothing) and record its next tick and last job for the admin.
+ADVANCE_SCHEDULE = f"""/* pgqueue:advance_schedule */
+UPDATE {SCHEDULE_TABLE} SET
+    last_tick_at = %(tick)s,
+    last_job_id = COALESCE(%(job_id)s, last_job_id),
+    next_tick_at = %(next)s,
+    updated_at = %(now)s
+WHERE name = %(name)s AND (last_tick_at IS NULL OR last_tick_at < %(tick)s)
 """
 
 

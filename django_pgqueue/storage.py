@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, models, transaction
+from django.db import IntegrityError, connections, models, transaction
 
 from . import sql
 from .conf import get_settings
@@ -22,6 +22,9 @@ from .notify import wake_workers
 
 if TYPE_CHECKING:
     from .models.webhooks import Delivery, Endpoint
+
+#: The partial unique index of unique tasks (models.queue.Job.Meta).
+UNIQUE_LIVE_INDEX = "pgq_job_unique_live"
 
 #: For each operation: the states it may change, and the SET clause it applies.
 OPERATIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -90,10 +93,27 @@ def apply_operation(
         return result
     conn = connections[alias]
     table = conn.ops.quote_name(model._meta.db_table)
+    statement, states = sql.operator_update(table, set_clause), [str(s) for s in allowed]
     with transaction.atomic(using=alias), conn.cursor() as cursor:
-        cursor.execute(sql.operator_update(table, set_clause), [id_list, [str(s) for s in allowed]])
-        result.changed = {row[0]: row[1] for row in cursor.fetchall()}
-        missing = [i for i in id_list if i not in result.changed]
+        try:
+            with transaction.atomic(using=alias):
+                cursor.execute(statement, [id_list, states])
+                result.changed = {row[0]: row[1] for row in cursor.fetchall()}
+        except IntegrityError as exc:
+            # A replayed unique job whose key another live job holds: the unique
+            # index refuses it. Replay the rows one by one and skip those.
+            if UNIQUE_LIVE_INDEX not in str(exc):
+                raise
+            for i in id_list:
+                try:
+                    with transaction.atomic(using=alias):
+                        cursor.execute(statement, [[i], states])
+                        result.changed.update({row[0]: row[1] for row in cursor.fetchall()})
+                except IntegrityError as row_exc:
+                    if UNIQUE_LIVE_INDEX not in str(row_exc):
+                        raise
+                    result.skipped[i] = "its unique key is held by another live job"
+        missing = [i for i in id_list if i not in result.changed and i not in result.skipped]
         if missing:
             cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s)", [missing])  # noqa: S608
             current = dict(cursor.fetchall())

@@ -4,6 +4,7 @@ The database comes from ``DATABASE_URL`` (``scripts/dev.py`` sets it, starting a
 embedded PostgreSQL when none is given).
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -102,6 +103,20 @@ TASKS = {
     }
 }
 
+#: The demo's periodic tasks, on only where the demo asks for them (pgqueue_demo_server
+#: sets PGQUEUE_DEMO_SCHEDULE=1): test workers must not enqueue jobs of their own.
+#: testproject/demo/periodic.py declares one more with @periodic.
+DEMO_SCHEDULE: dict[str, dict] = {}
+if os.environ.get("PGQUEUE_DEMO_SCHEDULE", "") == "1":
+    DEMO_SCHEDULE = {
+        "demo-nightly-report": {
+            "task": "testproject.demo.periodic.nightly_report",
+            "cron": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "queue_name": "default",
+        },
+    }
+
 PGQUEUE = {
     "DATABASE": QUEUE_ALIAS,
     "LEASE_SECONDS": float(os.environ.get("PGQUEUE_LEASE_SECONDS", "30")),
@@ -116,6 +131,9 @@ PGQUEUE = {
     "PREPARED_STATEMENTS": os.environ.get("PGQUEUE_PREPARED_STATEMENTS", "1") == "1",
     "UNKNOWN_TASK_DELAY": float(os.environ.get("PGQUEUE_UNKNOWN_TASK_DELAY", "60")),
     "SHUTDOWN_GRACE_SECONDS": float(os.environ.get("PGQUEUE_SHUTDOWN_GRACE_SECONDS", "30")),
+    # Periodic tasks: the demo's own, or the ones a test hands its worker processes.
+    "SCHEDULE": json.loads(os.environ.get("PGQUEUE_TEST_SCHEDULE", "null")) or DEMO_SCHEDULE,
+    "SCHEDULER_INTERVAL": float(os.environ.get("PGQUEUE_SCHEDULER_INTERVAL", "2.0")),
     "WEBHOOKS": {
         # The demo's receivers listen on 127.0.0.1; production keeps this empty.
         "ALLOW_NETWORKS": ["127.0.0.0/8"],

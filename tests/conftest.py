@@ -21,6 +21,9 @@ from .fault_fixtures import fault_db, fault_pg, fault_proxy, pgbouncer_proxy  # 
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The helper users load the same way (docs/testing.md): the pgqueue_jobs fixture.
+pytest_plugins = ["django_pgqueue.testing"]
+
 
 @pytest.fixture(autouse=True)
 def _close_notifier_connection() -> Iterator[None]:

@@ -29,6 +29,10 @@ class Status(models.TextChoices):
 CLAIMABLE = (Status.PENDING, Status.FAILED)
 #: States that end a row's life until an operator replays it.
 TERMINAL = (Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)
+#: States of a "live" job: at most one live job per (task, unique key).
+LIVE = (Status.PENDING, Status.IN_PROGRESS, Status.FAILED)
+#: Longest unique key (the column's length).
+UNIQUE_KEY_MAX_LENGTH = 255
 
 
 def queue_row_constraints(prefix: str) -> list[models.BaseConstraint]:
@@ -138,16 +142,46 @@ class Job(QueueRow):
     worker_ids = models.JSONField(
         default=list, blank=True, help_text=_("Worker of each attempt, in order.")
     )
+    # Both columns have a database default, so the enqueue statements that do
+    # not name them (and rows written before they existed) stay valid.
+    unique_key = models.CharField(  # noqa: DJ001 - NULL is "not unique"; "" is refused
+        max_length=UNIQUE_KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        db_default=None,
+        help_text=_("At most one live job per task and key (unique tasks)."),
+    )
+    atomic = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=_("Claimed, run and completed in one transaction (atomic tasks)."),
+    )
 
     class Meta:
         db_table = "pgqueue_job"
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
-        constraints = queue_row_constraints("pgq_job")
         indexes = [
             # Only the two partial indexes: every state change of a row touches
             # every index on the table, so each extra index slows the hot path.
             *queue_row_indexes("pgq_job", "-priority", "next_attempt_at", "id"),
+            # The atomic claim's own due index: atomic rows are few, and this keeps
+            # their claim from walking the (large) shared due index.
+            models.Index(
+                fields=["-priority", "next_attempt_at", "id"],
+                name="pgq_job_atomic_due_idx",
+                condition=Q(atomic=True, status__in=[s.value for s in CLAIMABLE]),
+            ),
+        ]
+        constraints = [
+            *queue_row_constraints("pgq_job"),
+            # The arbiter of unique tasks: concurrent enqueues of one key are
+            # settled by this index (INSERT ... ON CONFLICT), never by a read.
+            models.UniqueConstraint(
+                fields=["task_path", "unique_key"],
+                name="pgq_job_unique_live",
+                condition=Q(unique_key__isnull=False, status__in=[s.value for s in LIVE]),
+            ),
         ]
         permissions = [
             ("replay_job", "Can replay, retry or cancel jobs"),

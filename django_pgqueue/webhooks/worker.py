@@ -148,6 +148,15 @@ class DeliverySource(Source):
             return False
         return bool(conn.execute(sql.ANY_DUE_DELIVERIES).fetchone()[0])
 
+    def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
+        if not self._selected(params):
+            return False
+        return bool(conn.execute(sql.ANY_LEFT_DELIVERIES).fetchone()[0])
+
+    def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
+        if self._selected(params):
+            conn.execute(sql.DELIVERY_RETRIES_DUE_NOW)
+
     # -- sending ---------------------------------------------------------------------
 
     def _transport(self) -> WebhookTransport:

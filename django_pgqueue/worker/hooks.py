@@ -10,7 +10,8 @@ that an environment variable alone can never pause a production worker.
 Points: ``after_claim`` (rows claimed, nothing run), ``before_task`` (about to
 call the task), ``after_task`` (task returned, outcome not written),
 ``before_complete`` (completion write about to be sent), ``after_http_response``
-(a webhook receiver answered, outcome not written), ``listener_reconnecting``.
+(a webhook receiver answered, outcome not written), ``listener_reconnecting``,
+``scheduler_tick`` (a tick's row inserted, its job not yet, transaction open).
 """
 
 from __future__ import annotations

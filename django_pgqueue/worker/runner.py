@@ -207,9 +207,14 @@ def _exception_path(exc: BaseException) -> str:
 class TaskRunner:
     """Runs jobs for one worker; caches task lookups across jobs."""
 
-    def __init__(self, worker_id: str, unknown_task_delay: float) -> None:
+    def __init__(
+        self, worker_id: str, unknown_task_delay: float, *, manage_connections: bool = True
+    ) -> None:
         self.worker_id = worker_id
         self.unknown_task_delay = unknown_task_delay
+        #: False when jobs run on the caller's own connection and transaction
+        #: (django_pgqueue.testing): closing it would break the test's transaction.
+        self.manage_connections = manage_connections
         self._tasks: dict[str, Task] = {}
         self._backends: dict[str, Any] = {}
         self._local = threading.local()
@@ -321,7 +326,10 @@ class TaskRunner:
             if started_gate.wanted(logging.INFO):
                 task_started.send(sender=sender, task_result=result)
         local = self._local
-        if time.monotonic() - getattr(local, "checked", 0.0) > CONNECTION_CHECK_SECONDS:
+        if (
+            self.manage_connections
+            and time.monotonic() - getattr(local, "checked", 0.0) > CONNECTION_CHECK_SECONDS
+        ):
             close_old_connections()
         started = time.perf_counter()
         try:
@@ -354,7 +362,8 @@ class TaskRunner:
                 object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
                 self._finished(outcome, result, sender, started)
         finally:
-            close_old_connections()
+            if self.manage_connections:
+                close_old_connections()
             local.checked = time.monotonic()
         return outcome
 

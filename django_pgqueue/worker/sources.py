@@ -38,6 +38,13 @@ class Source(ABC):
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         """Whether anything is due now or held by any worker (for ``--burst``)."""
 
+    def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
+        """Whether anything is waiting at all, due or not (for ``--until-empty``)."""
+        return self.any_due(conn, params)
+
+    def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:  # noqa: B027
+        """Make scheduled retries due now (django_pgqueue.testing); optional, no-op here."""
+
     @abstractmethod
     def run(self, item: Any) -> Outcome:
         """Run one claimed row; never raises."""
@@ -92,6 +99,12 @@ class JobSource(Source):
 
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         return bool(conn.execute(sql.ANY_DUE, params).fetchone()[0])
+
+    def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
+        return bool(conn.execute(sql.ANY_LEFT, params).fetchone()[0])
+
+    def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
+        conn.execute(sql.RETRIES_DUE_NOW, params)
 
     def run(self, item: ClaimedJob) -> Outcome:
         return self.runner.run(item)

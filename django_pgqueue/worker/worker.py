@@ -69,6 +69,9 @@ class Worker:
         shutdown_grace: float | None = None,
         install_signal_handlers: bool = True,
         sources: Sequence[Source] | None = None,
+        scheduler: bool | None = None,
+        until_empty: bool = False,
+        max_time: float | None = None,
     ) -> None:
         conf = get_settings()
         self.queues = list(queues or [])
@@ -78,7 +81,12 @@ class Worker:
         self.batch_size = batch_size or conf.BATCH_SIZE
         self.lease_seconds = lease_seconds or conf.LEASE_SECONDS
         self.poll_interval = poll_interval or conf.POLL_INTERVAL
-        self.burst = burst
+        # ``until_empty`` is a burst run that also waits for scheduled retries and
+        # deferred jobs; ``max_time`` bounds a run (exit code 2 when work is left).
+        self.burst = burst or until_empty
+        self.until_empty = until_empty
+        self.max_time = max_time
+        self.timed_out = False
         self.max_tasks = max_tasks
         self.worker_id = worker_id or default_worker_id()
         self.notify = conf.NOTIFY if notify is None else notify
@@ -87,6 +95,9 @@ class Worker:
         )
         self.install_signal_handlers = install_signal_handlers
         self.test_hooks = hooks._active_points()
+        # Periodic tasks (periodic/scheduler.py); not in burst runs unless asked.
+        self.run_scheduler = (not self.burst) if scheduler is None else scheduler
+        self.scheduler_thread: threading.Thread | None = None
 
         self.stopping = threading.Event()
         self.wake = threading.Event()
@@ -153,6 +164,10 @@ class Worker:
         self.completer.start()
         if self.listener is not None:
             self.listener.start()
+        if self.run_scheduler:
+            from ..periodic.scheduler import start_scheduler
+
+            self.scheduler_thread = start_scheduler(self.stopping, self.worker_id)
         for i in range(self.concurrency):
             thread = threading.Thread(target=self._executor, name=f"pgqueue-task-{i}", daemon=True)
             thread.start()
@@ -162,6 +177,8 @@ class Worker:
         finally:
             clean = self._shutdown()
             self._restore_signals(old_handlers)
+        if self.timed_out:
+            return 2
         logger.info(
             "Worker %s stopped: %d claimed, %d finished %s",
             self.worker_id,
@@ -238,7 +255,16 @@ class Worker:
         # others each time would cost a statement and a commit per batch.
         quiet_until: dict[str, float] = {}
         wakeups = -1
+        deadline = None if self.max_time is None else time.monotonic() + self.max_time
         while not self.stopping.is_set():
+            if deadline is not None and time.monotonic() > deadline:
+                self.timed_out = True
+                logger.error(
+                    "Worker %s: --max-time %.0f s reached with work left; stopping",
+                    self.worker_id,
+                    self.max_time,
+                )
+                break
             if self.max_tasks is not None and self.claimed >= self.max_tasks:
                 self._wait_until_idle()
                 break
@@ -299,7 +325,11 @@ class Worker:
             if self.burst:
                 if not claimed_any and self._is_idle():
                     if not self._anything_due(params):
-                        break
+                        if not (self.until_empty and self._anything_left(params)):
+                            break
+                        # A retry or deferred job is waiting for its time.
+                        self.wake.wait(self.poll_interval)
+                        continue
                     quiet_until.clear()  # something is due: ask every source again
                 # Burst runs end as soon as the work does: re-check often.
                 self.wake.wait(min(self.poll_interval, 0.05))
@@ -335,6 +365,15 @@ class Worker:
         try:
             conn = self._claim_connection()
             return any(source.any_due(conn, params) for source in self.sources)
+        except Exception as exc:
+            logger.warning("Idle check failed (%s)", exc)
+            self._drop_claim_connection()
+            return True
+
+    def _anything_left(self, params: dict[str, Any]) -> bool:
+        try:
+            conn = self._claim_connection()
+            return any(source.any_left(conn, params) for source in self.sources)
         except Exception as exc:
             logger.warning("Idle check failed (%s)", exc)
             self._drop_claim_connection()
@@ -460,16 +499,20 @@ class Worker:
             clean = False
         if self.listener is not None:
             self.listener.join(2)
+        if self.scheduler_thread is not None:
+            self.scheduler_thread.join(5)
         self._drop_claim_connection()
         return clean
 
 
 def default_sources(worker_id: str) -> list[Source]:
-    """Jobs and webhook deliveries: everything a worker runs by default."""
+    """Jobs, atomic jobs and webhook deliveries: everything a worker runs by default."""
     from ..webhooks.worker import DeliverySource
+    from .atomic import AtomicJobSource
 
     conf = get_settings()
     return [
         JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY)),
+        AtomicJobSource(worker_id),
         DeliverySource(worker_id),
     ]

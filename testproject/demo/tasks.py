@@ -98,3 +98,54 @@ def sleep_for(seconds: float) -> float:
 
 
 not_a_task = "this module attribute is a string, not a Task"
+
+
+@task(unique=True)
+def unique_add(a: int, b: int) -> int:
+    """At most one live job per arguments (unique tasks)."""
+    return a + b
+
+
+@task(on_duplicate="raise")
+def keyed_refund(order_id: int) -> int:
+    """Enqueued with ``.using(unique_key=...)``; a second live enqueue raises."""
+    return order_id
+
+
+@task(takes_context=True, atomic=True, max_attempts=3)
+def record_atomic(context, label: str = "", sleep: float = 0.0, fail: bool = False) -> int:
+    """An atomic task: its TaskRun row commits if and only if the job succeeds."""
+    return _record(context, label, sleep, fail)
+
+
+@task(takes_context=True, max_attempts=3)
+def record_leased(context, label: str = "", sleep: float = 0.0, fail: bool = False) -> int:
+    """``record_atomic``'s body as an ordinary (at-least-once) task, for comparison."""
+    return _record(context, label, sleep, fail)
+
+
+def _record(context, label: str, sleep: float, fail: bool) -> int:
+    import os
+
+    from .models import TaskRun
+
+    TaskRun.objects.create(
+        job_id=int(context.task_result.id), attempt=context.attempt, pid=os.getpid(), label=label
+    )
+    if sleep:
+        time.sleep(sleep)
+    if fail:
+        raise RuntimeError(f"{label}: failing after the write (it must roll back)")
+    return context.attempt
+
+
+@task(takes_context=True, atomic=True, max_attempts=100)
+def atomic_effect(context, label: str = "", sleep: float = 0.0) -> int:
+    """The exactly-once fault test's task: one effect row, in the claim's transaction."""
+    return _record(context, label, sleep, False)
+
+
+@task(takes_context=True, max_attempts=100)
+def leased_effect(context, label: str = "", sleep: float = 0.0) -> int:
+    """``atomic_effect`` as an at-least-once task: the fault test's control run."""
+    return _record(context, label, sleep, False)

@@ -78,16 +78,38 @@ class Command(BaseCommand):
             help="Exit 0 once nothing is due and nothing is in flight.",
         )
         parser.add_argument(
+            "--until-empty",
+            action="store_true",
+            help="A burst run that also waits for scheduled retries and deferred jobs: exit 0 "
+            "once nothing is pending, failed-and-retrying or in progress in the selected queues.",
+        )
+        parser.add_argument(
+            "--max-time",
+            type=positive_float,
+            default=None,
+            help="Stop after this many seconds; exit 2 if work was left (for CI).",
+        )
+        parser.add_argument(
             "--max-tasks", type=positive_int, default=None, help="Exit after claiming this many."
         )
         parser.add_argument("--worker-id", default=None, help="Name in logs and in the admin.")
         parser.add_argument(
             "--no-notify", action="store_true", help="Poll only (no LISTEN connection)."
         )
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="Do not enqueue periodic tasks from this process (default: every worker does).",
+        )
         parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["processes"] > 1:
+            if options["until_empty"] or options["max_time"]:
+                raise CommandError(
+                    "--until-empty and --max-time run one process; drop --processes "
+                    "(use --concurrency for more threads)"
+                )
             if options["worker_id"]:
                 raise CommandError("--worker-id names one process; it cannot go with --processes")
             code = Supervisor(
@@ -106,6 +128,9 @@ class Command(BaseCommand):
                 max_tasks=options["max_tasks"],
                 worker_id=worker_id,
                 notify=False if options["no_notify"] else None,
+                scheduler=False if options["no_scheduler"] else None,
+                until_empty=options["until_empty"],
+                max_time=options["max_time"],
             )
             code = worker.run()
         if code:

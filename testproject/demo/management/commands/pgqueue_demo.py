@@ -75,6 +75,10 @@ class Command(BaseCommand):
         # Coroutine tasks run too.
         for i in range(10):
             tasks.async_ping.enqueue(i)
+        # Atomic: each writes one TaskRun row in the transaction that claims and
+        # completes it; the failing ones leave none behind (their writes roll back).
+        for i in range(20):
+            tasks.record_atomic.enqueue(label="atomic", fail=i % 10 == 9)
 
     def _drain(self, opts: dict[str, Any], out: Any) -> None:
         """Run burst workers until every job is finished (retries included)."""
@@ -123,6 +127,15 @@ class Command(BaseCommand):
             f"  drained {total} jobs in {seconds:.2f}s = {total / seconds:,.0f} jobs/s "
             "(retry backoff and deferred jobs included)"
         )
+        atomic = Job.objects.filter(atomic=True)
+        out.write("\n=== Atomic tasks (exactly-once database effects) ===")
+        out.write(
+            f"  succeeded : {atomic.filter(status='succeeded').count()}, "
+            f"dead: {atomic.filter(status='dead').count()}; effect rows: "
+            f"{TaskRun.objects.filter(label='atomic').count()} (one per succeeded job, "
+            "none for the failed attempts)"
+        )
+        out.write("  Periodic tasks run in long-lived workers: see pgqueue_demo_server.")
         for job in Job.objects.filter(status="dead")[:3]:
             out.write(
                 f"  DLQ: job {job.pk} {job.task_path} after {job.attempts} attempts: "

@@ -8,6 +8,7 @@ It applies no migrations itself (``scripts/dev.py serve`` does that first).
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -41,7 +42,12 @@ class Command(BaseCommand):
             subprocess.Popen(
                 [*manage, "runserver", opts["addr"], "--noreload"], start_new_session=True
             ),
-            subprocess.Popen([*manage, "runworkers"], start_new_session=True),
+            # The workers also run the demo's periodic tasks (testproject/demo/periodic.py).
+            subprocess.Popen(
+                [*manage, "runworkers"],
+                start_new_session=True,
+                env={**os.environ, "PGQUEUE_DEMO_SCHEDULE": "1"},
+            ),
         ]
         url = f"http://{opts['addr']}/admin/"
         self.stdout.write(
@@ -51,6 +57,9 @@ class Command(BaseCommand):
         )
         self.stdout.write(f"Queue dashboard: {url}django_pgqueue/job/dashboard/")
         self.stdout.write(f"Dead-letter queue: {url}django_pgqueue/job/?status=dead")
+        self.stdout.write(
+            f"Periodic tasks (next and last run, pause): {url}django_pgqueue/schedule/"
+        )
         self.stdout.write("Ctrl-C stops the server and the workers.\n")
         # SIGTERM (e.g. from a process manager or `timeout`) stops them too.
         signal.signal(signal.SIGTERM, _interrupt)

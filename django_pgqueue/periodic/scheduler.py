@@ -1,0 +1,245 @@
+"""The scheduler: turns due ticks of declared schedules into jobs, in every worker.
+
+There is no leader. Each pass, every worker process does, per schedule and in one
+transaction on the queue database: read the schedule's cursor (the last tick
+enqueued) and pause flag; work out the due ticks from the catch-up policy; insert
+each tick's row (the unique (schedule, instant) constraint lets exactly one
+transaction through, see sql.INSERT_TICK) and, only if it got the row, enqueue
+the job; then move the cursor forward. A worker killed mid-pass rolls back its
+tick row and job together, and the next pass of any worker enqueues the tick.
+
+"Now" is the database's ``now()`` (hosts' clocks do not matter), or the clock a
+test injects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from django.db import close_old_connections, connections, transaction
+
+from .. import sql
+from ..backend import resolve_task
+from ..conf import get_settings
+from ..exceptions import DuplicateJob
+from ..worker import hooks
+from . import cron
+from .registry import declared_schedules
+from .spec import ScheduleSpec
+
+logger = logging.getLogger("django_pgqueue.scheduler")
+
+#: Most missed ticks one pass enqueues under catch_up "all"; the rest follow on
+#: the next passes (a long downtime never makes one huge transaction).
+MAX_TICKS_PER_PASS = 100
+
+Clock = Callable[[], dt.datetime]
+
+
+class Scheduler:
+    """One scheduler: ``sync()`` once, then ``run_pass()`` every interval."""
+
+    def __init__(
+        self,
+        schedules: dict[str, ScheduleSpec] | None = None,
+        *,
+        clock: Clock | None = None,
+        worker_id: str = "",
+    ) -> None:
+        conf = get_settings()
+        self.schedules = declared_schedules() if schedules is None else schedules
+        self.clock = clock
+        self.worker_id = worker_id
+        self.db = conf.DATABASE
+        self.default_catch_up = conf.SCHEDULE_CATCH_UP
+        self.grace = dt.timedelta(seconds=conf.SCHEDULE_GRACE_SECONDS)
+        self.test_hooks = hooks._active_points()
+        self.enqueued = 0
+
+    def now(self) -> dt.datetime:
+        if self.clock is not None:
+            return self.clock()
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(sql.DATABASE_NOW)
+            now: dt.datetime = cursor.fetchone()[0]
+        return now
+
+    def sync(self) -> None:
+        """Write every declared schedule's definition to its row (for the admin)."""
+        now = self.now()
+        with transaction.atomic(using=self.db), connections[self.db].cursor() as cursor:
+            for spec in self.schedules.values():
+                cursor.execute(
+                    sql.UPSERT_SCHEDULE,
+                    {
+                        "name": spec.name,
+                        "task_path": spec.task_path,
+                        "cron": spec.cron,
+                        "timezone": spec.timezone,
+                        "args": json.dumps(spec.args),
+                        "kwargs": json.dumps(spec.kwargs),
+                        "queue_name": spec.queue_name or "",
+                        "catch_up": spec.catch_up or self.default_catch_up,
+                        "origin": spec.origin,
+                        "next": cron.next_tick(spec.cron, spec.timezone, now),
+                        "now": now,
+                    },
+                )
+
+    def run_pass(self) -> int:
+        """Enqueue every due tick of every schedule; returns the jobs this pass enqueued."""
+        now = self.now()
+        enqueued = 0
+        for spec in self.schedules.values():
+            try:
+                enqueued += self._run_schedule(spec, now)
+            except Exception:
+                logger.exception("Schedule %r: pass failed; it is retried next pass", spec.name)
+        self.enqueued += enqueued
+        return enqueued
+
+    def _due(
+        self, spec: ScheduleSpec, cursor_at: dt.datetime, now: dt.datetime
+    ) -> tuple[list[dt.datetime], dt.datetime | None]:
+        """(ticks to enqueue, the new cursor) under the schedule's catch-up policy."""
+        policy = spec.catch_up or self.default_catch_up
+        if policy == "all":
+            ticks, more = cron.due_ticks(
+                spec.cron, spec.timezone, cursor_at, now, MAX_TICKS_PER_PASS
+            )
+            if more:
+                logger.warning(
+                    "Schedule %r: more than %d missed ticks; enqueueing them %d per pass",
+                    spec.name,
+                    MAX_TICKS_PER_PASS,
+                    MAX_TICKS_PER_PASS,
+                )
+            return ticks, (ticks[-1] if ticks else None)
+        latest = cron.latest_tick(spec.cron, spec.timezone, cursor_at, now)
+        if latest is None:
+            return [], None
+        if policy == "none" and now - latest > self.grace:
+            return [], latest  # missed: skipped, and the cursor moves past it
+        return [latest], latest
+
+    def _run_schedule(self, spec: ScheduleSpec, now: dt.datetime) -> int:
+        with transaction.atomic(using=self.db), connections[self.db].cursor() as cursor:
+            cursor.execute(sql.SCHEDULE_STATE, [spec.name])
+            row = cursor.fetchone()
+            if row is None:
+                # Deleted from the admin (or never synced): declare it again; its
+                # ticks count from now.
+                self._sync_one(spec, now)
+                return 0
+            paused, cursor_at = row
+            ticks, new_cursor = self._due(spec, cursor_at, now)
+            if new_cursor is None:
+                return 0
+            if paused:
+                ticks = []  # a paused schedule skips its ticks
+            enqueued = 0
+            last_job: int | None = None
+            for tick in ticks:
+                cursor.execute(sql.INSERT_TICK, [spec.name, tick])
+                won = cursor.fetchone()
+                if won is None:
+                    continue  # another worker enqueued this tick
+                if "scheduler_tick" in self.test_hooks:
+                    hooks.pause("scheduler_tick", spec.name, tick.isoformat())
+                last_job = self._enqueue(spec)
+                cursor.execute(sql.SET_TICK_JOB, [last_job, won[0]])
+                enqueued += 1
+                logger.info(
+                    "Schedule %r: tick %s enqueued as job %s", spec.name, tick.isoformat(), last_job
+                )
+            cursor.execute(
+                sql.ADVANCE_SCHEDULE,
+                {
+                    "name": spec.name,
+                    "tick": new_cursor,
+                    "job_id": last_job,
+                    "next": cron.next_tick(spec.cron, spec.timezone, max(now, new_cursor)),
+                    "now": now,
+                },
+            )
+        return enqueued
+
+    def _sync_one(self, spec: ScheduleSpec, now: dt.datetime) -> None:
+        saved, self.schedules = self.schedules, {spec.name: spec}
+        try:
+            self.sync()
+        finally:
+            self.schedules = saved
+
+    def _enqueue(self, spec: ScheduleSpec) -> int | None:
+        """Enqueue one tick's job in the current transaction; its id."""
+        task = resolve_task(spec.task_path)
+        if spec.queue_name:
+            task = task.using(queue_name=spec.queue_name)
+        try:
+            result = task.enqueue(*spec.args, **spec.kwargs)
+        except DuplicateJob as exc:
+            # A unique task whose previous run is still live: this tick is that job.
+            return exc.job_id
+        return int(result.id)
+
+
+class SchedulerThread(threading.Thread):
+    """Runs a Scheduler every ``PGQUEUE["SCHEDULER_INTERVAL"]`` seconds until ``stopping``."""
+
+    def __init__(self, scheduler: Scheduler, stopping: threading.Event, interval: float) -> None:
+        super().__init__(name="pgqueue-scheduler", daemon=True)
+        self.scheduler = scheduler
+        self.stopping = stopping
+        self.interval = interval
+
+    def run(self) -> None:
+        synced = False
+        try:
+            while not self.stopping.is_set():
+                try:
+                    if not synced:
+                        self.scheduler.sync()
+                        synced = True
+                    self.scheduler.run_pass()
+                except Exception:
+                    logger.exception("Scheduler pass failed; retrying in %.1f s", self.interval)
+                    connections[self.scheduler.db].close()
+                close_old_connections()
+                self.stopping.wait(self.interval)
+        finally:
+            connections.close_all()
+
+
+def test_clock() -> Clock | None:
+    """A clock read from the file named by ``PGQUEUE_TEST_CLOCK_FILE`` (an ISO instant).
+
+    Test-only, like the pause points: it needs ``PGQUEUE["TEST_HOOKS"] = True``
+    too, so an environment variable alone never moves a production scheduler's time.
+    """
+    path = os.environ.get("PGQUEUE_TEST_CLOCK_FILE")
+    if not path or not get_settings().TEST_HOOKS:
+        return None
+
+    def read() -> dt.datetime:
+        with open(path) as f:
+            return dt.datetime.fromisoformat(f.read().strip())
+
+    return read
+
+
+def start_scheduler(stopping: threading.Event, worker_id: str) -> SchedulerThread | None:
+    """Start this process's scheduler thread, or None when nothing is scheduled."""
+    schedules = declared_schedules()
+    if not schedules:
+        return None
+    scheduler = Scheduler(schedules, clock=test_clock(), worker_id=worker_id)
+    thread = SchedulerThread(scheduler, stopping, get_settings().SCHEDULER_INTERVAL)
+    thread.start()
+    logger.info("Scheduler started with %d schedule(s): %s", len(schedules), ", ".join(schedules))
+    return thread

@@ -1,0 +1,222 @@
+"""Atomic jobs (``@task(atomic=True)``): claim, run and complete in one transaction.
+
+The article our design follows names this the second way to run a Postgres
+queue. One transaction on the queue database holds the claim (one row, ``FOR
+UPDATE SKIP LOCKED``, no lease), the task body and the completion, so the task's
+writes on that database and "succeeded" commit together; a crash rolls both back
+and the row is simply claimable again. Database effects happen exactly once.
+
+It plugs into the Worker as a :class:`~django_pgqueue.worker.sources.Source`
+whose "claim" only counts due atomic jobs and hands out that many slots; each
+slot, on a task thread, opens the transaction and claims its row there (on the
+thread's Django connection, which the task's ORM calls use too). The completer
+has nothing to write for a slot and no lease to extend.
+
+A failed attempt rolls back its effects, then is recorded in a separate short
+transaction (retry with backoff, or the dead-letter queue), as for other tasks.
+Limits (docs/atomic-tasks.md): the transaction is bounded by
+``PGQUEUE["ATOMIC_TIMEOUT_SECONDS"]``; only writes on the queue's database are
+covered; HTTP and other outside effects stay at-least-once; a long transaction
+holds back vacuum; a task that kills its worker does not use up attempts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections, connections, transaction
+
+from .. import sql
+from ..backend import _json
+from ..conf import get_settings
+from ..db import is_connection_error
+from ..models.queue import Status
+from .runner import ClaimedJob, Outcome, TaskRunner, _error_entry, _exception_path
+from .sources import Source
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+#: The state a slot reports when another worker took the job first.
+SKIPPED = "skipped"
+
+#: Seconds before an attempt whose transaction failed outside the task is retried.
+TRANSACTION_RETRY_DELAY = 1.0
+
+
+@dataclass(slots=True)
+class AtomicSlot:
+    """Permission to claim one atomic job on a task thread (not a row yet)."""
+
+    id: int
+    token: uuid.UUID
+    status: str = Status.PENDING
+    task_path: str = "atomic"
+
+
+class AtomicJobSource(Source):
+    """Atomic jobs of the ``pgqueue_job`` table (``atomic = true``)."""
+
+    name = "atomic"
+
+    def __init__(self, worker_id: str, *, manage_connections: bool = True) -> None:
+        conf = get_settings()
+        self.worker_id = worker_id
+        #: False on the caller's own connection (django_pgqueue.testing), as TaskRunner's.
+        self.manage_connections = manage_connections
+        # The runner must not close connections: the task runs inside our transaction.
+        self.runner = TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY, manage_connections=False)
+        self._ids = itertools.count(1)
+        self._params: dict[str, Any] = {}
+
+    # -- claiming (slots) ------------------------------------------------------------
+
+    def claim(self, conn: Any, params: dict[str, Any]) -> list[AtomicSlot]:
+        due = conn.execute(sql.ATOMIC_DUE, params).fetchone()[0]
+        self._params = {k: params[k] for k in ("all_queues", "queues")}
+        return [AtomicSlot(next(self._ids), uuid.uuid4()) for _ in range(due)]
+
+    def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
+        return bool(conn.execute(sql.ATOMIC_DUE, {**params, "limit": 1}).fetchone()[0])
+
+    def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
+        return bool(conn.execute(sql.ATOMIC_LEFT, params).fetchone()[0])
+
+    def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
+        conn.execute(sql.RETRIES_DUE_NOW, params)  # atomic rows are job rows
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, item: AtomicSlot) -> Outcome:
+        """Claim one atomic job, run it and complete it in one transaction. Never raises."""
+        conf = get_settings()
+        db = conf.DATABASE
+        if self.manage_connections:
+            close_old_connections()
+        job: ClaimedJob | None = None
+        outcome: Outcome | None = None
+        try:
+            with transaction.atomic(using=db):
+                with connections[db].cursor() as cursor:
+                    cursor.execute(
+                        sql.ATOMIC_TIMEOUTS, {"ms": str(int(conf.ATOMIC_TIMEOUT_SECONDS * 1000))}
+                    )
+                    cursor.execute(
+                        sql.CLAIM_ATOMIC_JOB, {**self._params, "worker_id": self.worker_id}
+                    )
+                    row = cursor.fetchone()
+                if row is None:
+                    return self._skipped(item)
+                job = claimed(row)
+                outcome = self.runner.run(job)
+                if outcome.status == Status.SUCCEEDED:
+                    with connections[db].cursor() as cursor:
+                        cursor.execute(
+                            sql.COMPLETE_ATOMIC_JOB,
+                            {"id": job.id, "token": job.token, "result": outcome.result_json},
+                        )
+                else:
+                    # The effects go; the attempt is recorded below, after the rollback.
+                    transaction.set_rollback(True, using=db)
+        except Exception as exc:
+            if job is None:
+                logger.exception("Atomic claim failed; the job stays claimable")
+                self._after_error(db, exc)
+                return self._skipped(item)
+            # The commit (or the task's session) failed: nothing of it stayed.
+            logger.warning("Atomic job %s: transaction failed (%s); rolled back", job.id, exc)
+            self._after_error(db, exc)
+            outcome = self._transaction_failed(job, exc)
+        finally:
+            if self.manage_connections:
+                close_old_connections()
+        assert job is not None and outcome is not None
+        if outcome.status != Status.SUCCEEDED:
+            self._record_failure(db, job, outcome)
+        outcome.job_id, outcome.token = item.id, item.token  # routed back as the slot
+        outcome.extra["job_id"] = job.id
+        return outcome
+
+    def _transaction_failed(self, job: ClaimedJob, exc: BaseException) -> Outcome:
+        """An attempt whose transaction failed outside the task (connection lost, commit
+        refused, timeout): rolled back whole, retried after TRANSACTION_RETRY_DELAY."""
+        status = Status.DEAD if job.attempts >= job.max_attempts else Status.FAILED
+        path = _exception_path(exc)
+        entry = _error_entry(job, self.worker_id, path, "".join(traceback.format_exception(exc)))
+        return Outcome(
+            job.id,
+            job.token,
+            status,
+            delay=TRANSACTION_RETRY_DELAY,
+            error_json=json.dumps(entry),
+            last_error=f"{type(exc).__name__}: {exc}"[:2000],
+            task_path=job.task_path,
+            attempt=job.attempts,
+        )
+
+    @staticmethod
+    def _after_error(db: str, exc: BaseException) -> None:
+        if is_connection_error(getattr(exc, "__cause__", None) or exc):
+            connections[db].close()
+
+    def _record_failure(self, db: str, job: ClaimedJob, outcome: Outcome) -> None:
+        """Write the failed attempt in its own short transaction (autocommit)."""
+        try:
+            with connections[db].cursor() as cursor:
+                cursor.execute(
+                    sql.RECORD_ATOMIC_FAILURE,
+                    {
+                        "id": job.id,
+                        "before": job.attempts - 1,
+                        "status": str(outcome.status),
+                        "token": job.token,
+                        "worker_id": self.worker_id,
+                        "delay": outcome.delay,
+                        "error": outcome.error_json or "{}",
+                        "last_error": outcome.last_error or "",
+                    },
+                )
+        except Exception as exc:
+            # Nothing was counted: the job is claimable again and retried at once.
+            logger.warning("Atomic job %s: could not record the failed attempt (%s)", job.id, exc)
+            self._after_error(db, exc)
+
+    @staticmethod
+    def _skipped(item: AtomicSlot) -> Outcome:
+        return Outcome(item.id, item.token, SKIPPED, task_path="atomic")
+
+    def release(self, item: AtomicSlot, reason: str) -> Outcome:
+        return self._skipped(item)  # a slot holds no row
+
+    def interrupted(self, item: AtomicSlot) -> Outcome:
+        # The thread is still inside the transaction; it rolls back when the process ends.
+        return self._skipped(item)
+
+    def describe(self, item: AtomicSlot) -> str:
+        return "atomic slot"
+
+    # -- nothing to complete or extend: the transaction did it -----------------------------
+
+    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
+        return {outcome.job_id for outcome in batch}
+
+    def extend_leases(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> set[int]:
+        return set(ids)
+
+    def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
+        return {}
+
+
+def claimed(row: tuple[Any, ...]) -> ClaimedJob:
+    """A ClaimedJob from a Django cursor's row (which hands jsonb back as text)."""
+    job = ClaimedJob.from_row(row)
+    job.args, job.kwargs = _json(job.args), _json(job.kwargs)
+    job.errors, job.worker_ids = _json(job.errors) or [], _json(job.worker_ids) or []
+    return job

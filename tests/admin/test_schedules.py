@@ -1,0 +1,78 @@
+"""The schedule admin: next and last run shown, pause and resume with permission and audit."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.urls import reverse
+
+from django_pgqueue.models import Schedule
+from django_pgqueue.periodic.scheduler import Scheduler
+from django_pgqueue.periodic.spec import ScheduleSpec
+
+from .conftest import _staff, csrf_client, csrf_token
+
+CHANGELIST = "admin:django_pgqueue_schedule_changelist"
+
+
+@pytest.fixture
+def schedule(db: None) -> Schedule:
+    now = dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=dt.UTC)
+    clock = {"now": now}
+    spec = ScheduleSpec(
+        name="nightly-report",
+        task_path="testproject.demo.tasks.add",
+        cron="0 3 * * *",
+        timezone="Europe/Paris",
+        args=[1, 2],
+    )
+    scheduler = Scheduler({spec.name: spec}, clock=lambda: clock["now"])
+    scheduler.sync()
+    clock["now"] = dt.datetime(2026, 1, 2, 2, 0, 30, tzinfo=dt.UTC)  # past 03:00 Paris
+    scheduler.run_pass()
+    return Schedule.objects.get(name="nightly-report")
+
+
+def post_action(client, action, ids):
+    token = csrf_token(client, reverse(CHANGELIST))
+    return client.post(
+        reverse(CHANGELIST),
+        {"action": action, "_selected_action": [str(i) for i in ids], "csrfmiddlewaretoken": token},
+        follow=True,
+    )
+
+
+def test_changelist_shows_next_and_last_run_and_links_the_job(schedule):
+    client = csrf_client(_staff("viewer", "view_schedule"))
+    page = client.get(reverse(CHANGELIST)).content.decode()
+    assert "nightly-report" in page and "0 3 * * *" in page and "Europe/Paris" in page
+    assert schedule.last_tick_at == dt.datetime(2026, 1, 2, 2, 0, tzinfo=dt.UTC)
+    assert schedule.next_tick_at == dt.datetime(2026, 1, 3, 2, 0, tzinfo=dt.UTC)
+    assert reverse("admin:django_pgqueue_job_change", args=[schedule.last_job_id]) in page
+    detail = client.get(reverse("admin:django_pgqueue_schedule_change", args=[schedule.pk]))
+    assert detail.status_code == 200
+    assert "Pause the selected schedules" not in page  # no permission, no action
+
+
+def test_pause_and_resume_are_audited_and_need_the_permission(schedule):
+    viewer = csrf_client(_staff("viewer", "view_schedule"))
+    post_action(viewer, "pause", [schedule.pk])
+    schedule.refresh_from_db()
+    assert not schedule.paused
+
+    operator = csrf_client(_staff("operator", "view_schedule", "pause_schedule"))
+    page = post_action(operator, "pause", [schedule.pk]).content.decode()
+    schedule.refresh_from_db()
+    assert schedule.paused and "Paused: 1 schedule." in page
+    page = post_action(operator, "pause", [schedule.pk]).content.decode()
+    assert "Skipped 1: 1 already paused" in page
+    post_action(operator, "resume", [schedule.pk])
+    schedule.refresh_from_db()
+    assert not schedule.paused
+    assert list(
+        LogEntry.objects.filter(object_id=str(schedule.pk))
+        .order_by("pk")
+        .values_list("change_message", flat=True)
+    ) == ["Paused the schedule", "Resumed the schedule"]
