@@ -29,3 +29,15 @@ class NotATask(PgQueueError):
 
 class LeaseLost(PgQueueError):
     """A worker's claim token no longer matches the row: another worker owns it."""
+
+
+class TaskTimeout(PgQueueError):
+    """Recorded when a task ran past its ``timeout``; the attempt is retried per its backoff."""
+
+
+class TaskAborted(PgQueueError):
+    """Recorded when an operator aborted a running job; the job ends ``cancelled``."""
+
+
+class WorkerCrashed(PgQueueError):
+    """Recorded when a task thread died without describing its attempt."""

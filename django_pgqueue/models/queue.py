@@ -138,6 +138,15 @@ class Job(QueueRow):
     worker_ids = models.JSONField(
         default=list, blank=True, help_text=_("Worker of each attempt, in order.")
     )
+    abort_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "When an operator asked to abort the running attempt; its worker then "
+            "records it as cancelled."
+        ),
+    )
 
     class Meta:
         db_table = "pgqueue_job"

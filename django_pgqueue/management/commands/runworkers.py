@@ -106,6 +106,7 @@ class Command(BaseCommand):
                 max_tasks=options["max_tasks"],
                 worker_id=worker_id,
                 notify=False if options["no_notify"] else None,
+                recycle_overdue=options["worker_slot"] is not None,
             )
             code = worker.run()
         if code:
