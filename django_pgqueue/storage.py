@@ -46,12 +46,12 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     # Jobs only. A row not running is cancelled at once; a running one is flagged
     # (the lease is left alone) and its worker records the attempt as cancelled.
-    # The right-hand sides read the row as it was, so ``status`` is the old state.
+    # ``old.status`` is the state the row was locked in (see sql.operator_update).
     "abort": (
         (Status.PENDING, Status.FAILED, Status.IN_PROGRESS),
-        "abort_requested_at = COALESCE(abort_requested_at, now()), "
-        "status = CASE WHEN status = 'in_progress' THEN status ELSE 'cancelled' END, "
-        "finished_at = CASE WHEN status = 'in_progress' THEN finished_at ELSE now() END",
+        "abort_requested_at = COALESCE(t.abort_requested_at, now()), "
+        "status = CASE WHEN old.status = 'in_progress' THEN old.status ELSE 'cancelled' END, "
+        "finished_at = CASE WHEN old.status = 'in_progress' THEN t.finished_at ELSE now() END",
     ),
 }
 

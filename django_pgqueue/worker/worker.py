@@ -425,6 +425,10 @@ class Worker:
                     return
                 if not self._handle(me, *entry):
                     return  # given up: the watchdog recorded the attempt and replaced us
+        except BaseException:
+            # Only our own code can get here (a source's run is supervised in
+            # _handle). The thread ends; the watchdog replaces it and settles its row.
+            logger.critical("Task thread %s failed outside any task", me.name, exc_info=True)
         finally:
             connections.close_all()
 
