@@ -7,6 +7,7 @@ left ``in_progress`` (nothing lost).
 from __future__ import annotations
 
 import datetime as dt
+import signal
 import uuid
 
 import pytest
@@ -255,3 +256,24 @@ def test_timeout_option_is_validated(settings):
 
     with pytest.raises(InvalidTask, match="timeout must be a positive number"):
         task(timeout="soon")(tasks.add.func)
+
+
+def test_a_child_keeping_an_overdue_thread_is_drained_and_replaced(worker_process):
+    stuck = unruly.stuck.enqueue("forever")  # never released in the child
+    proc = worker_process(
+        "--processes",
+        "2",
+        "--concurrency",
+        "1",
+        env={"PGQUEUE_SHUTDOWN_GRACE_SECONDS": "1", "PGQUEUE_LOG_LEVEL": "INFO"},
+    )
+    # Timed out at 0.5 s; still running 1 s later (the grace): the child drains and
+    # exits, and the supervisor starts a fresh one at once.
+    wait_for(lambda: "drained to shed a stuck task thread" in proc.output(), 30, "the recycle", 0.1)
+    first = job(stuck).errors[0]
+    assert first["exception_class_path"] == "django_pgqueue.exceptions.TaskTimeout"
+    after = tasks.add.enqueue(5, 5)
+    wait_for(lambda: job(after).status == Status.SUCCEEDED, 30, "the fresh child to run work")
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.output()
+    assert job(stuck).status != Status.IN_PROGRESS

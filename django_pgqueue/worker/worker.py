@@ -617,6 +617,7 @@ class Worker:
             )
         else:
             outcome.source = source.name
+            outcome.duration = time.monotonic() - attempt.started
             self.completer.submit(outcome)
         with self.held_lock:
             if self.held.get(key) == item.token:
