@@ -4,7 +4,8 @@ Operators get four operations, as bulk actions (``replay``, ``retry_now``,
 ``cancel``, ``move_to_dlq``) and as row/detail buttons. Both go through a
 confirmation page and call :func:`django_pgqueue.storage.apply_operation`, the
 one guarded UPDATE per operation, so a row a worker holds is never touched and
-a double submit changes nothing the second time.
+a double submit changes nothing the second time. Jobs add a fifth, ``abort``
+(``admin/jobs.py``), the one operation that may flag a running row.
 """
 
 from __future__ import annotations
