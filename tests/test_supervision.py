@@ -171,6 +171,22 @@ def test_abort_a_running_job(run_worker):
     assert nothing_held()
 
 
+def test_abort_of_a_claimed_job_waiting_for_a_thread_cancels_it_unrun(run_worker):
+    busy = unruly.cooperative.enqueue("first")
+    waiting = tasks.add.enqueue(1, 1)
+    worker = run_worker(burst=False, concurrency=1, prefetch=1, lease_seconds=1.5)
+    wait_for(lambda: TaskRun.objects.filter(label="start:first").exists(), 10, "the first task")
+    assert job(waiting).status == Status.IN_PROGRESS  # claimed, waiting for the thread
+    django_pgqueue.abort(waiting)
+    wait_for(lambda: ("jobs", int(waiting.id)) in worker._aborts, 10, "the worker to see it")
+    django_pgqueue.abort(busy)
+    wait_for(lambda: job(waiting).status == Status.CANCELLED, 10, "the waiting job to be cancelled")
+    row = job(waiting)
+    assert row.result is None and "before it started" in row.last_error
+    wait_for(lambda: job(busy).status == Status.CANCELLED, 10, "the running job to be cancelled")
+    assert threads_full(worker) and nothing_held()
+
+
 def test_abort_a_pending_job_cancels_it_and_replay_runs_it_again(run_worker):
     result = tasks.add.enqueue(20, 22)
     outcome = django_pgqueue.abort(result.id)

@@ -232,6 +232,8 @@ class TaskRunner:
         self.unknown_task_delay = unknown_task_delay
         self._tasks: dict[str, Task] = {}
         self._backends: dict[str, Any] = {}
+        # Each task's time limit, by (task path, backend alias): looked up per job.
+        self._timeouts: dict[tuple[str, str], float | None] = {}
         self._local = threading.local()
 
     def _task_for(self, job: ClaimedJob) -> Task:
@@ -385,8 +387,16 @@ class TaskRunner:
         backend = self._backend_for(job.backend)
         sender = type(backend)
         attempt = current_attempt()
-        if attempt is not None and isinstance(backend, PgQueueBackend):
-            attempt.set_timeout(backend.timeout_for(task))
+        if attempt is not None:
+            key = (job.task_path, job.backend)
+            try:
+                timeout = self._timeouts[key]
+            except KeyError:
+                timeout = self._timeouts[key] = (
+                    backend.timeout_for(task) if isinstance(backend, PgQueueBackend) else None
+                )
+            if timeout is not None:
+                attempt.set_timeout(timeout)
         # The TaskResult is built only when something will look at it (see
         # SignalGate): a no-op task otherwise spends more time on it than running.
         result: TaskResult | None = None
