@@ -3,7 +3,9 @@
 Public API (lazily imported, so ``import django_pgqueue`` works before Django is set up):
 
 * :func:`enqueue_many` -- many jobs of one task in one statement.
-* :mod:`django_pgqueue.storage` -- replay / retry_now / cancel / move_to_dlq.
+* :func:`abort` -- stop a job: cancel it, or end its running attempt as cancelled.
+* :func:`current_attempt` -- in a task: its deadline and whether it was aborted.
+* :mod:`django_pgqueue.storage` -- replay / retry_now / cancel / move_to_dlq / abort.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from .__about__ import __version__
 
 if TYPE_CHECKING:
     from .backend import enqueue_many
+    from .storage import abort_job as abort
+    from .worker.attempt import current_attempt
 
-__all__ = ["__version__", "enqueue_many"]
+__all__ = ["__version__", "abort", "current_attempt", "enqueue_many"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +27,14 @@ def __getattr__(name: str) -> Any:
         from .backend import enqueue_many
 
         return enqueue_many
+    if name == "abort":
+        from .storage import abort_job
+
+        return abort_job
+    if name == "current_attempt":
+        from .worker.attempt import current_attempt
+
+        return current_attempt
     if name == "send_event":
         from .webhooks.fanout import send_event
 

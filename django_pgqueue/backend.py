@@ -57,8 +57,10 @@ COPY_THRESHOLD = 2000
 class PgQueueTask(Task):
     """A Task with per-task retry, uniqueness and atomicity options.
 
-    ``@task(max_attempts=8, backoff=my_backoff)`` sets the retry options; ``None``
-    means the backend's ``OPTIONS["MAX_ATTEMPTS"]`` / ``OPTIONS["BACKOFF"]``.
+    ``@task(max_attempts=8, backoff=my_backoff, timeout=30)`` sets the retry options and
+    the time limit; ``None`` means the backend's ``OPTIONS["MAX_ATTEMPTS"]`` /
+    ``OPTIONS["BACKOFF"]`` / ``OPTIONS["TIMEOUT"]``. ``timeout`` is in seconds
+    (docs/worker.md, "Time limits").
 
     ``@task(unique=True)`` keeps at most one live job per task and arguments;
     ``task.using(unique_key="order-42")`` names the key per call instead. A second
@@ -72,6 +74,7 @@ class PgQueueTask(Task):
 
     max_attempts: int | None = None
     backoff: Backoff | None = None
+    timeout: float | None = None
     unique: bool = False
     unique_key: str | None = None
     on_duplicate: Literal["return", "raise"] = "return"
@@ -96,6 +99,10 @@ class PgQueueTask(Task):
         if unique_key is not None:
             task = replace(task, unique_key=unique_key)
         return task
+
+
+def _positive_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < 2**31
 
 
 def _dumps(value: Any) -> str:
@@ -196,7 +203,8 @@ class PgQueueBackend(BaseTaskBackend):
 
     ``OPTIONS``: ``MAX_ATTEMPTS`` (default 5), ``BACKOFF`` (a callable or its
     dotted path; default exponential with full jitter), ``BACKOFF_BASE`` (2 s)
-    and ``BACKOFF_CAP`` (3600 s) for the default backoff.
+    and ``BACKOFF_CAP`` (3600 s) for the default backoff, ``TIMEOUT`` (seconds an
+    attempt may run; default None, no limit).
     """
 
     task_class = PgQueueTask
@@ -211,12 +219,20 @@ class PgQueueBackend(BaseTaskBackend):
             self.queues = set()  # empty = any queue name
         self._option_errors: list[str] = []
         opts = dict(self.options)
-        unknown = sorted(set(opts) - {"MAX_ATTEMPTS", "BACKOFF", "BACKOFF_BASE", "BACKOFF_CAP"})
+        valid = {"MAX_ATTEMPTS", "BACKOFF", "BACKOFF_BASE", "BACKOFF_CAP", "TIMEOUT"}
+        unknown = sorted(set(opts) - valid)
         if unknown:
             self._option_errors.append(
                 f"Unknown key(s) in TASKS[{alias!r}]['OPTIONS']: {', '.join(unknown)}. Valid "
-                f"keys are: BACKOFF, BACKOFF_BASE, BACKOFF_CAP, MAX_ATTEMPTS."
+                f"keys are: {', '.join(sorted(valid))}."
             )
+        self.timeout: float | None = opts.get("TIMEOUT")
+        if self.timeout is not None and not _positive_number(self.timeout):
+            self._option_errors.append(
+                f"TASKS[{alias!r}]['OPTIONS']['TIMEOUT'] must be a positive number of seconds "
+                f"or None, got {self.timeout!r}"
+            )
+            self.timeout = None
         self.max_attempts = opts.get("MAX_ATTEMPTS", 5)
         if (
             isinstance(self.max_attempts, bool)
@@ -288,12 +304,19 @@ class PgQueueBackend(BaseTaskBackend):
             problem = atomic_database_problem()
             if problem:
                 raise InvalidTask(f"{task.module_path}: atomic=True cannot work here: {problem}")
+        timeout = getattr(task, "timeout", None)
+        if timeout is not None and not _positive_number(timeout):
+            raise InvalidTask(f"timeout must be a positive number of seconds, got {timeout!r}")
 
     def max_attempts_for(self, task: Task) -> int:
         return getattr(task, "max_attempts", None) or self.max_attempts
 
     def backoff_for(self, task: Task) -> Backoff:
         return getattr(task, "backoff", None) or self.backoff
+
+    def timeout_for(self, task: Task) -> float | None:
+        """Seconds an attempt of ``task`` may run (None: no limit)."""
+        return getattr(task, "timeout", None) or self.timeout
 
     # -- enqueue -------------------------------------------------------------------
 

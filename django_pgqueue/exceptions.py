@@ -40,6 +40,8 @@ class CrossDatabaseEnqueueWarning(RuntimeWarning):
     open on the queue's: the row commits on its own, whatever the caller's
     transaction does later.
     """
+
+
 class InvalidUniqueKey(PgQueueError, ValueError):
     """A unique key is empty, not a string or too long (nothing was written)."""
 
@@ -53,3 +55,15 @@ class DuplicateJob(PgQueueError):
     def __init__(self, message: str, *, job_id: int | None) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class TaskTimeout(PgQueueError):
+    """Recorded when a task ran past its ``timeout``; the attempt is retried per its backoff."""
+
+
+class TaskAborted(PgQueueError):
+    """Recorded when an operator aborted a running job; the job ends ``cancelled``."""
+
+
+class WorkerCrashed(PgQueueError):
+    """Recorded when a task thread died without describing its attempt."""

@@ -115,7 +115,8 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (
 # * ``attempts`` is counted here, at claim time: a task that kills its worker
 #   still uses up an attempt, so it cannot crash-loop the fleet forever. A lapsed
 #   row that has no attempts left goes to ``dead`` in this same statement instead
-#   of being run again (status 'dead' in RETURNING; the worker skips it).
+#   of being run again (status 'dead' in RETURNING; the worker skips it). So does
+#   a lapsed row an operator asked to abort, which goes to ``cancelled``.
 # * ``locked_by`` gets a fresh random token per claim: the fencing token every
 #   later write of this attempt must present.
 # * The due source reads the ``(priority DESC, next_attempt_at, id)`` partial
@@ -132,7 +133,8 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (
 #   plan alike.
 CLAIM_JOBS = f"""/* pgqueue:claim */
 WITH lapsed AS MATERIALIZED (
-    SELECT id, attempts >= max_attempts AS exhausted FROM {JOB_TABLE}
+    SELECT id, attempts >= max_attempts OR abort_requested_at IS NOT NULL AS exhausted
+    FROM {JOB_TABLE}
     WHERE status = 'in_progress' AND locked_until < now()
       AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
     ORDER BY locked_until
@@ -155,7 +157,9 @@ WITH lapsed AS MATERIALIZED (
     ) AS both_sources
 )
 UPDATE {JOB_TABLE} AS j SET
-    status = CASE WHEN p.exhausted THEN 'dead' ELSE 'in_progress' END,
+    status = CASE WHEN NOT p.exhausted THEN 'in_progress'
+                  WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                  ELSE 'dead' END,
     attempts = CASE WHEN p.exhausted THEN j.attempts ELSE j.attempts + 1 END,
     locked_by = CASE WHEN p.exhausted THEN j.locked_by ELSE gen_random_uuid() END,
     locked_until = CASE WHEN p.exhausted THEN NULL
@@ -298,7 +302,8 @@ UPDATE {JOB_TABLE} AS j SET
     status = v.status,
     result = CASE WHEN v.status = 'succeeded' THEN v.result::jsonb ELSE j.result END,
     locked_until = NULL,
-    finished_at = CASE WHEN v.status IN ('succeeded', 'dead') THEN now() ELSE NULL END,
+    finished_at = CASE WHEN v.status IN ('succeeded', 'dead', 'cancelled') THEN now()
+                       ELSE NULL END,
     next_attempt_at = CASE WHEN v.status IN ('failed', 'pending')
                            THEN now() + make_interval(secs => v.delay)
                            ELSE j.next_attempt_at END,
@@ -334,6 +339,13 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS v(id, token)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
 RETURNING j.id
 """
+
+# EXTEND_LEASES for jobs, which also says which held rows an operator asked to
+# abort (storage's ``abort``): the worker learns of an abort from the statement it
+# runs every third of a lease anyway, so aborting costs the hot path nothing.
+EXTEND_JOB_LEASES = EXTEND_LEASES.replace(
+    "/* pgqueue:extend_leases */", "/* pgqueue:extend_job_leases */"
+).replace("RETURNING j.id\n", "RETURNING j.id, j.abort_requested_at IS NOT NULL\n")
 
 # Is anything due now or held by anyone? Used by ``--burst`` to decide to exit.
 # Atomic jobs are the atomic source's to answer for (ATOMIC_DUE).

@@ -1,9 +1,11 @@
-"""State changes operators make: replay, retry now, cancel, move to the DLQ.
+"""State changes operators make: replay, retry now, cancel, move to the DLQ, abort.
 
 The admin, management commands and the Python API all call these functions, so
 each change exists once. Each is one set-based UPDATE guarded by the states it
 may change (see :func:`django_pgqueue.sql.operator_update`): rows held by a
-worker (``in_progress``) are never touched.
+worker (``in_progress``) are never touched, except by ``abort``, which only
+flags them: the worker holding the row sees the flag and ends the attempt
+itself (docs/worker.md, "Aborting a job").
 """
 
 from __future__ import annotations
@@ -45,7 +47,19 @@ OPERATIONS: dict[str, tuple[tuple[str, ...], str]] = {
         "status = 'dead', finished_at = now(), "
         "last_error = 'Moved to the dead-letter queue by an operator'",
     ),
+    # Jobs only. A row not running is cancelled at once; a running one is flagged
+    # (the lease is left alone) and its worker records the attempt as cancelled.
+    # ``old.status`` is the state the row was locked in (see sql.operator_update).
+    "abort": (
+        (Status.PENDING, Status.FAILED, Status.IN_PROGRESS),
+        "abort_requested_at = COALESCE(t.abort_requested_at, now()), "
+        "status = CASE WHEN old.status = 'in_progress' THEN old.status ELSE 'cancelled' END, "
+        "finished_at = CASE WHEN old.status = 'in_progress' THEN t.finished_at ELSE now() END",
+    ),
 }
+
+#: Operations that need the ``abort_requested_at`` column (the job table has it).
+_ABORT_COLUMN = "abort_requested_at"
 
 
 @dataclass
@@ -88,6 +102,11 @@ def apply_operation(
     with the reason (their current state, or that they no longer exist).
     """
     allowed, set_clause = _lookup(OPERATIONS, "operation", operation)
+    abortable = any(f.name == _ABORT_COLUMN for f in model._meta.concrete_fields)
+    if operation == "abort" and not abortable:
+        raise ValueError(f"{model._meta.verbose_name_plural} cannot be aborted; only jobs can")
+    if operation == "replay" and abortable:
+        set_clause += f", {_ABORT_COLUMN} = NULL"  # a replayed job runs afresh
     id_list, result, alias = _start(operation, ids)
     if not id_list:
         return result
@@ -148,6 +167,23 @@ def cancel(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
 def move_to_dlq(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
     """Move rows that are not running to the dead-letter queue."""
     return apply_operation(model, "move_to_dlq", ids)
+
+
+def abort(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+    """Abort jobs: cancel those not running, and flag running ones for their worker.
+
+    A flagged attempt is told (``is_aborted()``) and recorded as ``cancelled`` by
+    its worker at its next lease extension (within a third of ``LEASE_SECONDS``);
+    ``changed`` lists a running job with its state, ``in_progress``, until then.
+    """
+    return apply_operation(model, "abort", ids)
+
+
+def abort_job(job: Any) -> OperationResult:
+    """``django_pgqueue.abort(result)``: abort one job, given its TaskResult or id."""
+    from .models.queue import Job
+
+    return abort(Job, [int(getattr(job, "id", job))])
 
 
 #: Operator changes to webhook endpoints: for each, which endpoints it applies

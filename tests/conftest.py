@@ -107,9 +107,11 @@ def run_worker(transactional_db: None) -> Iterator[Callable[..., Any]]:
 class WorkerProcess:
     """A ``manage.py runworkers`` child process with line-based stdout access."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], prefix: list[str] | None = None
+    ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "manage.py"), "runworkers", *args],
+            [*(prefix or []), sys.executable, str(REPO / "manage.py"), "runworkers", *args],
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,
@@ -197,7 +199,9 @@ def worker_process(transactional_db: None) -> Iterator[Callable[..., WorkerProce
     """
     procs: list[WorkerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+    def start(
+        *args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None
+    ) -> WorkerProcess:
         full_env = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -205,7 +209,7 @@ def worker_process(transactional_db: None) -> Iterator[Callable[..., WorkerProce
             "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
-        proc = WorkerProcess(list(args), full_env)
+        proc = WorkerProcess(list(args), full_env, prefix)
         procs.append(proc)
         return proc
 

@@ -94,15 +94,22 @@ def wait_until(
 class PgCluster:
     """A private PostgreSQL cluster: ``initdb`` in a temp dir, ``pg_ctl`` to run it.
 
-    ``settings`` are appended to postgresql.conf (e.g. ``{"max_connections": 20}``).
+    ``settings`` are appended to postgresql.conf (e.g. ``{"max_connections": 20}``),
+    ``hba`` lines to pg_hba.conf (e.g. trust for a test network namespace's subnet).
     Use as a context manager, or call ``start()`` and ``cleanup()``.
     """
 
-    def __init__(self, port: int | None = None, settings: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        settings: dict[str, object] | None = None,
+        hba: list[str] | None = None,
+    ) -> None:
         if port == SHARED_PORT:
             raise ValueError("port 5432 belongs to the machine's shared PostgreSQL service")
         self.port = port or free_port()
         self.settings = dict(settings or {})
+        self.hba = list(hba or [])
         self.bindir = ensure_postgres()
         self.basedir = Path(tempfile.mkdtemp(prefix="pgqueue-pg-"))
         self.datadir = self.basedir / "data"
@@ -249,4 +256,7 @@ class PgCluster:
         lines = [f"{key} = '{value}'" for key, value in conf.items()]
         with (self.datadir / "postgresql.conf").open("a") as fh:
             fh.write("\n# test cluster settings\n" + "\n".join(lines) + "\n")
+        if self.hba:
+            with (self.datadir / "pg_hba.conf").open("a") as fh:
+                fh.write("\n".join(self.hba) + "\n")
         self._initialised = True

@@ -12,19 +12,21 @@ from ..models.queue import Job
 from .dashboard import dashboard_view
 from .display import json_display
 from .filters import RecentValuesFilter, StatusFilter
-from .queue_rows import QueueRowAdmin, operation_button
+from .queue_rows import QueueRowAdmin, bulk_action, operation_button
 
 JOB_BUTTONS = (
     "pgqueue_job_replay",
     "pgqueue_job_retry_now",
     "pgqueue_job_cancel",
     "pgqueue_job_move_to_dlq",
+    "pgqueue_job_abort",
 )
 
 
 @admin.register(Job)
 class JobAdmin(QueueRowAdmin):
     operate_permission = "replay_job"
+    actions = [*QueueRowAdmin.actions, "abort"]
     change_list_template = "admin/django_pgqueue/job/change_list.html"
     list_display = (
         "id",
@@ -58,6 +60,7 @@ class JobAdmin(QueueRowAdmin):
                     "attempts_display",
                     "next_attempt_at",
                     "lease",
+                    "abort_requested_at",
                     "worker_id",
                     "created_at",
                     "started_at",
@@ -78,6 +81,9 @@ class JobAdmin(QueueRowAdmin):
     pgqueue_job_retry_now = operation_button("retry_now")
     pgqueue_job_cancel = operation_button("cancel")
     pgqueue_job_move_to_dlq = operation_button("move_to_dlq")
+    pgqueue_job_abort = operation_button("abort")
+
+    abort = bulk_action("abort", _("Abort selected (cancel, or stop if running)"))
 
     def get_urls(self):
         opts = self.model._meta

@@ -4,7 +4,8 @@ Operators get four operations, as bulk actions (``replay``, ``retry_now``,
 ``cancel``, ``move_to_dlq``) and as row/detail buttons. Both go through a
 confirmation page and call :func:`django_pgqueue.storage.apply_operation`, the
 one guarded UPDATE per operation, so a row a worker holds is never touched and
-a double submit changes nothing the second time.
+a double submit changes nothing the second time. Jobs add a fifth, ``abort``
+(``admin/jobs.py``), the one operation that may flag a running row.
 """
 
 from __future__ import annotations
@@ -75,6 +76,17 @@ OPERATIONS: dict[str, Operation] = {
             Status.DEAD,
             _("The row stops being retried and waits in the dead-letter queue."),
         ),
+        Operation(
+            "abort",
+            _("Abort"),
+            "Aborted",
+            Status.CANCELLED,
+            _(
+                "A pending or failed job is cancelled. A running job is told to stop: its "
+                "worker records the attempt as cancelled within a third of the lease and "
+                "discards whatever the task still returns."
+            ),
+        ),
     )
 }
 
@@ -100,7 +112,7 @@ def operation_button(operation: str, style: str = ""):
     )(view)
 
 
-def _bulk_action(operation: str, description: StrOrPromise):
+def bulk_action(operation: str, description: StrOrPromise):
     """A bulk admin action named ``operation`` (the name is the public contract)."""
 
     @admin.action(permissions=["operate"], description=description)
@@ -178,10 +190,10 @@ class QueueRowAdmin(RowActionsAdmin):
 
     # ----- bulk actions: the names are the public contract -------------------
 
-    replay = _bulk_action("replay", _("Replay selected (back to pending)"))
-    retry_now = _bulk_action("retry_now", _("Retry selected now"))
-    cancel = _bulk_action("cancel", _("Cancel selected"))
-    move_to_dlq = _bulk_action("move_to_dlq", _("Move selected to the dead-letter queue"))
+    replay = bulk_action("replay", _("Replay selected (back to pending)"))
+    retry_now = bulk_action("retry_now", _("Retry selected now"))
+    cancel = bulk_action("cancel", _("Cancel selected"))
+    move_to_dlq = bulk_action("move_to_dlq", _("Move selected to the dead-letter queue"))
 
     def confirm_or_apply(
         self, request: HttpRequest, queryset: QuerySet, operation: str

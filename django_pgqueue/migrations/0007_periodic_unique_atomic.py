@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgqueue", "0004_park_disabled_endpoint_deliveries"),
+        ("django_pgqueue", "0005_job_abort_requested_at"),
     ]
 
     operations = [

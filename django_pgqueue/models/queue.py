@@ -156,6 +156,15 @@ class Job(QueueRow):
         db_default=False,
         help_text=_("Claimed, run and completed in one transaction (atomic tasks)."),
     )
+    abort_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "When an operator asked to abort the running attempt; its worker then "
+            "records it as cancelled."
+        ),
+    )
 
     class Meta:
         db_table = "pgqueue_job"

@@ -29,7 +29,7 @@ from ..db import PositionalStatement
 from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
 from ..worker import hooks
-from ..worker.runner import Outcome
+from ..worker.runner import Outcome, describe_exception
 from ..worker.sources import Source, array_literal, text_array_literal
 from . import breaker
 from .crypto import SecretDecryptionError, decrypt_active_secrets
@@ -255,6 +255,11 @@ class DeliverySource(Source):
         result = TransportResult(
             error=f"interrupted: worker {self.worker_id} shut down during the request"
         )
+        return self._outcome(item, result, timezone.now(), local_error=True)
+
+    def crashed(self, item: ClaimedDelivery, exc: BaseException) -> Outcome:
+        # A fresh result: the one the attempt got may be what made it fail.
+        result = TransportResult(error=f"internal error: {describe_exception(exc)}")
         return self._outcome(item, result, timezone.now(), local_error=True)
 
     def describe(self, item: ClaimedDelivery) -> str:

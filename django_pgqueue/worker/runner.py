@@ -25,17 +25,21 @@ from ..backend import PgQueueBackend, resolve_task, task_errors
 from ..compat import (
     TASKS_MODULE,
     Task,
-    TaskContext,
     TaskResult,
     TaskResultStatus,
     task_backends,
     task_finished,
     task_started,
 )
-from ..exceptions import NotATask
+from ..exceptions import NotATask, TaskAborted, TaskTimeout, WorkerInterrupted
 from ..models.queue import Status
+from .attempt import AttemptContext, current_attempt
 
 logger = logging.getLogger("django_pgqueue.worker")
+
+#: Retry delay of an attempt whose failure could not go through the task's backoff
+#: (the task cannot be resolved, or building its TaskResult failed again).
+FALLBACK_RETRY_DELAY = 60.0
 
 #: A task thread that finished a task less than this long ago skips the
 #: ``close_old_connections()`` before the next one: the call after that task made
@@ -204,6 +208,22 @@ def _exception_path(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def describe_exception(exc: BaseException) -> str:
+    """``Class: message``, even for an exception whose ``str()`` itself fails."""
+    try:
+        text = str(exc)
+    except BaseException:  # a hostile __str__ (or one that recurses)
+        text = "<message could not be rendered>"
+    return f"{type(exc).__name__}: {text}"[:2000]
+
+
+def _traceback(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exc))
+    except BaseException:
+        return describe_exception(exc)
+
+
 class TaskRunner:
     """Runs jobs for one worker; caches task lookups across jobs."""
 
@@ -217,6 +237,8 @@ class TaskRunner:
         self.manage_connections = manage_connections
         self._tasks: dict[str, Task] = {}
         self._backends: dict[str, Any] = {}
+        # Each task's time limit, by (task path, backend alias): looked up per job.
+        self._timeouts: dict[tuple[str, str], float | None] = {}
         self._local = threading.local()
 
     def _task_for(self, job: ClaimedJob) -> Task:
@@ -271,15 +293,66 @@ class TaskRunner:
 
     def interrupted(self, job: ClaimedJob) -> Outcome:
         """A running attempt that a shutdown could not wait for: retried at once."""
-        status = Status.DEAD if job.attempts >= job.max_attempts else Status.FAILED
-        message = f"WorkerInterrupted: worker {self.worker_id} shut down before the task finished"
-        entry = _error_entry(
-            job, self.worker_id, "django_pgqueue.exceptions.WorkerInterrupted", message
-        )
+        exc = WorkerInterrupted(f"worker {self.worker_id} shut down before the task finished")
+        return self._bare_failure(job, exc, delay=0.0)
+
+    def failed(self, job: ClaimedJob, exc: BaseException, detail: str = "") -> Outcome:
+        """An attempt that ended with ``exc`` outside the task's own ``try`` (the
+        runner failed around it, or the worker gave it up): recorded like a task
+        failure, retried per the task's backoff. Never raises.
+
+        ``detail`` (for instance the stack of a task that overran its timeout) is
+        appended to the recorded traceback.
+        """
+        try:
+            task = self._task_for(job)
+            backend = self._backend_for(job.backend)
+            result = self._result(job, task)
+            outcome = self._failure(job, task, backend, result, exc)
+        except BaseException:
+            logger.exception("Job %s: could not apply the task's backoff to %r", job.id, exc)
+            return self._bare_failure(job, exc, detail=detail)
+        if detail and outcome.error_json is not None:
+            entry = json.loads(outcome.error_json)
+            entry["traceback"] += detail
+            outcome.error_json = json.dumps(entry)
+        return outcome
+
+    def crashed(self, job: ClaimedJob, exc: BaseException) -> Outcome:
+        """Running the job raised out of the runner itself: a failed attempt."""
+        return self.failed(job, exc)
+
+    def timed_out(self, job: ClaimedJob, seconds: float, stack: str = "") -> Outcome:
+        """The attempt ran past its timeout: failed, retried per the task's backoff."""
+        exc = TaskTimeout(f"the task did not finish within its timeout of {seconds:g} s")
+        detail = f"\nWhere the task was when it was given up:\n{stack}" if stack else ""
+        return self.failed(job, exc, detail)
+
+    def aborted(self, job: ClaimedJob, *, started: bool = True) -> Outcome:
+        """An operator aborted the job: the attempt ends ``cancelled``."""
+        where = "while it was running" if started else "before it started"
+        exc = TaskAborted(f"aborted by an operator {where}")
+        return self._bare_failure(job, exc, status=Status.CANCELLED)
+
+    def _bare_failure(
+        self,
+        job: ClaimedJob,
+        exc: BaseException,
+        *,
+        status: str | None = None,
+        delay: float = FALLBACK_RETRY_DELAY,
+        detail: str = "",
+    ) -> Outcome:
+        """A failed attempt without the task's backoff (nothing here can raise)."""
+        if status is None:
+            status = Status.DEAD if job.attempts >= job.max_attempts else Status.FAILED
+        message = describe_exception(exc)
+        entry = _error_entry(job, self.worker_id, _exception_path(exc), _traceback(exc) + detail)
         return Outcome(
             job.id,
             job.token,
             status,
+            delay=delay if status == Status.FAILED else 0.0,
             error_json=json.dumps(entry),
             last_error=message,
             task_path=job.task_path,
@@ -318,6 +391,17 @@ class TaskRunner:
             )
         backend = self._backend_for(job.backend)
         sender = type(backend)
+        attempt = current_attempt()
+        if attempt is not None:
+            key = (job.task_path, job.backend)
+            try:
+                timeout = self._timeouts[key]
+            except KeyError:
+                timeout = self._timeouts[key] = (
+                    backend.timeout_for(task) if isinstance(backend, PgQueueBackend) else None
+                )
+            if timeout is not None:
+                attempt.set_timeout(timeout)
         # The TaskResult is built only when something will look at it (see
         # SignalGate): a no-op task otherwise spends more time on it than running.
         result: TaskResult | None = None
@@ -334,7 +418,9 @@ class TaskRunner:
         started = time.perf_counter()
         try:
             if result is not None and task.takes_context:
-                value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+                value = task.call(
+                    AttemptContext(task_result=result, run=attempt), *job.args, **job.kwargs
+                )
             else:
                 value = task.call(*job.args, **job.kwargs)
             result_json = json.dumps(value, allow_nan=False, separators=(",", ":"))
@@ -384,10 +470,9 @@ class TaskRunner:
         exc: BaseException,
     ) -> Outcome:
         exc_path = _exception_path(exc)
-        tb = "".join(traceback.format_exception(exc))
-        entry = _error_entry(job, self.worker_id, exc_path, tb)
+        entry = _error_entry(job, self.worker_id, exc_path, _traceback(exc))
         result.errors.append(task_errors([entry])[0])
-        last_error = f"{type(exc).__name__}: {exc}"[:2000]
+        last_error = describe_exception(exc)
         delay: float | None = None
         if job.attempts < job.max_attempts:
             backoff = backend.backoff_for(task) if isinstance(backend, PgQueueBackend) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import sql
@@ -58,6 +59,29 @@ class Source(ABC):
         """A row still running when the shutdown grace ran out."""
 
     @abstractmethod
+    def crashed(self, item: Any, exc: BaseException) -> Outcome:
+        """A failed attempt for ``exc``, which escaped :meth:`run` or killed its thread.
+
+        Must not raise: the worker's supervision records what this returns.
+        """
+
+    def timed_out(self, item: Any, seconds: float, stack: str = "") -> Outcome:
+        """The attempt ran past its timeout of ``seconds`` (``stack``: where it was)."""
+        from ..exceptions import TaskTimeout
+
+        return self.crashed(item, TaskTimeout(f"did not finish within {seconds:g} s"))
+
+    def aborted(self, item: Any, *, started: bool = True) -> Outcome:
+        """An operator aborted the row (only sources whose lease statement reports it)."""
+        from ..exceptions import TaskAborted
+
+        return self.crashed(item, TaskAborted("aborted by an operator"))
+
+    #: Called by :meth:`extend_leases` with ids whose abort was requested, when the
+    #: source's table can say so (set by the Worker).
+    on_abort: Callable[[str, list[int]], None] | None = None
+
+    @abstractmethod
     def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
         """Write outcomes guarded by token; return the ids that were written."""
 
@@ -88,7 +112,7 @@ class JobSource(Source):
 
     name = "jobs"
     read_outcomes_sql = sql.READ_OUTCOMES
-    extend_leases_sql = sql.EXTEND_LEASES
+    extend_leases_sql = sql.EXTEND_JOB_LEASES
 
     def __init__(self, runner: TaskRunner) -> None:
         self.runner = runner
@@ -114,6 +138,28 @@ class JobSource(Source):
 
     def interrupted(self, item: ClaimedJob) -> Outcome:
         return self.runner.interrupted(item)
+
+    def crashed(self, item: ClaimedJob, exc: BaseException) -> Outcome:
+        return self.runner.crashed(item, exc)
+
+    def timed_out(self, item: ClaimedJob, seconds: float, stack: str = "") -> Outcome:
+        return self.runner.timed_out(item, seconds, stack)
+
+    def aborted(self, item: ClaimedJob, *, started: bool = True) -> Outcome:
+        return self.runner.aborted(item, started=started)
+
+    def extend_leases(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> set[int]:
+        """As :meth:`Source.extend_leases`; also reports rows an operator asked to abort
+        (the same statement returns the flag, so noticing an abort costs no query)."""
+        rows = conn.execute(
+            self.extend_leases_sql, {"lease": lease, "ids": ids, "tokens": tokens}
+        ).fetchall()
+        aborted = [row[0] for row in rows if row[1]]
+        if aborted and self.on_abort is not None:
+            self.on_abort(self.name, aborted)
+        return {row[0] for row in rows}
 
     def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
         # The arrays go as PostgreSQL array literals (text, cast by the statement):

@@ -5,6 +5,11 @@ connection, thread or lock is ever shared across processes. A child that exits
 non-zero (a crash, ``kill -9``, an out-of-memory kill) is restarted with a
 growing delay; the rows it held come back through their leases. SIGTERM/SIGINT
 are forwarded to every child, which then drain gracefully.
+
+A child whose given-up task thread (past its timeout, or aborted) is still
+running ``SHUTDOWN_GRACE_SECONDS`` later drains itself and exits with
+``RECYCLE_EXIT_CODE``: a thread cannot be killed, a process can be replaced. The
+supervisor starts its successor at once (no crash backoff).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from collections.abc import Sequence
 
 logger = logging.getLogger("django_pgqueue.worker")
 
+#: Exit code of a worker process that asks to be replaced (EX_TEMPFAIL).
+RECYCLE_EXIT_CODE = 75
+
 
 class Supervisor:
     def __init__(self, child_argv: Sequence[str], processes: int, *, burst: bool) -> None:
@@ -28,6 +36,7 @@ class Supervisor:
         self.stopping = threading.Event()
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts = 0
+        self.recycled = 0
 
     def _spawn(self, slot: int) -> None:
         argv = [*self.child_argv, "--worker-slot", str(slot)]
@@ -61,6 +70,16 @@ class Supervisor:
                         continue
                     if code == 0 or self.stopping.is_set():
                         done.add(slot)
+                        continue
+                    if code == RECYCLE_EXIT_CODE:
+                        self.recycled += 1
+                        logger.warning(
+                            "Worker process %d (pid %d) drained to shed a stuck task thread; "
+                            "starting a fresh one",
+                            slot,
+                            child.pid,
+                        )
+                        self._spawn(slot)
                         continue
                     self.restarts += 1
                     logger.error(

@@ -7,6 +7,16 @@ Shape of a process::
     N threads     run tasks (runner.TaskRunner), hand outcomes to the completer
     completer     writes outcomes in batches, extends leases (completer.py)
     listener      LISTEN connection, wakes the claim loop (listener.py)
+    watchdog      replaces task threads that died or were given up (a timeout, an
+                  abort) and records the attempts they held
+
+Supervision: nothing a task or our own delivery code raises leaves a task thread
+(it becomes a failed attempt with its error). A thread that dies anyway, or whose
+attempt runs past its timeout or is aborted, is replaced within WATCH_INTERVAL;
+its attempt is recorded (failed or cancelled) and its row leaves ``held``, so the
+lease keeper stops extending it: if that record cannot be written either, the
+row comes back through its lease. A given-up thread cannot be killed; it runs on
+as a daemon and whatever its task returns is discarded.
 
 Connections: one for claims, one for completions and leases, one for LISTEN,
 plus whatever the tasks use (Django's per-thread connections).
@@ -19,8 +29,10 @@ import os
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -29,11 +41,14 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..db import connect, is_connection_error
+from ..exceptions import WorkerCrashed
 from . import hooks
+from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
 from .completer import Completer, Key
 from .listener import Listener
 from .runner import Outcome, TaskRunner
 from .sources import JobSource, Source
+from .supervisor import RECYCLE_EXIT_CODE
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -41,6 +56,12 @@ logger = logging.getLogger("django_pgqueue.worker")
 #: (adaptive prefetch): fast tasks get big batches, slow tasks small ones, so rows
 #: are not parked behind a slow task while other workers sit idle.
 PREFETCH_TARGET_SECONDS = 0.05
+
+#: Seconds between two looks of the watchdog at the task threads.
+WATCH_INTERVAL = 0.2
+
+#: Frames of a timed-out task's stack kept in its error entry.
+STACK_FRAMES = 30
 
 
 def default_worker_id() -> str:
@@ -72,6 +93,7 @@ class Worker:
         scheduler: bool | None = None,
         until_empty: bool = False,
         max_time: float | None = None,
+        recycle_overdue: bool = False,
     ) -> None:
         conf = get_settings()
         self.queues = list(queues or [])
@@ -94,6 +116,10 @@ class Worker:
             conf.SHUTDOWN_GRACE_SECONDS if shutdown_grace is None else shutdown_grace
         )
         self.install_signal_handlers = install_signal_handlers
+        # Under ``--processes``: a given-up thread still running SHUTDOWN_GRACE_SECONDS
+        # after its deadline makes this process drain and exit for a fresh one.
+        self.recycle_overdue = recycle_overdue
+        self.recycle_requested = False
         self.test_hooks = hooks._active_points()
         # Periodic tasks (periodic/scheduler.py); not in burst runs unless asked.
         self.run_scheduler = (not self.burst) if scheduler is None else scheduler
@@ -103,7 +129,17 @@ class Worker:
         self.wake = threading.Event()
         self.held: dict[Key, uuid.UUID] = {}
         self.held_lock = threading.Lock()
-        self.running: dict[Key, tuple[Source, Any]] = {}
+        # The attempt each task thread is running. Whoever pops a thread's entry
+        # (the thread when its task returns, the watchdog when it gives the attempt
+        # up) records the attempt's outcome; the other leaves it alone.
+        self.running: dict[threading.Thread, Attempt] = {}
+        # Rows whose abort an operator requested, with the claim token it applies to.
+        self._aborts: dict[Key, uuid.UUID] = {}
+        # Given-up threads still running: (thread, attempt, when it is overdue).
+        self._abandoned: list[tuple[threading.Thread, Attempt, float]] = []
+        self.replaced = 0  # task threads started to replace dead or given-up ones
+        self._thread_seq = 0
+        self._watch_stop = threading.Event()
         self._inflight = 0  # claimed and not yet finished running
         self._inflight_lock = threading.Lock()
         self._full = False  # the claim loop waits for _inflight <= _refill_at
@@ -121,6 +157,8 @@ class Worker:
         if sources is None:
             sources = default_sources(self.worker_id)
         self.sources: list[Source] = list(sources)
+        for source in self.sources:
+            source.on_abort = self._abort_requested
         self.completer = Completer(
             worker_id=self.worker_id,
             sources={source.name: source for source in self.sources},
@@ -143,6 +181,7 @@ class Worker:
                 test_hooks=self.test_hooks,
             )
         self._threads: list[threading.Thread] = []
+        self._watchdog = threading.Thread(target=self._watch, name="pgqueue-watchdog", daemon=True)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -168,10 +207,9 @@ class Worker:
             from ..periodic.scheduler import start_scheduler
 
             self.scheduler_thread = start_scheduler(self.stopping, self.worker_id)
-        for i in range(self.concurrency):
-            thread = threading.Thread(target=self._executor, name=f"pgqueue-task-{i}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for _ in range(self.concurrency):
+            self._start_thread()
+        self._watchdog.start()
         try:
             self._claim_loop()
         finally:
@@ -186,7 +224,9 @@ class Worker:
             self.finished,
             self.outcomes,
         )
-        return 0 if clean else 1
+        if not clean:
+            return 1
+        return RECYCLE_EXIT_CODE if self.recycle_requested else 0
 
     def stop(self) -> None:
         """Stop claiming; running tasks finish within the grace period."""
@@ -407,37 +447,225 @@ class Worker:
 
     # -- running -------------------------------------------------------------------
 
+    def _start_thread(self) -> None:
+        thread = threading.Thread(
+            target=self._executor, name=f"pgqueue-task-{self._thread_seq}", daemon=True
+        )
+        self._thread_seq += 1
+        self._threads.append(thread)
+        thread.start()
+
     def _executor(self) -> None:
+        me = threading.current_thread()
         try:
             while True:
                 entry = self._todo.get()
                 if entry is None:
                     return
-                source, item = entry
-                if self.stopping.is_set():
-                    outcome = source.release(item, "Released by a worker shutting down")
-                else:
-                    key = (source.name, item.id)
-                    self.running[key] = entry
-                    if "before_task" in self.test_hooks:
-                        hooks.pause("before_task", item.id, item.token)
-                    outcome = source.run(item)
-                    self.running.pop(key, None)
-                    now = time.perf_counter()
-                    gap = min(now - self._last_done, 1.0)  # an idle spell counts 1 s at most
-                    self._last_done = now
-                    self._avg_gap = 0.9 * self._avg_gap + 0.1 * gap
-                    if "after_task" in self.test_hooks:
-                        hooks.pause("after_task", item.id, item.token)
-                outcome.source = source.name
-                self.completer.submit(outcome)
-                with self._inflight_lock:
-                    self._inflight -= 1
-                    if self._full and self._inflight <= self._refill_at:
-                        self._full = False
-                        self.wake.set()
+                if not self._handle(me, *entry):
+                    return  # given up: the watchdog recorded the attempt and replaced us
+        except BaseException:
+            # Only our own code can get here (a source's run is supervised in
+            # _handle). The thread ends; the watchdog replaces it and settles its row.
+            logger.critical("Task thread %s failed outside any task", me.name, exc_info=True)
         finally:
             connections.close_all()
+
+    def _handle(self, me: threading.Thread, source: Source, item: Any) -> bool:
+        """Run (or release) one row and hand its outcome to the completer.
+
+        False when the watchdog gave the attempt up meanwhile: its outcome is
+        recorded already, and this thread is no longer one of the worker's.
+        """
+        key = (source.name, item.id)
+        if self.stopping.is_set():
+            outcome = source.release(item, "Released by a worker shutting down")
+        elif self._aborts and self._aborts.get(key) == item.token:
+            del self._aborts[key]
+            outcome = source.aborted(item, started=False)
+        else:
+            attempt = Attempt(source, item)
+            self.running[me] = attempt
+            set_current(attempt)
+            try:
+                if "before_task" in self.test_hooks:
+                    hooks.pause("before_task", item.id, item.token)
+                outcome = source.run(item)
+            except BaseException as exc:  # a source's run must not raise; this one did
+                logger.error(
+                    "%s %s (%s): %s escaped the run; recorded as a failed attempt",
+                    source.name,
+                    item.id,
+                    source.describe(item),
+                    type(exc).__name__,
+                    exc_info=True,
+                )
+                outcome = source.crashed(item, exc)
+            finally:
+                set_current(None)
+            if self.running.pop(me, None) is not attempt:
+                logger.warning(
+                    "%s %s (%s) returned %.1f s after it was given up (%s); its result "
+                    "is discarded",
+                    source.name,
+                    item.id,
+                    source.describe(item),
+                    time.monotonic() - attempt.started,
+                    attempt.given_up or "given up",
+                )
+                return False
+            now = time.perf_counter()
+            gap = min(now - self._last_done, 1.0)  # an idle spell counts 1 s at most
+            self._last_done = now
+            self._avg_gap = 0.9 * self._avg_gap + 0.1 * gap
+            if "after_task" in self.test_hooks:
+                hooks.pause("after_task", item.id, item.token)
+        outcome.source = source.name
+        self.completer.submit(outcome)
+        self._slot_freed()
+        return True
+
+    def _slot_freed(self) -> None:
+        with self._inflight_lock:
+            self._inflight -= 1
+            if self._full and self._inflight <= self._refill_at:
+                self._full = False
+                self.wake.set()
+
+    # -- supervision -----------------------------------------------------------------
+
+    def _abort_requested(self, source_name: str, ids: list[int]) -> None:
+        """The lease keeper saw abort requests for held rows (completer thread)."""
+        with self.held_lock:
+            for job_id in ids:
+                key = (source_name, job_id)
+                token = self.held.get(key)
+                if token is not None and self._aborts.get(key) != token:
+                    self._aborts[key] = token
+                    logger.info("%s %s: abort requested by an operator", source_name, job_id)
+
+    def _watch(self) -> None:
+        while not self._watch_stop.wait(WATCH_INTERVAL):
+            try:
+                self._check_threads()
+            except Exception:
+                logger.exception("Watchdog check failed; looking again in %.1f s", WATCH_INTERVAL)
+
+    def _check_threads(self) -> None:
+        """Replace dead task threads; give up attempts past their deadline or aborted."""
+        for thread in list(self._threads):
+            if not thread.is_alive():
+                self._threads.remove(thread)
+                logger.error("Task thread %s died; starting a replacement", thread.name)
+                attempt = self.running.pop(thread, None)
+                if attempt is not None:
+                    exc = WorkerCrashed(f"task thread {thread.name} died while running it")
+                    self._record(attempt, lambda a, e=exc: a.source.crashed(a.item, e))
+                self._replace()
+        now = time.monotonic()
+        for thread, attempt in list(self.running.items()):
+            key = (attempt.source.name, attempt.item.id)
+            if attempt.deadline is not None and now >= attempt.deadline:
+                reason = TIMED_OUT
+            elif self._aborts and self._aborts.get(key) == attempt.item.token:
+                reason = ABORTED
+            else:
+                continue
+            if self.running.pop(thread, None) is not attempt:
+                continue  # it returned meanwhile: its own outcome stands
+            attempt.given_up = reason
+            attempt.abandoned = True
+            if thread in self._threads:
+                self._threads.remove(thread)
+            self._abandoned.append((thread, attempt, now + self.shutdown_grace))
+            if reason == TIMED_OUT:
+                stack = _stack_of(thread)
+                logger.error(
+                    "%s %s (%s) ran past its timeout of %g s: recorded as timed out; its "
+                    "thread is abandoned and replaced",
+                    attempt.source.name,
+                    attempt.item.id,
+                    attempt.source.describe(attempt.item),
+                    attempt.timeout,
+                )
+                self._record(attempt, lambda a, s=stack: a.source.timed_out(a.item, a.timeout, s))
+            else:
+                logger.warning(
+                    "%s %s (%s) aborted by an operator: recorded as cancelled; its thread "
+                    "is abandoned and replaced",
+                    attempt.source.name,
+                    attempt.item.id,
+                    attempt.source.describe(attempt.item),
+                )
+                self._record(attempt, lambda a: a.source.aborted(a.item))
+            self._replace()
+        self._check_abandoned(now)
+        if self._aborts:
+            for key in list(self._aborts):
+                if key not in self.held:
+                    self._aborts.pop(key, None)
+
+    def _check_abandoned(self, now: float) -> None:
+        """Forget given-up threads that ended; act on those overdue past the grace."""
+        for entry in list(self._abandoned):
+            thread, attempt, overdue_at = entry
+            if not thread.is_alive():
+                self._abandoned.remove(entry)
+                continue
+            if now < overdue_at:
+                continue
+            self._abandoned.remove(entry)  # reported once
+            if self.recycle_overdue:
+                logger.error(
+                    "Task thread %s still runs %s %s %.0f s after it was given up: this "
+                    "process drains and exits so that its supervisor starts a fresh one",
+                    thread.name,
+                    attempt.source.name,
+                    attempt.item.id,
+                    self.shutdown_grace,
+                )
+                self.recycle_requested = True
+                self.stop()
+            else:
+                logger.error(
+                    "Task thread %s still runs %s %s %.0f s after it was given up; it "
+                    "holds no lease and no slot, but it holds memory until its task returns",
+                    thread.name,
+                    attempt.source.name,
+                    attempt.item.id,
+                    self.shutdown_grace,
+                )
+
+    def _record(self, attempt: Attempt, describe: Any) -> None:
+        """Record a given-up attempt with ``describe(attempt)``'s outcome and free its slot.
+
+        The row leaves ``held`` at once, so its lease is no longer extended: if the
+        outcome cannot be written (or cannot even be built), the row comes back
+        through its lease instead of staying held by a thread that is not running it.
+        """
+        source, item = attempt.source, attempt.item
+        key = (source.name, item.id)
+        self._aborts.pop(key, None)
+        try:
+            outcome = describe(attempt)
+        except BaseException:
+            logger.exception(
+                "%s %s: could not describe the given-up attempt; its lease will lapse",
+                source.name,
+                item.id,
+            )
+        else:
+            outcome.source = source.name
+            outcome.duration = time.monotonic() - attempt.started
+            self.completer.submit(outcome)
+        with self.held_lock:
+            if self.held.get(key) == item.token:
+                del self.held[key]
+        self._slot_freed()
+
+    def _replace(self) -> None:
+        self.replaced += 1
+        self._start_thread()
 
     def _on_written(self, batch: list[Outcome], written: set[Key]) -> None:
         for outcome in batch:
@@ -476,6 +704,9 @@ class Worker:
     def _shutdown(self) -> bool:
         """Release unstarted rows, wait for running ones, flush outcomes. True if clean."""
         self.stopping.set()
+        self._watch_stop.set()
+        if self._watchdog.is_alive():
+            self._watchdog.join(5)
         deadline = time.monotonic() + self.shutdown_grace
         for _ in self._threads:
             self._todo.put(None)  # after any queued jobs, which are released
@@ -489,7 +720,8 @@ class Worker:
                 "interrupted so they are retried now",
                 len(stuck),
             )
-            for source, item in stuck:
+            for attempt in stuck:
+                source, item = attempt.source, attempt.item
                 outcome = source.interrupted(item)
                 outcome.source = source.name
                 self.completer.submit(outcome)
@@ -503,6 +735,14 @@ class Worker:
             self.scheduler_thread.join(5)
         self._drop_claim_connection()
         return clean
+
+
+def _stack_of(thread: threading.Thread) -> str:
+    """Where ``thread`` is now (its innermost frames), for a timed-out attempt's record."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return ""
+    return "".join(traceback.format_stack(frame, limit=STACK_FRAMES))
 
 
 def default_sources(worker_id: str) -> list[Source]:

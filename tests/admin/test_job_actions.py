@@ -19,6 +19,7 @@ CASES = {
     "retry_now": (Status.FAILED, Status.FAILED),
     "cancel": (Status.PENDING, Status.CANCELLED),
     "move_to_dlq": (Status.FAILED, Status.DEAD),
+    "abort": (Status.PENDING, Status.CANCELLED),
 }
 
 
@@ -179,7 +180,8 @@ def test_row_buttons_follow_the_row_state(operator_client, make_job):
     assert row_url("replay", dead.pk) in page
     assert row_url("cancel", dead.pk) not in page
     for operation in CASES:
-        assert row_url(operation, held.pk) not in page
+        # Only abort applies to a row a worker holds.
+        assert (row_url(operation, held.pk) in page) == (operation == "abort")
 
 
 def test_other_methods_are_not_allowed(operator_client, make_job):
@@ -195,3 +197,21 @@ def test_job_is_read_only(operator_client, make_job):
     assert b'name="_save"' not in detail.content
     assert operator_client.get(reverse("admin:django_pgqueue_job_add")).status_code == 403
     assert Job.objects.count() == 1
+
+
+def test_abort_flags_a_running_job_for_its_worker(operator_client, operator, make_job):
+    held = make_job(Status.IN_PROGRESS)
+    url = row_url("abort", held.pk)
+    page = operator_client.get(reverse("admin:django_pgqueue_job_change", args=(held.pk,)))
+    assert url in page.content.decode()  # offered on a running job, unlike cancel
+    assert row_url("cancel", held.pk) not in page.content.decode()
+    operator_client.get(url)
+    token = operator_client.cookies["csrftoken"].value
+    response = operator_client.post(url, {"csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    held = reload(held)
+    # Still held: the worker ends the attempt itself, as cancelled.
+    assert held.status == Status.IN_PROGRESS and held.locked_until is not None
+    assert held.abort_requested_at is not None
+    entry = LogEntry.objects.get(object_id=str(held.pk))
+    assert entry.user == operator and "Abort: in_progress" in entry.change_message

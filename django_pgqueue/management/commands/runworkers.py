@@ -131,6 +131,7 @@ class Command(BaseCommand):
                 scheduler=False if options["no_scheduler"] else None,
                 until_empty=options["until_empty"],
                 max_time=options["max_time"],
+                recycle_overdue=options["worker_slot"] is not None,
             )
             code = worker.run()
         if code:
