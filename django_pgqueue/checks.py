@@ -172,6 +172,8 @@ def check_tables(
             id="django_pgqueue.W002",
         )
     ]
+
+
 @checks.register(checks.Tags.compatibility)
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E020: a schedule's task path does not import to a Task. E021: a schedule name is

@@ -197,6 +197,15 @@ class AtomicJobSource(Source):
         # The thread is still inside the transaction; it rolls back when the process ends.
         return self._skipped(item)
 
+    def crashed(self, item: AtomicSlot, exc: BaseException) -> Outcome:
+        # Whatever escaped ended the slot's transaction with a rollback: its job, if it
+        # had claimed one, is claimable again with nothing of the attempt kept. (What a
+        # task raises never gets here: the runner records it as a failed attempt.)
+        logger.error(
+            "Atomic slot ended by %s: %s; its transaction rolled back", type(exc).__name__, exc
+        )
+        return self._skipped(item)
+
     def describe(self, item: AtomicSlot) -> str:
         return "atomic slot"
 
