@@ -300,10 +300,6 @@ class PgQueueBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"on_duplicate must be 'return' or 'raise', got {task.on_duplicate!r}"  # type: ignore[attr-defined]
             )
-        if getattr(task, "atomic", False):
-            problem = atomic_database_problem()
-            if problem:
-                raise InvalidTask(f"{task.module_path}: atomic=True cannot work here: {problem}")
         timeout = getattr(task, "timeout", None)
         if timeout is not None and not _positive_number(timeout):
             raise InvalidTask(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -324,6 +320,12 @@ class PgQueueBackend(BaseTaskBackend):
         """Write one job in the caller's transaction and return its READY result."""
         self._raise_if_misconfigured()
         self.validate_task(task)
+        if getattr(task, "atomic", False):
+            # Checked here rather than in validate_task(), which also runs when
+            # @task decorates: a project that moves its queue must still import.
+            problem = atomic_database_problem()
+            if problem:
+                raise InvalidTask(f"{task.module_path}: atomic=True cannot work here: {problem}")
         conf = get_settings()
         args_json, kwargs_json = serialize_arguments(task, args, kwargs)
         self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)

@@ -77,11 +77,12 @@ def test_atomic_task_refused_when_the_queue_database_is_another_one():
 
     default = settings.DATABASES["default"]
     elsewhere = {"default": default, "queue": {**default, "NAME": "somewhere_else"}}
-    with (
-        override_settings(DATABASES=elsewhere, PGQUEUE={"DATABASE": "queue"}),
-        pytest.raises(InvalidTask, match="atomic=True cannot work here: PGQUEUE"),
-    ):
-        task(atomic=True)(_effect)
+    with override_settings(DATABASES=elsewhere, PGQUEUE={"DATABASE": "queue"}):
+        # Decorating still works, so a project whose queue moved keeps importing;
+        # the enqueue is refused before any SQL.
+        atomic_task = task(atomic=True)(_effect)
+        with pytest.raises(InvalidTask, match="atomic=True cannot work here: PGQUEUE"):
+            atomic_task.enqueue()
 
     # The same database under another alias is fine.
     same = {"default": default, "queue": dict(default)}
