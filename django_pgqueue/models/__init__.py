@@ -1,7 +1,7 @@
 """Database models: the abstract queue row, jobs and webhook deliveries."""
 
 from .queue import Job, QueueRow, Status
-from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event
+from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event, Ordering, RatePeriod
 
 __all__ = [
     "BreakerState",
@@ -10,6 +10,8 @@ __all__ = [
     "Endpoint",
     "Event",
     "Job",
+    "Ordering",
     "QueueRow",
+    "RatePeriod",
     "Status",
 ]
