@@ -186,7 +186,12 @@ class Endpoint(models.Model):
         return f"<Endpoint {self.pk}: {self.url}>"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("update_fields") is None and not self._state.adding and self.pk:
+        if (
+            kwargs.get("update_fields") is None
+            and not kwargs.get("force_insert")
+            and not self._state.adding
+            and self.pk
+        ):
             kwargs["update_fields"] = [
                 f.name
                 for f in self._meta.concrete_fields

@@ -273,3 +273,25 @@ def test_claim_cost_stays_flat_behind_a_large_backlog_and_uses_the_partial_index
     assert "Seq Scan on pgqueue_delivery" not in text
     rows = claim(max_in_flight=2)
     assert per_endpoint(rows) == {fast.pk: 2}
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, 42])
+def test_a_bad_ordering_key_is_refused_and_nothing_is_written(key):
+    endpoints(1, ordering="key")
+    with pytest.raises(ValueError, match="ordering_key must be None or a string"):
+        send_event("e0", {"n": 1}, ordering_key=key)
+    assert not Delivery.objects.exists()
+
+
+def test_admin_form_save_leaves_the_claim_state_alone():
+    (ep,) = endpoints(1, rate_limit=5)
+    send(0, 3)
+    stale = Endpoint.objects.get(pk=ep.pk)  # loaded before the claim
+    claim()
+    fresh = Endpoint.objects.get(pk=ep.pk)
+    assert fresh.served_at is not None and fresh.rate_tat is not None
+    stale.description = "edited"
+    stale.save()  # a form loaded earlier, saved after the claim
+    after = Endpoint.objects.get(pk=ep.pk)
+    assert after.description == "edited"
+    assert (after.served_at, after.rate_tat) == (fresh.served_at, fresh.rate_tat)
