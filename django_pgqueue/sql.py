@@ -423,7 +423,10 @@ _RATE_ALLOWANCE = """CASE WHEN e.rate_limit IS NOT NULL THEN GREATEST(0, floor(
 # * ``busy``: the endpoints that have waiting deliveries, by a skip scan of the
 #   due index ``(endpoint_id, next_attempt_at, id)``: one index descent per such
 #   endpoint, however many deliveries each one holds. (PostgreSQL 15 has no skip
-#   scan of its own; the recursive CTE is the classic loose index scan.)
+#   scan of its own; the recursive CTE is the classic loose index scan.) Ordering
+#   by ``(endpoint_id, next_attempt_at)`` matches only the due index, so the planner
+#   cannot walk the foreign key's index instead, which also holds every finished
+#   delivery.
 # * ``candidates``: of those, the endpoints a delivery could go to now (due work,
 #   circuit closed, room under the in-flight limit, a rate-limit token left), in
 #   round-robin order: least recently served first (``served_at``). Round robin
@@ -494,11 +497,11 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
 ), walk(endpoint_id) AS (
     (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
      WHERE d.status IN ('pending', 'failed')
-     ORDER BY d.endpoint_id LIMIT 1)
+     ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
     UNION ALL
     SELECT (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
             WHERE d.status IN ('pending', 'failed') AND d.endpoint_id > w.endpoint_id
-            ORDER BY d.endpoint_id LIMIT 1)
+            ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
     FROM walk AS w WHERE w.endpoint_id IS NOT NULL
 ), free AS MATERIALIZED (
     SELECT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed)
