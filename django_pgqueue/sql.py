@@ -681,6 +681,14 @@ WITH v AS (
     FROM v JOIN done ON done.id = v.id
     WHERE v.verdict IN ('success', 'failure', 'gone')
     GROUP BY done.endpoint_id
+), ordered AS MATERIALIZED (
+    -- The endpoint rows are locked in id order, as the claim locks them (its
+    -- ``locked``): a claim and a completion that both touch several endpoints can
+    -- then never wait for each other in a cycle.
+    SELECT e.id FROM {ENDPOINT_TABLE} AS e
+    WHERE e.id IN (SELECT endpoint_id FROM verdicts)
+    ORDER BY e.id
+    FOR UPDATE
 ), decided AS (
     -- Whether to deactivate, read from the endpoint's snapshot: failing_since only
     -- moves on the first failure and on a success, so a stale read is harmless.
@@ -689,6 +697,7 @@ WITH v AS (
                    old.failing_since <= now() - make_interval(secs => %(disable_after)s),
                    false)) AS disable
     FROM verdicts AS s JOIN {ENDPOINT_TABLE} AS old ON old.id = s.endpoint_id
+    JOIN ordered ON ordered.id = s.endpoint_id
 ), breaker AS (
     UPDATE {ENDPOINT_TABLE} AS e SET
         is_active = e.is_active AND NOT s.disable,

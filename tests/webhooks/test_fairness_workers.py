@@ -265,3 +265,21 @@ def test_fifo_order_per_key_survives_failures_and_a_kill_9(receiver, worker_proc
     hung = [a for a in arrivals if (a.body["key"], a.body["n"]) == hang["key"]]
     assert len(hung) == 2 and hung[0].status == 0 and hung[1].status == 200
     assert_nothing_lost()
+
+
+def test_claims_and_completions_of_two_workers_never_deadlock(receiver, worker_process):
+    """Claims lock endpoint rows (in id order) and completions update the breakers of
+    several endpoints at once (also in id order): with both racing over ten limited
+    endpoints, no statement may wait for another in a cycle."""
+    for i in range(10):
+        Endpoint.objects.create(url=receiver.url(f"/e{i}"), max_in_flight=3)
+    for n in range(40):
+        send_event("order.paid", {"n": n})
+    env = {"PGQUEUE_POLL_INTERVAL": "0.05", "PGQUEUE_LOG_LEVEL": "INFO"}
+    workers = [worker_process("--burst", "--concurrency", "6", env=env) for _ in range(2)]
+    for worker in workers:
+        assert worker.wait(120) == 0, worker.output()
+    assert Delivery.objects.filter(status="succeeded").count() == 400
+    for worker in workers:
+        assert "deadlock" not in worker.output().lower(), worker.output()
+        assert "Claim failed" not in worker.output(), worker.output()
