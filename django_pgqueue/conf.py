@@ -39,6 +39,9 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     "DISABLE_AFTER": 5 * 24 * 3600.0,
     "SECRET_ROTATION_GRACE": 24 * 3600.0,
     "ENCRYPTION_KEYS": None,
+    # Most deliveries of one endpoint in flight at once across all workers, unless
+    # the endpoint sets its own; None = no limit (see docs/webhooks.md, "Fairness").
+    "MAX_IN_FLIGHT": None,
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -224,6 +227,9 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
         raise ImproperlyConfigured(
             f"{prefix}['ALLOWED_PORTS'] must be None or a list of port numbers, got {ports!r}"
         )
+    cap = merged["MAX_IN_FLIGHT"]
+    if cap is not None:
+        merged["MAX_IN_FLIGHT"] = _positive_int(f"{prefix}['MAX_IN_FLIGHT']", cap)
     keys = merged["ENCRYPTION_KEYS"]
     if keys is not None and (
         not isinstance(keys, list | tuple) or not keys or not all(isinstance(k, str) for k in keys)

@@ -510,19 +510,51 @@ RETURNING id, created_at
 
 # One delivery per active endpoint subscribed to the event's type (an empty
 # ``event_types`` list subscribes to everything), in one set-based statement:
-# the cost is one round trip whatever the number of endpoints.
+# the cost is one round trip whatever the number of endpoints. A FIFO endpoint's
+# delivery gets its ordering key here ('' puts all of an endpoint's deliveries in
+# one line; a keyed endpoint's deliveries without a key are not ordered).
 INSERT_DELIVERIES = f"""/* pgqueue:fan_out */
 INSERT INTO {DELIVERY_TABLE} (
     event_id, endpoint_id, status, priority, attempts, max_attempts, next_attempt_at,
-    worker_id, last_error, errors, created_at, updated_at
+    worker_id, last_error, errors, created_at, updated_at, ordering_key
 )
-SELECT %s, e.id, 'pending', 0, 0, %s, now(), '', '', '[]', now(), now()
+SELECT %s, e.id, 'pending', 0, 0, %s, now(), '', '', '[]', now(), now(),
+       CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %s END
 FROM {ENDPOINT_TABLE} AS e
 WHERE e.is_active AND (e.event_types = '[]'::jsonb OR e.event_types ? %s)
 """
 
+# Delivery ``d`` may go now as far as FIFO ordering goes: it has no ordering key,
+# or it is the head of its key (no older delivery of the key waiting or in flight)
+# and nothing of its key is in flight (a replayed older delivery waits for a
+# newer one already out). Answered by ``pgq_dlv_fifo_idx``, which holds only
+# FIFO deliveries that are not finished.
+_FIFO_HEAD = f"""(d.ordering_key IS NULL OR NOT EXISTS (
+              SELECT 1 FROM {DELIVERY_TABLE} AS o
+              WHERE o.endpoint_id = d.endpoint_id AND o.ordering_key = d.ordering_key
+                AND o.status IN ('pending', 'failed', 'in_progress') AND o.id <> d.id
+                AND (o.id < d.id OR o.status = 'in_progress')))"""
+
+# Deliveries of endpoint ``e`` in flight (claimed, not yet completed), through the
+# small partial index ``pgq_dlv_flight_idx``: prefetched rows a worker holds count.
+_IN_FLIGHT = f"""SELECT count(*) FROM {DELIVERY_TABLE} AS f
+               WHERE f.endpoint_id = e.id AND f.status = 'in_progress'"""
+
+# Requests endpoint ``e`` may start now under its rate limit (NULL: no limit): the
+# generic cell rate algorithm, a token bucket kept as one timestamp. ``rate_tat``
+# (the theoretical arrival time) moves on by ``rate_period / rate_limit`` per
+# request; a bucket of ``rate_limit`` requests fills back at ``rate_limit`` per
+# ``rate_period``. One column, written only under the endpoint's row lock by the
+# claim, so it holds across processes and hosts. The epsilon absorbs float
+# rounding of the interval arithmetic.
+_RATE_ALLOWANCE = """CASE WHEN e.rate_limit IS NOT NULL THEN GREATEST(0, floor(
+        e.rate_limit - GREATEST(0, extract(epoch FROM e.rate_tat - now()))
+                       * e.rate_limit / e.rate_period + 0.000001))::int END"""
+
 # Claim up to ``limit`` deliveries: CLAIM_JOBS's shape (materialized CTEs, SKIP
-# LOCKED, lapsed leases first, attempts counted here, fresh token), plus the breaker.
+# LOCKED, lapsed leases first, attempts counted here, fresh token), plus the
+# breaker and fair, throttled claiming across endpoints (docs/webhooks.md,
+# "Fairness").
 #
 # * ``due`` only takes deliveries of active endpoints whose circuit is closed: an
 #   open or disabled endpoint's deliveries stay as they are, attempts unburnt.
@@ -537,11 +569,47 @@ WHERE e.is_active AND (e.event_types = '[]'::jsonb OR e.event_types ? %s)
 # * A lapsed attempt is written to the attempt log here (the worker that made it
 #   died before it could), so the log shows every attempt that may have reached
 #   the receiver.
-# * ``picked`` goes through arrays and ``unnest``: the planner cannot estimate a
-#   parameter ``LIMIT`` and would hash the whole table to join a CTE back; an
-#   ``unnest`` is estimated small, so the join stays a primary-key lookup per row.
+#
+# Fairness and limits, without reading the backlog:
+#
+# * ``busy``: the endpoints that have waiting deliveries, by a skip scan of the
+#   due index ``(endpoint_id, next_attempt_at, id)``: one index descent per such
+#   endpoint, however many deliveries each one holds. (PostgreSQL 15 has no skip
+#   scan of its own; the recursive CTE is the classic loose index scan.) Ordering
+#   by ``(endpoint_id, next_attempt_at)`` matches only the due index, so the planner
+#   cannot walk the foreign key's index instead, which also holds every finished
+#   delivery.
+# * ``candidates``: of those, the endpoints a delivery could go to now (due work,
+#   circuit closed, room under the in-flight limit, a rate-limit token left), in
+#   round-robin order: least recently served first (``served_at``). Round robin
+#   rather than oldest-delivery-first is the point: an endpoint with a large or
+#   slow backlog gets its turn like the others instead of holding every slot.
+#   Round robin over endpoints, rather than a weighted share, needs no state but
+#   one timestamp per endpoint, and an endpoint's limits bound its share anyway.
+#   In-flight deliveries are counted through ``pgq_dlv_flight_idx`` (in_progress
+#   rows only: a few per endpoint at most).
+# * ``locked``: the candidates' endpoint rows are locked in id order (waiting,
+#   not skipping: a completion's breaker update holds a row for a moment, and
+#   skipping it would make a one-endpoint claim come back empty). The count of
+#   in-flight rows read by this statement is from its snapshot; a claim that
+#   committed after that snapshot is invisible to it. Every claim therefore
+#   stamps ``served_at`` on the endpoints it took from, and ``locked`` keeps an
+#   endpoint only if the locked (newest) row still carries the ``served_at`` of
+#   the snapshot: READ COMMITTED re-checks the condition against the newest row
+#   version while ``candidates`` keeps the snapshot's copy, so an endpoint served
+#   since the snapshot drops out of this claim and is taken by the next. The
+#   limit thus holds across processes and hosts without a counter that could
+#   drift.
+# * ``rooms``: how many each endpoint may take: the least of what its in-flight
+#   limit leaves, its rate-limit tokens (GCRA, see _RATE_ALLOWANCE) and an equal
+#   share of the batch (so one claim spreads over the endpoints it serves).
+# * ``due``: per endpoint, its oldest due deliveries, at most its room. FIFO
+#   deliveries (``ordering_key`` set) are taken only at the head of their key:
+#   no older delivery of the key still waiting or in flight, and none in flight.
+# * ``served``: the endpoints taken from get their ``served_at`` stamp (the round
+#   robin cursor and the fence above) and their rate-limit state moved on.
 CLAIM_DELIVERIES = f"""/* pgqueue:claim_deliveries */
-WITH lapsed AS MATERIALIZED (
+WITH RECURSIVE lapsed AS MATERIALIZED (
     SELECT d.id, d.attempts >= d.max_attempts AS exhausted,
            (e.is_active AND e.breaker_state = 'closed') AS sendable,
            d.attempts AS old_attempt, d.worker_id AS old_worker,
@@ -578,14 +646,67 @@ WITH lapsed AS MATERIALIZED (
         updated_at = now()
     FROM probes AS p WHERE e.id = p.endpoint_id
     RETURNING e.id
-), due AS MATERIALIZED (
-    SELECT d.id
-    FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
-    WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()
+), walk(endpoint_id) AS (
+    (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
+     WHERE d.status IN ('pending', 'failed')
+     ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
+            WHERE d.status IN ('pending', 'failed') AND d.endpoint_id > w.endpoint_id
+            ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
+    FROM walk AS w WHERE w.endpoint_id IS NOT NULL
+), free AS MATERIALIZED (
+    SELECT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed)
+                       - (SELECT count(*) FROM probes)) AS n
+), candidates AS MATERIALIZED (
+    SELECT e.id, e.served_at
+    FROM walk AS w JOIN {ENDPOINT_TABLE} AS e ON e.id = w.endpoint_id
+    WHERE e.is_active AND e.breaker_state = 'closed'
+      AND COALESCE({_RATE_ALLOWANCE}, 1) > 0
+      AND (COALESCE(e.max_in_flight, %(max_in_flight)s::int) IS NULL
+           OR COALESCE(e.max_in_flight, %(max_in_flight)s::int) > ({_IN_FLIGHT}))
+      AND EXISTS (
+          SELECT 1 FROM {DELIVERY_TABLE} AS d
+          WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'failed')
+            AND d.next_attempt_at <= now())
+    ORDER BY e.served_at NULLS FIRST, e.id
+    LIMIT (SELECT n FROM free)
+), locked AS MATERIALIZED (
+    SELECT e.id, LEAST(
+               CASE WHEN COALESCE(e.max_in_flight, %(max_in_flight)s::int) IS NOT NULL
+                    THEN COALESCE(e.max_in_flight, %(max_in_flight)s::int) - ({_IN_FLIGHT}) END,
+               {_RATE_ALLOWANCE}) AS room
+    FROM {ENDPOINT_TABLE} AS e JOIN candidates AS c ON c.id = e.id
+    WHERE e.served_at IS NOT DISTINCT FROM c.served_at
       AND e.is_active AND e.breaker_state = 'closed'
-    ORDER BY d.next_attempt_at, d.id
-    LIMIT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed) - (SELECT count(*) FROM probes))
-    FOR UPDATE OF d SKIP LOCKED
+    ORDER BY e.id
+    FOR UPDATE OF e
+), rooms AS MATERIALIZED (
+    SELECT l.id, LEAST(l.room, ceil((SELECT n FROM free)::numeric
+                                   / GREATEST(1, (SELECT count(*) FROM locked)))::int) AS room
+    FROM locked AS l
+), due AS MATERIALIZED (
+    SELECT x.id, r.id AS endpoint_id
+    FROM rooms AS r
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM {DELIVERY_TABLE} AS d
+        WHERE d.endpoint_id = r.id AND d.status IN ('pending', 'failed')
+          AND d.next_attempt_at <= now()
+          AND {_FIFO_HEAD}
+        ORDER BY d.next_attempt_at, d.id
+        LIMIT r.room
+        FOR UPDATE OF d SKIP LOCKED
+    ) AS x
+    WHERE r.room > 0
+    LIMIT (SELECT n FROM free)
+), served AS (
+    UPDATE {ENDPOINT_TABLE} AS e SET
+        served_at = clock_timestamp(),
+        rate_tat = CASE WHEN e.rate_limit IS NOT NULL
+            THEN GREATEST(e.rate_tat, now())
+                 + make_interval(secs => s.n * e.rate_period::float8 / e.rate_limit) END
+    FROM (SELECT endpoint_id, count(*) AS n FROM due GROUP BY endpoint_id) AS s
+    WHERE e.id = s.endpoint_id
 ), picked AS (
     SELECT array_agg(id) AS ids, array_agg(exhausted) AS exhausted,
            array_agg(sendable) AS sendable, array_agg(lapsed) AS lapsed,
@@ -642,6 +763,7 @@ SELECT c.id, c.status, c.locked_by, c.attempts, c.max_attempts, c.endpoint_id, e
 FROM claimed AS c
 JOIN {ENDPOINT_TABLE} AS e ON e.id = c.endpoint_id
 JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id
+ORDER BY row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.id), c.endpoint_id
 """
 
 # Write a batch of delivery outcomes, their attempt rows and their endpoints'
@@ -711,6 +833,14 @@ WITH v AS (
     FROM v JOIN done ON done.id = v.id
     WHERE v.verdict IN ('success', 'failure', 'gone')
     GROUP BY done.endpoint_id
+), ordered AS MATERIALIZED (
+    -- The endpoint rows are locked in id order, as the claim locks them (its
+    -- ``locked``): a claim and a completion that both touch several endpoints can
+    -- then never wait for each other in a cycle.
+    SELECT e.id FROM {ENDPOINT_TABLE} AS e
+    WHERE e.id IN (SELECT endpoint_id FROM verdicts)
+    ORDER BY e.id
+    FOR UPDATE
 ), decided AS (
     -- Whether to deactivate, read from the endpoint's snapshot: failing_since only
     -- moves on the first failure and on a success, so a stale read is harmless.
@@ -719,6 +849,7 @@ WITH v AS (
                    old.failing_since <= now() - make_interval(secs => %(disable_after)s),
                    false)) AS disable
     FROM verdicts AS s JOIN {ENDPOINT_TABLE} AS old ON old.id = s.endpoint_id
+    JOIN ordered ON ordered.id = s.endpoint_id
 ), breaker AS (
     UPDATE {ENDPOINT_TABLE} AS e SET
         is_active = e.is_active AND NOT s.disable,
@@ -782,12 +913,15 @@ READ_DELIVERY_OUTCOMES = _on_table(READ_OUTCOMES, "read_delivery_outcomes", DELI
 EXTEND_DELIVERY_LEASES = _on_table(EXTEND_LEASES, "extend_delivery_leases", DELIVERY_TABLE)
 
 # Anything a claim could take now, or held by a worker (``--burst``'s exit test).
-# Deliveries of an open circuit count only once a probe is due.
+# Deliveries of an open circuit count only once a probe is due; FIFO deliveries
+# behind a head that waits for its retry do not count. A delivery held back only
+# by its endpoint's rate limit counts: a burst run waits for it.
 ANY_DUE_DELIVERIES = f"""/* pgqueue:any_due_deliveries */
 SELECT EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
     WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()
       AND e.is_active AND (e.breaker_state = 'closed' OR e.open_until <= now())
+      AND {_FIFO_HEAD}
 ) OR EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
 )

@@ -138,6 +138,9 @@ PGQUEUE = {
         # The demo's receivers listen on 127.0.0.1; production keeps this empty.
         "ALLOW_NETWORKS": ["127.0.0.0/8"],
         "ALLOW_HTTP": True,
+        "MAX_IN_FLIGHT": int(os.environ["PGQUEUE_WEBHOOK_MAX_IN_FLIGHT"])
+        if os.environ.get("PGQUEUE_WEBHOOK_MAX_IN_FLIGHT")
+        else None,
     },
 }
 

@@ -43,6 +43,7 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
         "--n-notify=16",
         "--producers=2",
         "--n-webhooks=5",
+        "--fair-events=1",
         f"--json={out}",
     )
     printed = capsys.readouterr().out
@@ -60,3 +61,6 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
         cur.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [f"{name}_bench"])
         assert cur.fetchone()[0] == 0
     assert set(WORKLOADS) >= {"enqueue", "drain", "latency", "webhooks", "claim_cost", "notify"}
+    assert "fairness" in WORKLOADS
+    configs = {row["config"] for row in data["rows"] if row["workload"] == "webhooks"}
+    assert any("one slow" in c and "p99" in c for c in configs), configs

@@ -42,6 +42,10 @@ def test_unknown_key_names_valid_ones():
         ({"NOTIFY_CHANNEL": "x" * 64}, "at most 63"),
         ({"WEBHOOKS": {"ALLOW_NETWORKS": ["not-a-cidr"]}}, "not a CIDR"),
         ({"WEBHOOKS": {"RETRY_SCHEDULE": []}}, "non-empty list"),
+        (
+            {"WEBHOOKS": {"MAX_IN_FLIGHT": 0}},
+            r"PGQUEUE\['WEBHOOKS'\]\['MAX_IN_FLIGHT'\] must be a positive integer, got 0",
+        ),
         ("nope", "must be a dict"),
     ],
 )

@@ -22,7 +22,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +42,29 @@ WORKLOADS = (
     "drain",
     "latency",
     "webhooks",
+    "fairness",
     "claim_cost",
     "notify",
 )
+
+#: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
+#: the in-flight limit compared with none (events per healthy endpoint: --fair-events).
+FAIR_ENDPOINTS = 50
+FAIR_SLOW_SECONDS = 2.0
+FAIR_SLOW_EVENTS = 40
+FAIR_LIMIT = 2
+FAIR_WORKER_UP = (
+    "SELECT count(*) > 0 FROM pg_stat_activity "
+    "WHERE datname = current_database() AND application_name LIKE 'pgqueue-worker-%'"
+)
+FAIR_HEALTHY_DONE = (
+    "SELECT count(*) FROM pgqueue_delivery WHERE status = 'succeeded' AND endpoint_id <> %s"
+)
+FAIR_LATENCIES = """SELECT extract(epoch FROM a.started_at - ev.created_at) * 1000
+FROM pgqueue_delivery_attempt AS a
+JOIN pgqueue_delivery AS d ON d.id = a.delivery_id
+JOIN pgqueue_event AS ev ON ev.id = d.event_id
+WHERE a.attempt = 1 AND d.endpoint_id <> %s"""
 
 #: Columns written by the raw single-row INSERT: the same row our enqueue writes.
 RAW_INSERT = f"""INSERT INTO {sql.JOB_TABLE} (
@@ -179,6 +200,7 @@ class Bench:
         producers: int = 8,
         n_notify: int = 4000,
         n_webhooks: int = 2000,
+        fair_events: int = 10,
         keep: bool = False,
         alias: str | None = None,
         out: Callable[[str], None] = print,
@@ -199,6 +221,7 @@ class Bench:
         self.producers = producers
         self.n_notify = n_notify
         self.n_webhooks = n_webhooks
+        self.fair_events = fair_events
         self.keep = keep
         #: Longest a drain may take before the run is abandoned.
         self.timeout = max(120.0, n_drain / 100)
@@ -604,15 +627,8 @@ class Bench:
             return
         from ..webhooks.fanout import serialize_payload
 
-        receiver = subprocess.Popen(
-            [sys.executable, "-m", "django_pgqueue.bench.receiver"],
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            port = int(receiver.stdout.readline())  # type: ignore[union-attr]
-            url = f"http://127.0.0.1:{port}/hook"
+        with self.webhook_receiver() as base:
+            url = f"{base}/hook"
             row = self.add(
                 Row(
                     "webhooks",
@@ -655,6 +671,19 @@ class Bench:
                     f"   rep {rep + 1}: ours {row.values[-1]:,.0f}/s, 1 thread "
                     f"{single.values[-1]:,.0f}/s (raw {row.ref_values[-1]:,.0f}/s)"
                 )
+
+    @contextmanager
+    def webhook_receiver(self) -> Iterator[str]:
+        """The bench receiver in its own process (no shared GIL); yields its base URL."""
+        receiver = subprocess.Popen(
+            [sys.executable, "-m", "django_pgqueue.bench.receiver"],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            port = int(receiver.stdout.readline())  # type: ignore[union-attr]
+            yield f"http://127.0.0.1:{port}"
         finally:
             stop(receiver)
             if receiver.stdout is not None:
@@ -709,7 +738,92 @@ class Bench:
         row.values.append(self.n_webhooks / float(span))
         row.extra.setdefault("wall_per_s", []).append(self.n_webhooks / elapsed)
 
-    # 6. claim cost with history ------------------------------------------------------------
+    # 6. fairness: many endpoints, one slow ------------------------------------------------
+
+    def bench_fairness(self) -> None:
+        reason = webhooks_unavailable()
+        if reason:
+            self.notes.append(f"fairness: skipped ({reason})")
+            self.out(f"   skipped: {reason}")
+            return
+        config = (
+            f"{FAIR_ENDPOINTS} endpoints, one slow ({FAIR_SLOW_SECONDS:g} s), "
+            f"max_in_flight {FAIR_LIMIT}: healthy"
+        )
+        rows = {
+            q: self.add(
+                Row(
+                    "webhooks",
+                    f"{config} {q} latency",
+                    "ms",
+                    reference="no in-flight limit",
+                    better="lower",
+                    extra={"slow_events": FAIR_SLOW_EVENTS, "healthy_events": self.fair_events},
+                )
+            )
+            for q in ("p50", "p99")
+        }
+        with self.webhook_receiver() as base:
+            for rep in range(self.repeat):
+                # Alternate the order so drift on a shared machine favours neither.
+                for limit in (FAIR_LIMIT, None) if rep % 2 == 0 else (None, FAIR_LIMIT):
+                    values = self.fairness_run(base, limit)
+                    for q, p in (("p50", 50), ("p99", 99)):
+                        side = rows[q].values if limit else rows[q].ref_values
+                        side.append(pctl(values, p))
+                self.out(
+                    f"   rep {rep + 1}: healthy p50 {rows['p50'].values[-1]:.0f} ms, "
+                    f"p99 {rows['p99'].values[-1]:.0f} ms (no limit: p50 "
+                    f"{rows['p50'].ref_values[-1]:.0f} ms, p99 {rows['p99'].ref_values[-1]:.0f} ms)"
+                )
+
+    def fairness_run(self, base: str, limit: int | None) -> list[float]:
+        """Healthy endpoints' latencies (ms, sorted): from each event's commit to the
+        start of its delivery's first attempt, with a slow endpoint's backlog queued
+        first. One ``runworkers`` at default concurrency, woken by NOTIFY."""
+        from ..models import Endpoint
+        from ..webhooks.fanout import send_event
+
+        self.sql(
+            "TRUNCATE pgqueue_delivery_attempt, pgqueue_delivery, pgqueue_event, "
+            "pgqueue_endpoint CASCADE"
+        )
+        slow = Endpoint.objects.create(
+            url=f"{base}/slow/{FAIR_SLOW_SECONDS:g}", event_types=["slow"], max_in_flight=limit
+        )
+        for i in range(FAIR_ENDPOINTS - 1):
+            Endpoint.objects.create(url=f"{base}/hook/{i}", event_types=["ok"], max_in_flight=limit)
+        connections.close_all()
+        self.checkpoint(vacuum=True)
+        worker = subprocess.Popen(
+            [*self._manage(), "runworkers", "--skip-checks"],
+            env=self.child_env(),
+            start_new_session=True,
+        )
+        healthy = (FAIR_ENDPOINTS - 1) * self.fair_events
+        try:
+            with self.conn() as conn:
+                deadline = time.monotonic() + 60
+                while not conn.execute(FAIR_WORKER_UP).fetchone()[0]:
+                    if time.monotonic() > deadline or worker.poll() is not None:
+                        raise RuntimeError("fairness: the worker did not start")
+                    time.sleep(0.05)
+                for n in range(FAIR_SLOW_EVENTS):
+                    send_event("slow", {"n": n})
+                for n in range(self.fair_events):
+                    send_event("ok", {"n": n})
+                deadline = time.monotonic() + self.timeout
+                while conn.execute(FAIR_HEALTHY_DONE, [slow.pk]).fetchone()[0] < healthy:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("fairness: the healthy deliveries did not finish")
+                    time.sleep(0.05)
+                values = [float(r[0]) for r in conn.execute(FAIR_LATENCIES, [slow.pk]).fetchall()]
+        finally:
+            stop(worker)
+        connections.close_all()
+        return sorted(values)
+
+    # 7. claim cost with history ------------------------------------------------------------
 
     def claim_times(self, pending: int) -> list[float]:
         """Median-ready claim statement times (ms), claiming 100 at a time."""

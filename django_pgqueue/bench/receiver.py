@@ -1,7 +1,8 @@
 """A minimal keep-alive webhook receiver for the benchmark, run as its own process.
 
 ``python -m django_pgqueue.bench.receiver`` prints the port it listens on and
-answers every POST with ``204 No Content`` until killed. It needs no Django, so
+answers every POST with ``204 No Content`` until killed; a POST to ``/slow/<seconds>``
+is answered after that many seconds (a slow receiver). It needs no Django, so
 neither the worker nor the raw ``requests`` loop shares a GIL with it.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import http.server
 import socket
 import sys
+import time
 from typing import Any
 
 
@@ -26,6 +28,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
+        if self.path.startswith("/slow/"):
+            time.sleep(float(self.path.rsplit("/", 1)[1]))
         self.send_response(204)
         self.send_header("Content-Length", "0")
         self.end_headers()

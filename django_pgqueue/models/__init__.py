@@ -2,7 +2,7 @@
 
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
-from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event
+from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event, Ordering, RatePeriod
 
 __all__ = [
     "BreakerState",
@@ -12,7 +12,9 @@ __all__ = [
     "Endpoint",
     "Event",
     "Job",
+    "Ordering",
     "QueueRow",
+    "RatePeriod",
     "Schedule",
     "ScheduleTick",
     "Status",

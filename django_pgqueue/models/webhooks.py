@@ -6,13 +6,14 @@ import datetime as dt
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..sql import PARKED_AT
-from .queue import QueueRow, queue_row_constraints, queue_row_indexes
+from .queue import QueueRow, Status, queue_row_constraints, queue_row_indexes
 
 
 class BreakerState(models.TextChoices):
@@ -21,6 +22,22 @@ class BreakerState(models.TextChoices):
     CLOSED = "closed", _("Closed (delivering)")
     OPEN = "open", _("Open (paused after failures)")
     HALF_OPEN = "half_open", _("Half-open (one probe in flight)")
+
+
+class RatePeriod(models.IntegerChoices):
+    """The period an endpoint's rate limit counts requests in (seconds)."""
+
+    SECOND = 1, _("per second")
+    MINUTE = 60, _("per minute")
+    HOUR = 3600, _("per hour")
+
+
+class Ordering(models.TextChoices):
+    """Delivery order of one endpoint (see docs/webhooks.md, "FIFO ordering")."""
+
+    NONE = "none", _("None (in parallel, oldest first)")
+    ENDPOINT = "endpoint", _("FIFO for the whole endpoint")
+    KEY = "key", _("FIFO per ordering key")
 
 
 class Endpoint(models.Model):
@@ -76,8 +93,55 @@ class Endpoint(models.Model):
         help_text=_("First failure since the last success; drives auto-disable."),
     )
     last_success_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Flow control (docs/webhooks.md, "Fairness"): limits set by operators, and the
+    # state the delivery claim keeps (written only under the claim's row lock).
+    max_in_flight = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_(
+            "Most deliveries to this endpoint in flight at once, across all workers. "
+            "Empty: PGQUEUE['WEBHOOKS']['MAX_IN_FLIGHT']."
+        ),
+    )
+    rate_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_("Most requests per rate period (empty: no rate limit)."),
+    )
+    rate_period = models.PositiveIntegerField(
+        choices=RatePeriod.choices,
+        default=RatePeriod.SECOND,
+        help_text=_("The period the rate limit counts requests in."),
+    )
+    ordering = models.CharField(
+        max_length=16,
+        choices=Ordering.choices,
+        default=Ordering.NONE,
+        help_text=_(
+            "FIFO: deliveries go one at a time in event order, for the whole endpoint or "
+            "per ordering key. Applies to events sent after the change."
+        ),
+    )
+    served_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("When a claim last took deliveries of this endpoint (the round robin)."),
+    )
+    rate_tat = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Rate limit state: when the bucket is full again (GCRA)."),
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True, editable=False)
+
+    #: Columns only the delivery claim writes: ``save()`` leaves them alone, so an
+    #: admin form loaded a while ago cannot write back a stale fence or rate state.
+    CLAIM_STATE_FIELDS = ("served_at", "rate_tat")
 
     class Meta:
         db_table = "pgqueue_endpoint"
@@ -91,6 +155,19 @@ class Endpoint(models.Model):
             models.CheckConstraint(
                 condition=Q(breaker_state=BreakerState.CLOSED) | Q(open_until__isnull=False),
                 name="pgq_ep_open_has_until",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_in_flight__isnull=True) | Q(max_in_flight__gte=1),
+                name="pgq_ep_max_in_flight_pos",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_limit__isnull=True) | Q(rate_limit__gte=1),
+                name="pgq_ep_rate_limit_pos",
+            ),
+            models.CheckConstraint(condition=Q(rate_period__gte=1), name="pgq_ep_rate_period_pos"),
+            models.CheckConstraint(
+                condition=Q(ordering__in=[o.value for o in Ordering]),
+                name="pgq_ep_ordering_valid",
             ),
             models.CheckConstraint(
                 # A plaintext secret can never be stored, even by raw SQL.
@@ -109,6 +186,17 @@ class Endpoint(models.Model):
         return f"<Endpoint {self.pk}: {self.url}>"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        if (
+            kwargs.get("update_fields") is None
+            and not kwargs.get("force_insert")
+            and not self._state.adding
+            and self.pk
+        ):
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name not in self.CLAIM_STATE_FIELDS
+            ]
         if not self.secret_ciphertext:
             from ..webhooks.signing import generate_secret
 
@@ -248,6 +336,14 @@ class Delivery(QueueRow):
         Event, on_delete=models.CASCADE, related_name="deliveries", db_index=False
     )
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
+    # NULL, not "": "" is the one line of an endpoint-wide FIFO endpoint.
+    ordering_key = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("FIFO line this delivery waits in (empty: not ordered)."),
+    )
 
     class Meta:
         db_table = "pgqueue_delivery"
@@ -258,7 +354,25 @@ class Delivery(QueueRow):
             # One delivery per event and endpoint; also serves lookups by event.
             models.UniqueConstraint(fields=["event", "endpoint"], name="pgq_dlv_event_endpoint"),
         ]
-        indexes = [*queue_row_indexes("pgq_dlv", "next_attempt_at", "id")]
+        indexes = [
+            # The due index leads with the endpoint: the claim walks the endpoints
+            # with waiting deliveries and takes each one's oldest (sql.CLAIM_DELIVERIES).
+            *queue_row_indexes("pgq_dlv", "endpoint_id", "next_attempt_at", "id"),
+            # Deliveries in flight per endpoint (the concurrency limit). Only rows in
+            # flight are in it: a few per endpoint, and no cost for finished rows.
+            models.Index(
+                fields=["endpoint_id"],
+                name="pgq_dlv_flight_idx",
+                condition=Q(status=Status.IN_PROGRESS),
+            ),
+            # The head of each FIFO line; only unfinished FIFO deliveries are in it.
+            models.Index(
+                fields=["endpoint_id", "ordering_key", "id"],
+                name="pgq_dlv_fifo_idx",
+                condition=Q(ordering_key__isnull=False)
+                & Q(status__in=[Status.PENDING, Status.FAILED, Status.IN_PROGRESS]),
+            ),
+        ]
         permissions = [
             ("replay_delivery", "Can replay, retry or cancel webhook deliveries"),
         ]

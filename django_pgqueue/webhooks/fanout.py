@@ -39,6 +39,7 @@ def send_event(
     payload: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
+    ordering_key: str | None = None,
     using: str | None = None,
 ) -> Event:
     """Record an event and queue one delivery per active endpoint subscribed to its type.
@@ -46,6 +47,8 @@ def send_event(
     Runs in the caller's transaction: if it rolls back, nothing is sent. Workers are
     woken after the commit. With ``idempotency_key``, a second call with the same key
     returns the first Event and creates nothing (also across concurrent transactions).
+    ``ordering_key`` (an order id, say) puts the event in that key's FIFO line on
+    endpoints that order per key; elsewhere it is ignored.
 
     Raises ``TypeError``/``ValueError`` if the payload is not a JSON object that
     serialises, and ``PayloadTooLarge`` above ``PGQUEUE["WEBHOOKS"]["MAX_PAYLOAD_BYTES"]``;
@@ -59,6 +62,10 @@ def send_event(
         not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
     ):
         raise ValueError("idempotency_key must be None or a string of 1 to 255 characters")
+    if ordering_key is not None and (
+        not isinstance(ordering_key, str) or not ordering_key or len(ordering_key) > 255
+    ):
+        raise ValueError("ordering_key must be None or a string of 1 to 255 characters")
     conf = get_settings()
     webhooks = conf.WEBHOOKS
     body = serialize_payload(payload)
@@ -79,7 +86,9 @@ def send_event(
             # The key was used before (or by a transaction that just committed).
             return Event.objects.using(alias).get(idempotency_key=idempotency_key)
         event_id, created_at = row
-        cursor.execute(sql.INSERT_DELIVERIES, [event_id, max_attempts(webhooks), event_type])
+        cursor.execute(
+            sql.INSERT_DELIVERIES, [event_id, max_attempts(webhooks), ordering_key, event_type]
+        )
         queued = cursor.rowcount
     event = Event(
         id=event_id,

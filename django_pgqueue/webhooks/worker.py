@@ -135,7 +135,12 @@ class DeliverySource(Source):
     def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedDelivery]:
         if not self._selected(params):
             return []
-        rows = _CLAIM.fetchall(conn, params)
+        rows = _CLAIM.fetchall(
+            conn, {**params, "max_in_flight": get_settings().WEBHOOKS["MAX_IN_FLIGHT"]}
+        )
+        # A short claim may have left deliveries behind for their endpoints' limits:
+        # claim again when ours complete (they free room) instead of at the next poll.
+        self.claim_after_completion = len(rows) < params["limit"]
         # Lapsed rows whose endpoint is paused come back 'failed' (deferred, not run).
         items = [ClaimedDelivery(*row) for row in rows if row[1] != Status.FAILED]
         decrypted: dict[str, str] = {}

@@ -85,6 +85,12 @@ class Source(ABC):
     def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
         """Write outcomes guarded by token; return the ids that were written."""
 
+    #: Whether the claim loop should claim again as soon as rows of this source are
+    #: completed, rather than at the next poll. True when the source's claim can come
+    #: back short although rows are due (per-endpoint limits of deliveries): a
+    #: completion may have made room for them.
+    claim_after_completion: bool = False
+
     #: The source's READ_OUTCOMES and EXTEND_LEASES statements (see sql.py).
     read_outcomes_sql: str = ""
     extend_leases_sql: str = ""

@@ -144,6 +144,9 @@ class Worker:
         self._inflight_lock = threading.Lock()
         self._full = False  # the claim loop waits for _inflight <= _refill_at
         self._refill_at = 0
+        # Sources whose last claim was short and whose rows just finished: their
+        # claim may now find room that was not there (see Source.claim_after_completion).
+        self._recheck: set[str] = set()
         self._todo: queue.SimpleQueue[tuple[Source, Any] | None] = queue.SimpleQueue()
         self._claim_conn: Any = None
         # Seconds between two task completions in this process (moving average):
@@ -315,6 +318,8 @@ class Worker:
             if heard != wakeups:  # a NOTIFY, or the sweep after a reconnect
                 wakeups = heard
                 quiet_until.clear()
+            while self._recheck:
+                quiet_until.pop(self._recheck.pop(), None)
             try:
                 for source in self.sources:
                     if len(self.sources) > 1 and quiet_until.get(source.name, 0.0) > (
@@ -668,6 +673,10 @@ class Worker:
         self._start_thread()
 
     def _on_written(self, batch: list[Outcome], written: set[Key]) -> None:
+        for source in self.sources:
+            if source.claim_after_completion and any(o.source == source.name for o in batch):
+                self._recheck.add(source.name)
+                self.wake.set()
         for outcome in batch:
             if outcome.key not in written:
                 self._count("lease_lost")

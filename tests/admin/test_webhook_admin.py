@@ -220,3 +220,57 @@ def test_secret_masked_and_revealed_only_by_post_with_permission(webhook_operato
     assert secret in shown.content.decode()
     assert "no-store" in shown["Cache-Control"]
     assert LogEntry.objects.filter(change_message="Revealed the signing secret").count() == 1
+
+
+def test_endpoint_flow_control_shown_and_changed_without_touching_claim_state(
+    webhook_operator, make_delivery
+):
+    client = csrf_client(webhook_operator)
+    endpoint = Endpoint.objects.create(url="http://127.0.0.1:9/flow", max_in_flight=2)
+    make_delivery(Status.IN_PROGRESS, endpoint=endpoint)
+    make_delivery(Status.PENDING, endpoint=endpoint)
+    listing = client.get(reverse(ENDPOINTS)).content.decode()
+    assert "1 / 2" in listing  # in flight / limit
+    change = reverse("admin:django_pgqueue_endpoint_change", args=(endpoint.pk,))
+    page = client.get(change).content.decode()
+    assert "1 / 2" in page and 'name="rate_limit"' in page and 'name="max_in_flight"' in page
+    # A worker claims while the operator has the form open: the claim's state must
+    # survive the form's save.
+    stamp = timezone.now()
+    Endpoint.objects.filter(pk=endpoint.pk).update(served_at=stamp, rate_tat=stamp)
+    token = csrf_token(client, change)
+    response = client.post(
+        change,
+        {
+            "csrfmiddlewaretoken": token,
+            "url": endpoint.url,
+            "description": "",
+            "event_types": "[]",
+            "headers": "{}",
+            "is_active": "on",
+            "max_in_flight": "5",
+            "rate_limit": "10",
+            "rate_period": "60",
+            "ordering": "key",
+        },
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    endpoint.refresh_from_db()
+    assert (endpoint.max_in_flight, endpoint.rate_limit, endpoint.rate_period) == (5, 10, 60)
+    assert endpoint.ordering == "key"
+    assert endpoint.served_at == stamp and endpoint.rate_tat == stamp
+    assert "10 per minute" in client.get(change).content.decode()
+    # Zero is not a limit (it would stop the endpoint): the form refuses it.
+    response = client.post(
+        change,
+        {
+            "csrfmiddlewaretoken": token,
+            "url": endpoint.url,
+            "event_types": "[]",
+            "headers": "{}",
+            "max_in_flight": "0",
+            "rate_period": "1",
+            "ordering": "none",
+        },
+    )
+    assert response.status_code == 200 and Endpoint.objects.get(pk=endpoint.pk).max_in_flight == 5

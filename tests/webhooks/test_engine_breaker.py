@@ -112,6 +112,7 @@ def test_exactly_one_probe_under_concurrent_claims(receiver, make_endpoint):
                 "worker_id": f"w{i}",
                 "all_queues": True,
                 "queues": [],
+                "max_in_flight": None,
             }
             barrier.wait(10)
             rows = conn.execute(sql.CLAIM_DELIVERIES, params).fetchall()

@@ -119,6 +119,12 @@ class Command(BaseCommand):
             default=2000,
             help="Deliveries per webhook run (default 2000).",
         )
+        parser.add_argument(
+            "--fair-events",
+            type=positive_int,
+            default=10,
+            help="Events per healthy endpoint in the many-endpoints-one-slow run (default 10).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         bench = Bench(
@@ -134,6 +140,7 @@ class Command(BaseCommand):
             producers=options["producers"],
             n_notify=options["n_notify"],
             n_webhooks=options["n_webhooks"],
+            fair_events=options["fair_events"],
             keep=options["keep"],
             out=self.stdout.write,
         )
