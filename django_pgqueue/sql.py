@@ -648,6 +648,17 @@ UPDATE {DELIVERY_TABLE} SET next_attempt_at = now(), updated_at = now()
 WHERE endpoint_id = ANY(%s) AND status IN ('pending', 'failed') AND next_attempt_at > now()
 """
 
+# Deliveries refused by the SSRF settings wait at the breaker's pace; saving their
+# endpoint (a corrected URL, or after the settings changed) makes them due now. The
+# refusal is read from ``last_error`` ("attempt N: refused: ..."), which is what the
+# admin shows; a parked endpoint (inactive) keeps its deliveries parked.
+REFUSED_DELIVERIES_DUE_NOW = f"""/* pgqueue:refused_deliveries_due_now */
+UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = now(), updated_at = now()
+FROM {ENDPOINT_TABLE} AS e
+WHERE d.endpoint_id = %s AND e.id = d.endpoint_id AND e.is_active
+  AND d.status = 'failed' AND d.next_attempt_at > now()
+  AND d.last_error LIKE 'attempt %%: refused: %%'
+"""
 
 # ---------------------------------------------------------------------------------
 # Maintenance

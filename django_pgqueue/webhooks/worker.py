@@ -200,11 +200,16 @@ class DeliverySource(Source):
         local_error: bool = False,
     ) -> Outcome:
         conf = get_settings().WEBHOOKS
-        verdict = breaker.LOCAL_ERROR if local_error else breaker.verdict(result)
+        # A refusal by our own settings is not the receiver's fault: the breaker is not
+        # told (LOCAL_ERROR) and the retry waits at the breaker's pace.
+        refused = breaker.refused_by_configuration(result)
+        verdict = breaker.LOCAL_ERROR if local_error or refused else breaker.verdict(result)
         if verdict == breaker.SUCCESS:
             status, delay, last_error = Status.SUCCEEDED, 0.0, None
         else:
             delay_or_none = breaker.retry_delay(item.attempts, item.max_attempts, result, conf)
+            if refused and delay_or_none is not None:
+                delay_or_none = breaker.refusal_delay(item.attempts, delay_or_none, conf)
             status = Status.DEAD if delay_or_none is None else Status.FAILED
             delay = delay_or_none or 0.0
             last_error = f"attempt {item.attempts}: {breaker.describe_failure(result)}"[:2000]
