@@ -2,6 +2,7 @@
 
 Public API (lazily imported, so ``import django_pgqueue`` works before Django is set up):
 
+* :func:`task` -- ``@task(max_attempts=..., backoff=...)`` on every supported Django.
 * :func:`enqueue_many` -- many jobs of one task in one statement.
 * :mod:`django_pgqueue.storage` -- replay / retry_now / cancel / move_to_dlq.
 """
@@ -14,8 +15,9 @@ from .__about__ import __version__
 
 if TYPE_CHECKING:
     from .backend import enqueue_many
+    from .compat import task
 
-__all__ = ["__version__", "enqueue_many"]
+__all__ = ["__version__", "enqueue_many", "task"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from .backend import enqueue_many
 
         return enqueue_many
+    if name == "task":
+        from .compat import task
+
+        return task
     if name == "send_event":
         from .webhooks.fanout import send_event
 

@@ -29,6 +29,7 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..db import connect, is_connection_error
+from ..logs import log_attempt
 from . import hooks
 from .completer import Completer, Key
 from .listener import Listener
@@ -149,6 +150,12 @@ class Worker:
             self.poll_interval,
             self.notify,
             self.burst,
+            extra={
+                "event": "worker_started",
+                "worker_id": self.worker_id,
+                "queues": self.queues,
+                "concurrency": self.concurrency,
+            },
         )
         self.completer.start()
         if self.listener is not None:
@@ -168,6 +175,7 @@ class Worker:
             self.claimed,
             self.finished,
             self.outcomes,
+            extra={"event": "worker_stopped", "worker_id": self.worker_id},
         )
         return 0 if clean else 1
 
@@ -408,16 +416,7 @@ class Worker:
             self.finished += 1
             label = "released" if outcome.refund else str(outcome.status)
             self._count(label)
-            if logger.isEnabledFor(logging.INFO):
-                logger.info(
-                    "%s %s %s attempt=%d duration=%.3fs outcome=%s",
-                    outcome.source,
-                    outcome.job_id,
-                    outcome.task_path,
-                    outcome.attempt,
-                    outcome.duration,
-                    label,
-                )
+            log_attempt(logger, self.worker_id, outcome, label)
 
     def _count(self, label: str) -> None:
         self.outcomes[label] = self.outcomes.get(label, 0) + 1

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from django_pgqueue.logs import configure_worker_logging
 from django_pgqueue.worker import Worker
+from django_pgqueue.worker.selection import check_queue_selection
 from django_pgqueue.worker.supervisor import Supervisor, child_argv
 
 
@@ -84,9 +88,24 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-notify", action="store_true", help="Poll only (no LISTEN connection)."
         )
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            default=None,
+            help="Log to stderr in this format (default: text, unless LOGGING handles "
+            "django_pgqueue); -v sets the level: 0 errors, 1 attempts, 2 debug.",
+        )
         parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        configure_worker_logging(options["verbosity"], options["log_format"])
+        try:
+            warnings = check_queue_selection(options["queues"])
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        if options["worker_slot"] is None:  # children of --processes: the parent said it
+            for warning in warnings:
+                logging.getLogger("django_pgqueue.worker").warning(warning)
         if options["processes"] > 1:
             if options["worker_id"]:
                 raise CommandError("--worker-id names one process; it cannot go with --processes")
