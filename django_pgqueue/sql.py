@@ -269,14 +269,17 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)
 
 # The queue dashboard in one pass over the job table: per queue and state the
 # row count, the oldest due time of claimable rows (how far behind the workers
-# are) and how many held rows have a lapsed lease (stuck: their worker died).
-# ``now()`` comes back with the rows so ages are measured on the database clock.
+# are), how many held rows have a lapsed lease (stuck: their worker died) and
+# how many waiting rows are due now (the rest are deferred: ``run_after`` or a
+# scheduled retry). ``now()`` comes back with the rows so ages are measured on
+# the database clock.
 JOB_OVERVIEW = f"""/* pgqueue:overview */
 SELECT queue_name, status, count(*),
        min(next_attempt_at) FILTER (
            WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()),
        count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
-       now()
+       now(),
+       count(*) FILTER (WHERE status IN ('pending', 'failed') AND next_attempt_at <= now())
 FROM {JOB_TABLE}
 GROUP BY queue_name, status
 ORDER BY queue_name, status
@@ -291,7 +294,9 @@ SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reaso
        min(d.next_attempt_at) FILTER (
            WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()),
        count(d.id) FILTER (WHERE d.status = 'in_progress' AND d.locked_until < now()),
-       now()
+       now(),
+       count(d.id) FILTER (
+           WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now())
 FROM pgqueue_endpoint AS e LEFT JOIN pgqueue_delivery AS d ON d.endpoint_id = e.id
 GROUP BY e.id, d.status
 ORDER BY e.id, d.status
@@ -751,3 +756,38 @@ def prune_count(table: str) -> str:
     if table not in (JOB_TABLE, DELIVERY_TABLE):
         raise ValueError(f"not a queue table: {table!r}")
     return PRUNE_COUNT.format(table=table, expired=_EXPIRED)
+
+
+# ---------------------------------------------------------------------------------
+# Worker heartbeats
+#
+# One row per live worker process, written by its completer thread on the lease
+# cadence over the connection it already holds (no extra connection, one statement
+# per beat). The upsert also prunes rows of workers that stopped beating long ago,
+# so the table stays as small as the fleet without a maintenance job: a crashed
+# worker's row is shown as gone until then.
+WORKER_TABLE = "pgqueue_worker"
+
+HEARTBEAT = f"""/* pgqueue:heartbeat */
+WITH pruned AS (
+    DELETE FROM {WORKER_TABLE}
+    WHERE last_seen_at < now() - make_interval(secs => %(keep)s) AND worker_id <> %(worker_id)s
+)
+INSERT INTO {WORKER_TABLE} AS w (
+    worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(version)s, %(queues)s::jsonb, %(concurrency)s,
+        now(), now())
+ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now()
+"""
+
+# A worker that stops cleanly removes its row: it is not "gone", it is done.
+HEARTBEAT_STOP = f"""/* pgqueue:heartbeat_stop */
+DELETE FROM {WORKER_TABLE} WHERE worker_id = %(worker_id)s
+"""
+
+# Every known worker, newest first, with the database's now() to judge staleness.
+WORKERS = f"""/* pgqueue:workers */
+SELECT worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at, now()
+FROM {WORKER_TABLE}
+ORDER BY started_at DESC, worker_id
+"""

@@ -27,9 +27,7 @@ def _backoff(exc, result):
 
 @pytest.mark.parametrize("decorator", [django_pgqueue.task, task_with_options])
 def test_options_reach_the_backends_task_class(decorator):
-    made = decorator(max_attempts=3, backoff=_backoff, queue_name="emails", priority=5)(
-        flaky_thing
-    )
+    made = decorator(max_attempts=3, backoff=_backoff, queue_name="emails", priority=5)(flaky_thing)
     assert isinstance(made, PgQueueTask)
     assert (made.max_attempts, made.backoff) == (3, _backoff)
     assert (made.queue_name, made.priority, made.backend) == ("emails", 5, "default")

@@ -13,6 +13,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
 
 from .queue import Job, QueueRow, Status
 from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event
+from .workers import WorkerHeartbeat
 
 __all__ = [
     "BreakerState",
@@ -23,4 +24,5 @@ __all__ = [
     "Job",
     "QueueRow",
     "Status",
+    "WorkerHeartbeat",
 ]

@@ -32,6 +32,7 @@ from ..db import connect, is_connection_error
 from ..logs import log_attempt
 from . import hooks
 from .completer import Completer, Key
+from .heartbeat import Heartbeat
 from .listener import Listener
 from .runner import Outcome, TaskRunner
 from .sources import JobSource, Source
@@ -120,6 +121,9 @@ class Worker:
             held_lock=self.held_lock,
             on_written=self._on_written,
             test_hooks=self.test_hooks,
+        )
+        self.completer.heartbeat = Heartbeat(
+            self.worker_id, self.queues, self.concurrency, self.lease_seconds / 3.0
         )
         self.listener: Listener | None = None
         if self.notify:
