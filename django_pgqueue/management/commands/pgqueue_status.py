@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_pgqueue.management.commands.runworkers import non_negative_int
 from django_pgqueue.status import Thresholds, parse_duration, render_text, snapshot
 
 #: Exit status when a threshold is exceeded (Nagios' CRITICAL; 1 is a command error).
@@ -21,16 +22,6 @@ def duration(value: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return number
 
 
 class Command(BaseCommand):
@@ -58,16 +49,22 @@ class Command(BaseCommand):
             help="Not ok when a due row has waited longer (e.g. 60s, 5m).",
         )
         parser.add_argument(
-            "--max-dead", type=count, default=None, help="Not ok above this many dead rows."
+            "--max-dead",
+            type=non_negative_int,
+            default=None,
+            help="Not ok above this many dead rows.",
         )
         parser.add_argument(
             "--max-lapsed",
-            type=count,
+            type=non_negative_int,
             default=None,
             help="Not ok above this many lapsed leases in a queue.",
         )
         parser.add_argument(
-            "--min-workers", type=count, default=None, help="Not ok below this many live workers."
+            "--min-workers",
+            type=non_negative_int,
+            default=None,
+            help="Not ok below this many live workers.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
