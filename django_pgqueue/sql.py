@@ -612,14 +612,17 @@ WITH v AS (
         updated_at = now()
     FROM decided AS s
     WHERE e.id = s.endpoint_id
-    RETURNING e.id, e.breaker_state, e.open_until, s.old_state <> 'open' AS opened_now
+    RETURNING e.id, e.breaker_state, e.open_until, s.old_state <> 'open' AS opened_now,
+              s.old_state
 ), deferred AS (
     UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = b.open_until, updated_at = now()
     FROM breaker AS b
     WHERE b.breaker_state = 'open' AND b.opened_now AND d.endpoint_id = b.id
       AND d.status IN ('pending', 'failed') AND d.next_attempt_at < b.open_until
 )
-SELECT id FROM done
+-- Each written id, with its endpoint's circuit before and after (for the metrics).
+SELECT done.id, done.endpoint_id, b.old_state, b.breaker_state
+FROM done LEFT JOIN breaker AS b ON b.id = done.endpoint_id
 """
 
 

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,10 @@ logger = logging.getLogger("django_pgqueue.webhooks")
 
 #: Worker queue name that selects webhook deliveries (``runworkers --queues webhooks``).
 QUEUE_NAME = "webhooks"
+
+#: Callables ``(old_state, new_state)`` told of each circuit change a completion made
+#: (the Prometheus metrics of ``runworkers --metrics-port``).
+breaker_observers: list[Callable[[str, str], None]] = []
 
 
 @dataclass(slots=True)
@@ -282,4 +287,10 @@ class DeliverySource(Source):
             "worker_id": self.worker_id,
             **breaker.breaker_params(get_settings().WEBHOOKS),
         }
-        return {row[0] for row in _COMPLETE.fetchall(conn, params)}
+        rows = _COMPLETE.fetchall(conn, params)
+        if breaker_observers:
+            changes = {(r[1], r[2], r[3]) for r in rows if r[2] is not None and r[2] != r[3]}
+            for _endpoint, old, new in changes:
+                for observer in breaker_observers:
+                    observer(old, new)
+        return {row[0] for row in rows}

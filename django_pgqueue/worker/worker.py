@@ -29,11 +29,11 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..db import connect, is_connection_error
-from ..logs import log_attempt
 from . import hooks
 from .completer import Completer, Key
 from .heartbeat import Heartbeat
 from .listener import Listener
+from .observers import attempt_written
 from .runner import Outcome, TaskRunner
 from .sources import JobSource, Source
 
@@ -420,7 +420,7 @@ class Worker:
             self.finished += 1
             label = "released" if outcome.refund else str(outcome.status)
             self._count(label)
-            log_attempt(logger, self.worker_id, outcome, label)
+            attempt_written(self.worker_id, outcome, label)
 
     def _count(self, label: str) -> None:
         self.outcomes[label] = self.outcomes.get(label, 0) + 1

@@ -95,6 +95,18 @@ class Command(BaseCommand):
             help="Log to stderr in this format (default: text, unless LOGGING handles "
             "django_pgqueue); -v sets the level: 0 errors, 1 attempts, 2 debug.",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=bounded(int, 1),
+            default=None,
+            help="Serve Prometheus metrics on this port (child k of --processes: port + k); "
+            "needs the [metrics] extra.",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",  # noqa: S104 - a scrape target is reached from outside
+            help="Address the metrics port listens on (default: every interface).",
+        )
         parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -126,6 +138,24 @@ class Command(BaseCommand):
                 worker_id=worker_id,
                 notify=False if options["no_notify"] else None,
             )
+            if options["metrics_port"] is not None:
+                self._serve_metrics(worker, options)
             code = worker.run()
         if code:
             sys.exit(code)
+
+    @staticmethod
+    def _serve_metrics(worker: Worker, options: dict[str, Any]) -> None:
+        from django_pgqueue import metrics
+
+        try:
+            metrics.enable(
+                worker,
+                options["metrics_port"],
+                slot=options["worker_slot"],
+                addr=options["metrics_addr"],
+            )
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {options['metrics_port']}: {exc}") from None
