@@ -35,6 +35,7 @@ from .exceptions import ArgumentsNotJSON, NotATask, PayloadTooLarge
 from .models.queue import Status
 from .notify import wake_workers
 from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
+from .tracing import traced_enqueue
 
 #: Our states as the Tasks framework sees them (docs/tasks.md explains the choice).
 STATUS_MAP: dict[str, Any] = {
@@ -253,6 +254,7 @@ class PgQueueBackend(BaseTaskBackend):
 
     # -- enqueue -------------------------------------------------------------------
 
+    @traced_enqueue
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """Write one job in the caller's transaction and return its READY result."""
         self._raise_if_misconfigured()

@@ -81,6 +81,9 @@ DEFAULTS: dict[str, Any] = {
     "PREPARED_STATEMENTS": True,
     # Test-only pause points (see docs/guarantees.md); never enable in production.
     "TEST_HOOKS": False,
+    # OpenTelemetry spans for enqueue, claim, run and deliver (needs the [otel] extra;
+    # see tracing.py). Off by default: an enqueue then writes the trace context too.
+    "TRACING": False,
     "WEBHOOKS": {},
     # How long ``pgqueue_prune`` keeps terminal rows (jobs and webhook deliveries),
     # per state: a timedelta, seconds, or None to keep them until asked. The
@@ -117,6 +120,7 @@ class PgQueueSettings:
     MAX_ARGS_BYTES: int
     PREPARED_STATEMENTS: bool
     TEST_HOOKS: bool
+    TRACING: bool = False
     WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
     RETENTION: Mapping[str, float | None] = field(default_factory=lambda: dict(RETENTION_DEFAULTS))
 
@@ -289,6 +293,7 @@ def validate(raw: Any) -> PgQueueSettings:
         MAX_ARGS_BYTES=_positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"]),
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
+        TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
         RETENTION=validate_retention(merged["RETENTION"]),
     )

@@ -794,3 +794,21 @@ SELECT worker_id, host, pid, version, queues, concurrency, started_at, last_seen
 FROM {WORKER_TABLE}
 ORDER BY started_at DESC, worker_id
 """
+
+
+# ---------------------------------------------------------------------------------
+# Tracing (``PGQUEUE["TRACING"]``, tracing.py)
+#
+# The enqueue span's W3C context is written into the new row by a second statement
+# in the caller's transaction, rather than by INSERT_JOB itself: with tracing off
+# (the default) the enqueue statement stays as it is, prepared and unchanged.
+STORE_TRACE_CONTEXT = f"""/* pgqueue:store_trace_context */
+UPDATE {JOB_TABLE} SET trace_context = %s::jsonb WHERE id = %s
+"""
+
+# The stored contexts of the jobs one claim took, in one statement over the claim
+# connection (primary-key lookups), so each run can continue its enqueue trace.
+READ_TRACE_CONTEXTS = f"""/* pgqueue:read_trace_contexts */
+SELECT id, trace_context FROM {JOB_TABLE}
+WHERE id = ANY(%s) AND trace_context IS NOT NULL
+"""

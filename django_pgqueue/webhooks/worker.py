@@ -29,6 +29,7 @@ from ..conf import get_settings
 from ..db import PositionalStatement
 from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
+from ..tracing import outgoing_headers, traced_delivery
 from ..worker import hooks
 from ..worker.runner import Outcome
 from ..worker.sources import Source, array_literal, text_array_literal
@@ -165,6 +166,7 @@ class DeliverySource(Source):
             local.conf = conf
         return local.transport
 
+    @traced_delivery
     def run(self, item: ClaimedDelivery) -> Outcome:
         """Sign and POST one delivery; describe the outcome. Never raises."""
         started_at = timezone.now()
@@ -179,7 +181,7 @@ class DeliverySource(Source):
                 timestamp=timestamp,
                 body=body,
                 idempotency_key=delivery_idempotency_key(item.msg_id, item.id),
-                custom_headers=item.headers or None,
+                custom_headers=outgoing_headers(item.headers or None),
             )
         except (SecretDecryptionError, ValueError, TypeError, KeyError) as exc:
             # Never send unsigned: a secret we cannot read fails the attempt loudly.

@@ -34,6 +34,7 @@ from ..compat import (
 )
 from ..exceptions import NotATask
 from ..models.queue import Status
+from ..tracing import traced_run
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -281,6 +282,7 @@ class TaskRunner:
             attempt=job.attempts,
         )
 
+    @traced_run
     def run(self, job: ClaimedJob) -> Outcome:
         """Run ``job`` and describe the outcome. Never raises."""
         try:

@@ -29,6 +29,7 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..db import connect, is_connection_error
+from ..tracing import traced_claim
 from . import hooks
 from .completer import Completer, Key
 from .heartbeat import Heartbeat
@@ -318,6 +319,7 @@ class Worker:
                 continue
             self.wake.wait(self.poll_interval)
 
+    @traced_claim
     def _claim(self, source: Source, params: dict[str, Any], limit: int) -> list[Any]:
         conn = self._claim_connection()
         params["limit"] = limit
