@@ -63,6 +63,14 @@ TASKS = {{"default": {{
 PGQUEUE = {{"POLL_INTERVAL": 0.1}}
 """
 
+MANAGE_PY = """
+import sys
+
+from django.core.management import execute_from_command_line
+
+execute_from_command_line(sys.argv)
+"""
+
 TASKS_MODULE = """
 from django_pgqueue import task
 
@@ -100,22 +108,27 @@ def fresh_project(tmp_path: Path):
         app.mkdir(exist_ok=True)
         (app / "__init__.py").write_text("")
         (app / "tasks.py").write_text(TASKS_MODULE)
+        (tmp_path / "manage.py").write_text(MANAGE_PY)
         return run
 
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PGQUEUE"))}
-        env["DJANGO_SETTINGS_MODULE"] = "freshsettings"
-        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
-        code = "import sys; from django.core.management import execute_from_command_line; "
-        code += "execute_from_command_line(['manage.py', *sys.argv[1:]])"
         return subprocess.run(
-            [sys.executable, "-c", code, *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
+            manage(*args), cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=timeout
         )
+
+    def env() -> dict[str, str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PGQUEUE"))}
+        clean["DJANGO_SETTINGS_MODULE"] = "freshsettings"
+        clean["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+        clean["PYTHONUNBUFFERED"] = "1"
+        return clean
+
+    def manage(*args: str) -> list[str]:
+        return [sys.executable, str(tmp_path / "manage.py"), *args]
+
+    run.env = env  # type: ignore[attr-defined]
+    run.manage = manage  # type: ignore[attr-defined]
+    run.root = tmp_path  # type: ignore[attr-defined]
 
     assert database_url()  # the test database exists
     return make
@@ -198,3 +211,54 @@ def test_a_project_configured_handler_is_left_alone(fresh_project, tmp_path):
     result = run("runworkers", "--burst")
     assert result.returncode == 0, result.stderr
     assert "freshapp.tasks.greet" not in result.stderr
+
+
+def test_reload_restarts_the_worker_on_new_code(fresh_project):
+    import signal
+    import threading
+    import time
+
+    from django_pgqueue.models import Job
+
+    run = fresh_project()
+    proc = subprocess.Popen(
+        run.manage("runworkers", "--reload"),
+        cwd=run.root,
+        env=run.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+
+    def wait(predicate, what: str, timeout: float = 45):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert proc.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n" + "".join(lines)
+            time.sleep(0.1)
+
+    try:
+        wait(lambda: sum("starting" in line for line in lines) == 1, "the first start")
+        _enqueue(run, "greet")
+        wait(lambda: Job.objects.filter(result="hello ada").exists(), "the old code's result")
+        time.sleep(1.2)  # the file's new mtime must differ from the one the reloader saw
+        tasks = run.root / "freshapp" / "tasks.py"
+        tasks.write_text(TASKS_MODULE.replace('f"hello {name}"', 'f"hi {name}"'))
+        wait(lambda: any("changed: stopping worker" in line for line in lines), "the reload")
+        wait(lambda: sum("starting" in line for line in lines) == 2, "the second start")
+        _enqueue(run, "greet")
+        wait(lambda: Job.objects.filter(result="hi ada").exists(), "the new code's result")
+        assert "stopped" in "".join(lines)  # the old worker drained, it was not killed
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        reader.join(5)
+        proc.stderr.close()

@@ -107,6 +107,11 @@ class Command(BaseCommand):
             default="0.0.0.0",  # noqa: S104 - a scrape target is reached from outside
             help="Address the metrics port listens on (default: every interface).",
         )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Restart when Python code changes (development; Django's autoreloader).",
+        )
         parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -118,6 +123,13 @@ class Command(BaseCommand):
         if options["worker_slot"] is None:  # children of --processes: the parent said it
             for warning in warnings:
                 logging.getLogger("django_pgqueue.worker").warning(warning)
+        if options["reload"]:
+            if options["processes"] > 1:
+                raise CommandError("--reload runs one worker process; drop --processes")
+            from django_pgqueue.worker.reloading import run_with_reload
+
+            run_with_reload(lambda: self._worker(options))
+            return
         if options["processes"] > 1:
             if options["worker_id"]:
                 raise CommandError("--worker-id names one process; it cannot go with --processes")
@@ -125,24 +137,28 @@ class Command(BaseCommand):
                 child_argv(sys.argv), options["processes"], burst=options["burst"]
             ).run()
         else:
-            worker_id = options["worker_id"]
-            worker = Worker(
-                queues=options["queues"],
-                concurrency=options["concurrency"],
-                prefetch=options["prefetch"],
-                batch_size=options["batch_size"],
-                lease_seconds=options["lease"],
-                poll_interval=options["poll_interval"],
-                burst=options["burst"],
-                max_tasks=options["max_tasks"],
-                worker_id=worker_id,
-                notify=False if options["no_notify"] else None,
-            )
-            if options["metrics_port"] is not None:
-                self._serve_metrics(worker, options)
+            worker = self._worker(options)
             code = worker.run()
         if code:
             sys.exit(code)
+
+    def _worker(self, options: dict[str, Any]) -> Worker:
+        """The Worker the options describe, its metrics served if asked."""
+        worker = Worker(
+            queues=options["queues"],
+            concurrency=options["concurrency"],
+            prefetch=options["prefetch"],
+            batch_size=options["batch_size"],
+            lease_seconds=options["lease"],
+            poll_interval=options["poll_interval"],
+            burst=options["burst"],
+            max_tasks=options["max_tasks"],
+            worker_id=options["worker_id"],
+            notify=False if options["no_notify"] else None,
+        )
+        if options["metrics_port"] is not None:
+            self._serve_metrics(worker, options)
+        return worker
 
     @staticmethod
     def _serve_metrics(worker: Worker, options: dict[str, Any]) -> None:
