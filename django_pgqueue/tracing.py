@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -31,8 +32,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 TRACER_NAME = "django_pgqueue"
 
-#: Stored contexts of claimed jobs, by id, until their attempt starts.
-_claimed_contexts: dict[int, dict[str, str]] = {}
+#: Stored contexts of claimed jobs, by id, until their attempt starts. A row released
+#: unstarted (shutdown) leaves its entry; the oldest go beyond this many.
+MAX_PENDING_CONTEXTS = 10_000
+_claimed_contexts: OrderedDict[int, dict[str, str]] = OrderedDict()
 _claimed_lock = threading.Lock()
 
 
@@ -126,6 +129,8 @@ def traced_claim(method: F) -> F:
                 with _claimed_lock:
                     for job_id, carrier in rows:
                         _claimed_contexts[job_id] = carrier
+                    while len(_claimed_contexts) > MAX_PENDING_CONTEXTS:
+                        _claimed_contexts.popitem(last=False)
             return items
 
     return claim  # type: ignore[return-value]

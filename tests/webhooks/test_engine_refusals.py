@@ -58,3 +58,17 @@ def test_saving_an_endpoint_leaves_other_failures_on_their_schedule(
     endpoint.save()
     delivery.refresh_from_db()
     assert delivery.next_attempt_at == due
+
+
+def test_the_refusal_pace_doubles_from_the_cooldown_up_to_its_cap():
+    from django_pgqueue.webhooks.breaker import refusal_delay, refused_by_configuration
+    from django_pgqueue.webhooks.transport import TransportResult
+
+    conf = {"BREAKER_COOLDOWN": 30.0, "BREAKER_MAX_COOLDOWN": 3600.0}
+    assert [refusal_delay(n, 0.0, conf) for n in (1, 2, 3, 8, 9)] == [30, 60, 120, 3600, 3600]
+    assert refusal_delay(3, 1800.0, conf) == 1800.0  # the schedule's longer delay wins
+    assert refused_by_configuration(TransportResult(error="refused: The address ..."))
+    assert not refused_by_configuration(
+        TransportResult(error="refused: The host 'x.test' could not be resolved (...)")
+    )
+    assert not refused_by_configuration(TransportResult(error="connection refused"))
