@@ -79,9 +79,8 @@ def test_a_worker_serves_counters_histograms_and_queue_gauges(worker_process):
 
 def _scrape_when_done(port: int):
     """A scrape that counts the three successes (the port may not be open yet)."""
-    try:
-        samples = scrape(port)
-    except OSError:
+    samples = _try(port)
+    if samples is None:
         return None
     done = value(
         samples, "pgqueue_attempts_total", source="jobs", task=_path(add), outcome="succeeded"
@@ -110,3 +109,36 @@ def test_the_metrics_extra_is_named_when_missing(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", without_client)
     with pytest.raises(ImproperlyConfigured, match=r"django-pgqueue-engine\[metrics\]"):
         WorkerMetrics()
+
+
+def test_processes_serve_one_port_each_and_gauges_from_the_first(worker_process):
+    import signal
+
+    add.using(run_after=timezone.now() + timezone.timedelta(hours=1)).enqueue(0, 0)
+    port = receivers.free_port()
+    while _port_taken(port + 1):
+        port = receivers.free_port()
+    supervisor = worker_process(
+        "--processes", "2", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1"
+    )
+    first = wait_for(lambda: _try(port), 60, "child 0's metrics")
+    second = wait_for(lambda: _try(port + 1), 60, "child 1's metrics")
+    assert value(first, "pgqueue_queue_rows", queue="default", state="deferred") == 1
+    assert not any(name.startswith("pgqueue_queue_") for name, _ in second)
+    assert value(second, "pgqueue_claimed_rows_total") is not None
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0
+
+
+def _try(port: int):
+    try:
+        return scrape(port)
+    except OSError:
+        return None
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -152,3 +152,21 @@ def test_bad_durations_are_named():
 
     with pytest.raises(CommandError, match="expected a duration such as 60s, 5m or 1h"):
         call_command("pgqueue_status", "--max-oldest-due", "soon")
+
+
+def test_watch_prints_one_json_document_per_interval(monkeypatch):
+    from django_pgqueue.management.commands import pgqueue_status
+
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the second interval is "interrupted" (Ctrl-C)
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pgqueue_status.time, "sleep", sleep)
+    _job(Status.PENDING)
+    code, out = _status("--json", "--watch", "250ms")
+    documents = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(documents) == 2 and sleeps == [0.25, 0.25]
+    assert all(d["queues"][0]["due"] == 1 for d in documents)
