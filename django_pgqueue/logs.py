@@ -106,7 +106,8 @@ def configure_worker_logging(verbosity: int = 1, log_format: str | None = None) 
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logger.addHandler(handler)
     logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
-    # An explicit format replaces the project's handlers for our records, not doubles them.
+    # With an explicit format, our records stop at this logger: handlers the project put
+    # on the root (or on "django") do not print them a second time in another format.
     logger.propagate = log_format is None
     return True
 
