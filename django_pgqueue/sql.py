@@ -803,7 +803,7 @@ ORDER BY started_at DESC, worker_id
 # in the caller's transaction, rather than by INSERT_JOB itself: with tracing off
 # (the default) the enqueue statement stays as it is, prepared and unchanged.
 STORE_TRACE_CONTEXT = f"""/* pgqueue:store_trace_context */
-UPDATE {JOB_TABLE} SET trace_context = %s::jsonb WHERE id = %s
+UPDATE {JOB_TABLE} AS j SET trace_context = %s::jsonb WHERE j.id = %s
 """
 
 # The stored contexts of the jobs one claim took, in one statement over the claim
