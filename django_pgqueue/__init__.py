@@ -2,6 +2,7 @@
 
 Public API (lazily imported, so ``import django_pgqueue`` works before Django is set up):
 
+* :func:`task` -- ``@task(max_attempts=..., backoff=...)`` on every supported Django.
 * :func:`enqueue_many` -- many jobs of one task in one statement.
 * :func:`abort` -- stop a job: cancel it, or end its running attempt as cancelled.
 * :func:`current_attempt` -- in a task: its deadline and whether it was aborted.
@@ -16,10 +17,11 @@ from .__about__ import __version__
 
 if TYPE_CHECKING:
     from .backend import enqueue_many
+    from .compat import task
     from .storage import abort_job as abort
     from .worker.attempt import current_attempt
 
-__all__ = ["__version__", "abort", "current_attempt", "enqueue_many"]
+__all__ = ["__version__", "abort", "current_attempt", "enqueue_many", "task"]
 
 
 def __getattr__(name: str) -> Any:
@@ -35,6 +37,10 @@ def __getattr__(name: str) -> Any:
         from .worker.attempt import current_attempt
 
         return current_attempt
+    if name == "task":
+        from .compat import task
+
+        return task
     if name == "send_event":
         from .webhooks.fanout import send_event
 

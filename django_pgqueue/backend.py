@@ -37,6 +37,7 @@ from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
 from .notify import wake_workers
 from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
+from .tracing import traced_enqueue
 
 #: Our states as the Tasks framework sees them (docs/tasks.md explains the choice).
 STATUS_MAP: dict[str, Any] = {
@@ -316,6 +317,7 @@ class PgQueueBackend(BaseTaskBackend):
 
     # -- enqueue -------------------------------------------------------------------
 
+    @traced_enqueue
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """Write one job in the caller's transaction and return its READY result."""
         self._raise_if_misconfigured()

@@ -16,6 +16,8 @@ from . import sql
 #: What to put in ``DATABASE_ROUTERS`` when the queue has its own database.
 ROUTER_PATH = "django_pgqueue.routers.QueueRouter"
 
+from .docs import docs_url
+
 
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -30,7 +32,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [
             checks.Error(
                 str(exc),
-                hint="See docs/settings.md for every key and its default.",
+                hint=f"Every key and its default: {docs_url('settings')}",
                 id="django_pgqueue.E001",
             )
         ]
@@ -216,3 +218,51 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             )
         )
     return errors
+
+
+@checks.register(checks.Tags.compatibility)
+def check_task_backends(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E010: every PgQueueBackend's OPTIONS are valid, whether or not the Tasks
+    framework registered its own check. E011: on Django 5.2, the backport is installed.
+
+    Django 6 registers the check that asks each backend for its messages when
+    ``django.tasks`` is first imported, and the backport registers it in its app's
+    ``ready()``: a project that imports neither before ``manage.py check`` (or does not
+    install the backport's app) would hear nothing until ``enqueue()`` failed. When the
+    framework's check is registered this one stays silent, so nothing is said twice.
+    """
+    import django
+    from django.apps import apps
+
+    # Decided before anything imports the framework: importing django.tasks registers
+    # its check, too late to run in this pass.
+    framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    framework_checks = _framework_checks_registered(f"{framework}.checks")
+    errors: list[checks.CheckMessage] = []
+    if framework == "django_tasks" and not apps.is_installed("django_tasks"):
+        errors.append(
+            checks.Error(
+                "On Django 5.2 the Tasks framework is the django-tasks backport, and "
+                "'django_tasks' is not in INSTALLED_APPS: its system checks and the signal "
+                "receivers that log each task are not set up.",
+                hint=f"Add 'django_tasks' to INSTALLED_APPS. {docs_url('quickstart')}",
+                id="django_pgqueue.E011",
+            )
+        )
+    if framework_checks:
+        return errors
+    from .backend import PgQueueBackend
+
+    for alias, params in (getattr(settings, "TASKS", {}) or {}).items():
+        if isinstance(params, dict) and params.get("BACKEND") == PGQUEUE_BACKEND:
+            errors.extend(PgQueueBackend(alias, params).check())
+    return errors
+
+
+#: The dotted path of our Tasks backend, as it appears in ``TASKS``.
+PGQUEUE_BACKEND = "django_pgqueue.backend.PgQueueBackend"
+
+
+def _framework_checks_registered(module: str) -> bool:
+    registered = checks.registry.registry.registered_checks
+    return any(getattr(check, "__module__", None) == module for check in registered)

@@ -84,6 +84,9 @@ DEFAULTS: dict[str, Any] = {
     "PREPARED_STATEMENTS": True,
     # Test-only pause points (see docs/guarantees.md); never enable in production.
     "TEST_HOOKS": False,
+    # OpenTelemetry spans for enqueue, claim, run and deliver (needs the [otel] extra;
+    # see tracing.py). Off by default: an enqueue then writes the trace context too.
+    "TRACING": False,
     "WEBHOOKS": {},
     # Periodic tasks by name: {"task": dotted path, "cron": expression, optional
     # "timezone", "args", "kwargs", "queue_name", "catch_up"} (docs/periodic.md).
@@ -132,6 +135,7 @@ class PgQueueSettings:
     MAX_ARGS_BYTES: int
     PREPARED_STATEMENTS: bool
     TEST_HOOKS: bool
+    TRACING: bool = False
     WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULER_INTERVAL: float = 2.0
@@ -315,6 +319,7 @@ def validate(raw: Any) -> PgQueueSettings:
         MAX_ARGS_BYTES=_positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"]),
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
+        TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
         SCHEDULE=validate_schedule(merged["SCHEDULE"]),
         SCHEDULER_INTERVAL=_positive_number(

@@ -421,14 +421,17 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)
 
 # The queue dashboard in one pass over the job table: per queue and state the
 # row count, the oldest due time of claimable rows (how far behind the workers
-# are) and how many held rows have a lapsed lease (stuck: their worker died).
-# ``now()`` comes back with the rows so ages are measured on the database clock.
+# are), how many held rows have a lapsed lease (stuck: their worker died) and
+# how many waiting rows are due now (the rest are deferred: ``run_after`` or a
+# scheduled retry). ``now()`` comes back with the rows so ages are measured on
+# the database clock.
 JOB_OVERVIEW = f"""/* pgqueue:overview */
 SELECT queue_name, status, count(*),
        min(next_attempt_at) FILTER (
            WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()),
        count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
-       now()
+       now(),
+       count(*) FILTER (WHERE status IN ('pending', 'failed') AND next_attempt_at <= now())
 FROM {JOB_TABLE}
 GROUP BY queue_name, status
 ORDER BY queue_name, status
@@ -443,7 +446,9 @@ SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reaso
        min(d.next_attempt_at) FILTER (
            WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()),
        count(d.id) FILTER (WHERE d.status = 'in_progress' AND d.locked_until < now()),
-       now()
+       now(),
+       count(d.id) FILTER (
+           WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now())
 FROM pgqueue_endpoint AS e LEFT JOIN pgqueue_delivery AS d ON d.endpoint_id = e.id
 GROUP BY e.id, d.status
 ORDER BY e.id, d.status
@@ -890,14 +895,17 @@ WITH v AS (
         updated_at = now()
     FROM decided AS s
     WHERE e.id = s.endpoint_id
-    RETURNING e.id, e.breaker_state, e.open_until, s.old_state <> 'open' AS opened_now
+    RETURNING e.id, e.breaker_state, e.open_until, s.old_state <> 'open' AS opened_now,
+              s.old_state
 ), deferred AS (
     UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = b.open_until, updated_at = now()
     FROM breaker AS b
     WHERE b.breaker_state = 'open' AND b.opened_now AND d.endpoint_id = b.id
       AND d.status IN ('pending', 'failed') AND d.next_attempt_at < b.open_until
 )
-SELECT id FROM done
+-- Each written id, with its endpoint's circuit before and after (for the metrics).
+SELECT done.id, done.endpoint_id, b.old_state, b.breaker_state
+FROM done LEFT JOIN breaker AS b ON b.id = done.endpoint_id
 """
 
 
@@ -952,6 +960,17 @@ UPDATE {DELIVERY_TABLE} SET next_attempt_at = now(), updated_at = now()
 WHERE endpoint_id = ANY(%s) AND status IN ('pending', 'failed') AND next_attempt_at > now()
 """
 
+# Deliveries refused by the SSRF settings wait at the breaker's pace; saving their
+# endpoint (a corrected URL, or after the settings changed) makes them due now. The
+# refusal is read from ``last_error`` ("attempt N: refused: ..."), which is what the
+# admin shows; a parked endpoint (inactive) keeps its deliveries parked.
+REFUSED_DELIVERIES_DUE_NOW = f"""/* pgqueue:refused_deliveries_due_now */
+UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = now(), updated_at = now()
+FROM {ENDPOINT_TABLE} AS e
+WHERE d.endpoint_id = %s AND e.id = d.endpoint_id AND e.is_active
+  AND d.status = 'failed' AND d.next_attempt_at > now()
+  AND d.last_error LIKE 'attempt %%: refused: %%'
+"""
 
 # ---------------------------------------------------------------------------------
 # Periodic tasks (periodic/scheduler.py)
@@ -1119,4 +1138,56 @@ def prune_count(table: str) -> str:
 # the search_path) and returns NULL instead of raising for a missing table.
 MISSING_TABLES = """/* pgqueue:missing_tables */
 SELECT t FROM unnest(%s::text[]) AS t WHERE to_regclass(quote_ident(t)) IS NULL ORDER BY t
+"""
+
+# ---------------------------------------------------------------------------------
+# Worker heartbeats
+#
+# One row per live worker process, written by its completer thread on the lease
+# cadence over the connection it already holds (no extra connection, one statement
+# per beat). The upsert also prunes rows of workers that stopped beating long ago,
+# so the table stays as small as the fleet without a maintenance job: a crashed
+# worker's row is shown as gone until then.
+WORKER_TABLE = "pgqueue_worker"
+
+HEARTBEAT = f"""/* pgqueue:heartbeat */
+WITH pruned AS (
+    DELETE FROM {WORKER_TABLE}
+    WHERE last_seen_at < now() - make_interval(secs => %(keep)s) AND worker_id <> %(worker_id)s
+)
+INSERT INTO {WORKER_TABLE} AS w (
+    worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(version)s, %(queues)s::jsonb, %(concurrency)s,
+        now(), now())
+ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now()
+"""
+
+# A worker that stops cleanly removes its row: it is not "gone", it is done.
+HEARTBEAT_STOP = f"""/* pgqueue:heartbeat_stop */
+DELETE FROM {WORKER_TABLE} WHERE worker_id = %(worker_id)s
+"""
+
+# Every known worker, newest first, with the database's now() to judge staleness.
+WORKERS = f"""/* pgqueue:workers */
+SELECT worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at, now()
+FROM {WORKER_TABLE}
+ORDER BY started_at DESC, worker_id
+"""
+
+
+# ---------------------------------------------------------------------------------
+# Tracing (``PGQUEUE["TRACING"]``, tracing.py)
+#
+# The enqueue span's W3C context is written into the new row by a second statement
+# in the caller's transaction, rather than by INSERT_JOB itself: with tracing off
+# (the default) the enqueue statement stays as it is, prepared and unchanged.
+STORE_TRACE_CONTEXT = f"""/* pgqueue:store_trace_context */
+UPDATE {JOB_TABLE} AS j SET trace_context = %s::jsonb WHERE j.id = %s
+"""
+
+# The stored contexts of the jobs one claim took, in one statement over the claim
+# connection (primary-key lookups), so each run can continue its enqueue trace.
+READ_TRACE_CONTEXTS = f"""/* pgqueue:read_trace_contexts */
+SELECT id, trace_context FROM {JOB_TABLE}
+WHERE id = ANY(%s) AND trace_context IS NOT NULL
 """

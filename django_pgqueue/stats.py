@@ -6,6 +6,7 @@ live in :mod:`django_pgqueue.sql`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,11 +37,16 @@ class QueueStats:
     oldest_due_at: datetime | None = None
     lapsed: int = 0
     measured_at: datetime | None = None
+    #: Waiting rows claimable now (the other waiting rows are deferred).
+    due: int = 0
 
-    def add(self, status: str, count: int, oldest_due: datetime | None, lapsed: int) -> None:
+    def add(
+        self, status: str, count: int, oldest_due: datetime | None, lapsed: int, due: int = 0
+    ) -> None:
         """Fold in one (state, count) row of an overview statement."""
         self.counts[status] = count
         self.lapsed += lapsed
+        self.due += due
         if oldest_due is not None and (
             self.oldest_due_at is None or oldest_due < self.oldest_due_at
         ):
@@ -57,6 +63,12 @@ class QueueStats:
     @property
     def dead(self) -> int:
         return self.counts.get(Status.DEAD, 0)
+
+    @property
+    def deferred(self) -> int:
+        """Waiting rows not yet due: ``run_after`` in the future, or a scheduled retry."""
+        waiting = self.counts.get(Status.PENDING, 0) + self.counts.get(Status.FAILED, 0)
+        return waiting - self.due
 
     @property
     def oldest_due_age(self) -> timedelta | None:
@@ -76,9 +88,9 @@ def job_queue_overview() -> list[QueueStats]:
         cursor.execute(sql.JOB_OVERVIEW)
         rows = cursor.fetchall()
     queues: dict[str, QueueStats] = {}
-    for queue_name, status, count, oldest_due, lapsed, now in rows:
+    for queue_name, status, count, oldest_due, lapsed, now, due in rows:
         stats = queues.setdefault(queue_name, QueueStats(queue_name, measured_at=now))
-        stats.add(status, count, oldest_due, lapsed)
+        stats.add(status, count, oldest_due, lapsed, due)
     return list(queues.values())
 
 
@@ -107,7 +119,7 @@ def delivery_overview() -> list[EndpointStats]:
     endpoints: dict[int, EndpointStats] = {}
     for (
         endpoint_id, url, is_active, breaker_state, open_until, reason,
-        status, count, oldest_due, lapsed, now,
+        status, count, oldest_due, lapsed, now, due,
     ) in rows:  # fmt: skip
         stats = endpoints.setdefault(
             endpoint_id,
@@ -122,5 +134,48 @@ def delivery_overview() -> list[EndpointStats]:
             ),
         )
         if status is not None:
-            stats.add(status, count, oldest_due, lapsed)
+            stats.add(status, count, oldest_due, lapsed, due)
     return list(endpoints.values())
+
+
+@dataclass
+class WorkerInfo:
+    """One worker process as its heartbeat row describes it."""
+
+    worker_id: str
+    host: str
+    pid: int
+    version: str
+    queues: list[str]
+    concurrency: int
+    started_at: datetime
+    last_seen_at: datetime
+    measured_at: datetime
+
+    @property
+    def silent_for(self) -> timedelta:
+        return max(self.measured_at - self.last_seen_at, timedelta(0))
+
+    @property
+    def is_gone(self) -> bool:
+        """No heartbeat for a whole lease (three beats missed): crashed or cut off."""
+        return self.silent_for > timedelta(seconds=get_settings().LEASE_SECONDS)
+
+
+def _json_list(value: object) -> list[str]:
+    if isinstance(value, list):
+        return value
+    return json.loads(value) if isinstance(value, str | bytes) and value else []
+
+
+def worker_overview() -> list[WorkerInfo]:
+    """Every worker with a heartbeat row, newest first (gone ones until pruned)."""
+    alias = get_settings().DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.WORKERS)
+        rows = cursor.fetchall()
+    # Django's cursors return jsonb as text (JSONField decodes it); the statement is raw.
+    return [
+        WorkerInfo(w, host, pid, version, _json_list(queues), *rest)
+        for w, host, pid, version, queues, *rest in rows
+    ]

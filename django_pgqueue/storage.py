@@ -237,6 +237,21 @@ def apply_endpoint_operation(operation: str, ids: Iterable[int]) -> OperationRes
     return result
 
 
+def retry_refused_deliveries(endpoint_id: int) -> int:
+    """Make an endpoint's deliveries refused by configuration due now; how many.
+
+    Called when the endpoint is saved: whatever was fixed (its URL, or the settings
+    before a restart), waiting minutes for the breaker's pace would only confuse.
+    """
+    alias = get_settings().DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.REFUSED_DELIVERIES_DUE_NOW, [endpoint_id])
+        count = cursor.rowcount
+    if count:
+        wake_workers(alias)
+    return count
+
+
 def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationResult:
     """Replay one endpoint's failed and dead deliveries created since ``since``.
 

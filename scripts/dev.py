@@ -7,7 +7,7 @@
     python3 scripts/dev.py shell -- <command...>
 
 Options, placed before the command's own arguments (before or right after the
-subcommand): ``--django {5.2,6}``, ``--python PATH``, ``--venv DIR``.
+subcommand): ``--django {5.2,6.0,6}``, ``--python PATH``, ``--venv DIR``.
 
 This script uses the standard library only. It creates (or reuses) a virtualenv,
 installs the project into it, then hands over to ``scripts/with_db.py`` running in
@@ -34,7 +34,8 @@ MARKER_NAME = ".pgqueue-dev.json"
 # Bump when the install recipe below changes, so existing virtualenvs get refreshed.
 RECIPE_VERSION = "1"
 
-DJANGO_PINS = {"5.2": "Django>=5.2,<6.0", "6": "Django>=6.0,<7"}
+# "6" is the newest 6.x; "6.0" holds the first 6.x series, whose @task takes no options.
+DJANGO_PINS = {"5.2": "Django>=5.2,<6.0", "6.0": "Django>=6.0,<6.1", "6": "Django>=6.0,<7"}
 # The embedded server comes from pgserver; with_db.py relies on its 0.1.x internals.
 PGSERVER_PIN = "pgserver>=0.1.4,<0.2"
 # pgserver publishes wheels for these CPython versions only.
@@ -52,7 +53,7 @@ commands:
   shell -- CMD...     set up, run CMD in the virtualenv with DATABASE_URL set
 
 options (before the command's own arguments):
-  --django {5.2,6}    Django series (default: 6 on Python >= 3.12, else 5.2)
+  --django {5.2,6.0,6}  Django series (default: 6 on Python >= 3.12, else 5.2)
   --python PATH       interpreter for the virtualenv (default: the one running this)
   --venv DIR          virtualenv folder (default: .venv-py<X.Y>-dj<series> here)
   -h, --help          show this help
@@ -144,7 +145,7 @@ def resolve_python(spec: str | None) -> tuple[str, tuple[int, int]]:
 def choose_django(requested: str | None, py: tuple[int, int]) -> str:
     if requested is None:
         return "6" if py >= (3, 12) else "5.2"
-    if requested == "6" and py < (3, 12):
+    if requested in ("6", "6.0") and py < (3, 12):
         raise DevError(
             f"Django 6 needs Python >= 3.12, but the interpreter is {py[0]}.{py[1]}: "
             "pass --python /path/to/python3.12 (or newer), or use --django 5.2"

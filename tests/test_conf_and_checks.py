@@ -99,3 +99,60 @@ def test_backend_options_are_checked():
     assert ids(messages) == ["django_pgqueue.E010", "django_pgqueue.E010"]
     assert any("COLOR" in m.msg for m in messages)
     assert any("MAX_ATTEMPTS" in m.msg for m in messages)
+
+
+def test_e010_is_reported_when_the_framework_registered_no_check(monkeypatch, settings):
+    from django.core.checks.registry import registry
+
+    from django_pgqueue.checks import check_task_backends
+
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "django_pgqueue.backend.PgQueueBackend",
+            "OPTIONS": {"MAX_ATTEMPT": 5, "BACKOFF_BASE": -1},
+        }
+    }
+    # As in a project that never imported the Tasks framework before `manage.py check`.
+    framework = {c for c in registry.registered_checks if c.__module__.endswith("tasks.checks")}
+    monkeypatch.setattr(registry, "registered_checks", registry.registered_checks - framework)
+    messages = [m for m in check_task_backends() if m.id == "django_pgqueue.E010"]
+    assert len(messages) == 2
+    assert "MAX_ATTEMPT" in messages[0].msg and "BACKOFF_BASE" in messages[1].msg
+
+
+def test_e010_is_not_reported_twice_when_the_framework_checks_too(settings):
+    from django_pgqueue.checks import check_task_backends
+
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "django_pgqueue.backend.PgQueueBackend",
+            "OPTIONS": {"MAX_ATTEMPT": 5},
+        }
+    }
+    assert ids(check_task_backends()) == []
+
+
+def test_e011_backport_missing_from_installed_apps(settings):
+    import django
+
+    from django_pgqueue.checks import check_task_backends
+
+    if django.VERSION >= (6, 0):
+        pytest.skip("Django 6 ships the Tasks framework; there is no backport to install")
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "django_tasks"]
+    assert "django_pgqueue.E011" in ids(check_task_backends())
+
+
+def test_hints_point_at_the_documentation_url():
+    from django_pgqueue.docs import FALLBACK_BASE, docs_url
+
+    with override_settings(PGQUEUE={"BATCH_SIZE": 0}):
+        [message] = check_settings()
+    assert message.hint.endswith(docs_url("settings"))
+    assert docs_url("settings").startswith("https://")
+    # pyproject.toml's [project.urls] and the fallback agree.
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert pyproject["project"]["urls"]["Documentation"] == FALLBACK_BASE

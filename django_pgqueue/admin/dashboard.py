@@ -12,7 +12,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from ..models.queue import Status
-from ..stats import delivery_overview, job_queue_overview
+from ..stats import delivery_overview, job_queue_overview, worker_overview
 
 #: Columns of the per-queue table, in lifecycle order.
 STATUS_COLUMNS = (
@@ -74,6 +74,7 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         "status_columns": [(s, s.label) for s in STATUS_COLUMNS],
         "changelist_url": changelist,
         "endpoints": endpoints,
+        "workers": worker_overview(),
         "attention": [row["stats"] for row in endpoints if row["stats"].needs_attention],
     }
     return TemplateResponse(request, "admin/django_pgqueue/dashboard.html", context)

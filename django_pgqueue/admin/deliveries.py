@@ -126,7 +126,9 @@ class DeliveryAdmin(QueueRowAdmin):
             },
         ),
         (_("Payload"), {"fields": ("idempotency_key_display", "payload_json")}),
-        (_("Errors"), {"fields": ("last_error_pre", "errors_history")}),
+        # The history is the attempt log below (one row per attempt, with the
+        # response); the JSON error list is for task jobs only.
+        (_("Errors"), {"fields": ("last_error_pre",)}),
     )
     # The stub wants each fieldset's options as its TypedDict; the literal is a plain dict.
     readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]

@@ -170,9 +170,21 @@ class QueueRowAdmin(RowActionsAdmin):
     def attempts_display(self, obj: Any) -> str:
         return f"{obj.attempts}/{obj.max_attempts}"
 
+    @staticmethod
+    def error_is_earlier(obj: Any) -> bool:
+        """Whether ``last_error`` is from an attempt before the row's current state.
+
+        It is kept after a success, a replay or a cancel (it is history), and only a
+        failed or dead row is in its state because of it.
+        """
+        return bool(obj.last_error) and obj.status not in (Status.FAILED, Status.DEAD)
+
     @admin.display(description=_("last error"))
     def last_error_line(self, obj: Any) -> str:
-        return first_line(obj.last_error)
+        line = first_line(obj.last_error)
+        if line and self.error_is_earlier(obj):
+            return _("(earlier attempt) %(error)s") % {"error": line}
+        return line
 
     @admin.display(description=_("lease"))
     def lease(self, obj: Any):
@@ -182,7 +194,13 @@ class QueueRowAdmin(RowActionsAdmin):
 
     @admin.display(description=_("last error"))
     def last_error_pre(self, obj: Any):
-        return format_html('<pre class="pgq-traceback">{}</pre>', obj.last_error or "—")
+        text = format_html('<pre class="pgq-traceback">{}</pre>', obj.last_error or "—")
+        if not self.error_is_earlier(obj):
+            return text
+        note = _("From an earlier attempt: the row is %(status)s now.") % {
+            "status": obj.get_status_display().lower()
+        }
+        return format_html('<p class="pgq-muted pgq-earlier">{}</p>{}', note, text)
 
     @admin.display(description=_("error history (newest first)"))
     def errors_history(self, obj: Any):

@@ -1,8 +1,20 @@
 """Database models: the abstract queue row, jobs, schedules and webhook deliveries."""
 
+from django.apps import apps as _apps
+from django.core.exceptions import ImproperlyConfigured as _ImproperlyConfigured
+
+# Importing the models of an app that is not installed fails deep in model loading with
+# a RuntimeError about app_label; say what to do instead (the TASKS backend imports them).
+if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
+    raise _ImproperlyConfigured(
+        "django_pgqueue is used (TASKS names its backend, or its models were imported) but "
+        "'django_pgqueue' is not in INSTALLED_APPS: add it, then run `manage.py migrate`."
+    )
+
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
 from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event, Ordering, RatePeriod
+from .workers import WorkerHeartbeat
 
 __all__ = [
     "BreakerState",
@@ -18,4 +30,5 @@ __all__ = [
     "Schedule",
     "ScheduleTick",
     "Status",
+    "WorkerHeartbeat",
 ]

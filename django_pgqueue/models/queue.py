@@ -139,6 +139,8 @@ class Job(QueueRow):
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
     result = models.JSONField(null=True, blank=True)
+    #: W3C trace context of the enqueue span (``PGQUEUE["TRACING"]``); the run continues it.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
     worker_ids = models.JSONField(
         default=list, blank=True, help_text=_("Worker of each attempt, in order.")
     )

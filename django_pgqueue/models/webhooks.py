@@ -203,7 +203,12 @@ class Endpoint(models.Model):
             self.secret = generate_secret()
             if kwargs.get("update_fields") is not None:
                 kwargs["update_fields"] = {*kwargs["update_fields"], "secret_ciphertext"}
+        existed = self.pk is not None and not self._state.adding
         super().save(*args, **kwargs)
+        if existed and kwargs.get("update_fields") is None:
+            from ..storage import retry_refused_deliveries
+
+            retry_refused_deliveries(self.pk)
 
     # -- secrets ---------------------------------------------------------------------
 

@@ -74,6 +74,29 @@ def retry_delay(
     return delay
 
 
+def refused_by_configuration(result: TransportResult) -> bool:
+    """The SSRF policy (``ALLOW_HTTP``, ``ALLOW_NETWORKS``...) refused the URL: not sent.
+
+    A host that does not resolve is refused too, but that is the receiver's DNS, so it
+    is an ordinary failure.
+    """
+    error = result.error or ""
+    return error.startswith("refused:") and "could not be resolved" not in error
+
+
+def refusal_delay(attempt: int, schedule_delay: float, conf: Mapping[str, Any]) -> float:
+    """When to try a delivery again after attempt ``attempt`` was refused by configuration.
+
+    Refusals are instant, so the retry schedule (0 s, 5 s, 5 min...) would burn its
+    first attempts in seconds, before anyone could change a setting. They wait at the
+    breaker's pace instead, ``BREAKER_COOLDOWN`` doubled per attempt up to
+    ``BREAKER_MAX_COOLDOWN``, or the schedule's delay when that is longer. Saving the
+    endpoint makes them due at once (``storage.retry_refused_deliveries``).
+    """
+    cooldown = conf["BREAKER_COOLDOWN"] * 2 ** max(0, attempt - 1)
+    return max(schedule_delay, min(conf["BREAKER_MAX_COOLDOWN"], cooldown))
+
+
 def max_attempts(conf: Mapping[str, Any]) -> int:
     """Attempts of a new delivery: the first one plus one per retry in the schedule."""
     return len(conf["RETRY_SCHEDULE"]) + 1

@@ -49,6 +49,16 @@ MAX_URL_LENGTH = 2048
 _POLICY_SENTENCE = "webhooks cannot be sent to private, loopback, link-local or metadata addresses"
 
 
+def _allow_hint(reason: str, host: str = "") -> str:
+    """The setting that would allow a refused address, when one would."""
+    if "never allowed" in reason:
+        return ""
+    hint = ", unless its network is in PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS']"
+    if host and not _is_literal(host):
+        hint += f" or {host!r} is in PGQUEUE['WEBHOOKS']['ALLOW_HOSTS']"
+    return hint
+
+
 class UnsafeURLError(ValueError):
     """A webhook URL or the address it resolves to is not allowed."""
 
@@ -314,7 +324,9 @@ def check_host(
             else:
                 subject = f"The host {host!r}"
                 verb = f"resolves to {address},"
-            raise UnsafeURLError(f"{subject} {verb} {reason}; {_POLICY_SENTENCE}.")
+            raise UnsafeURLError(
+                f"{subject} {verb} {reason}; {_POLICY_SENTENCE}{_allow_hint(reason, host)}."
+            )
     return addresses
 
 
@@ -395,7 +407,11 @@ def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
             f"The URL scheme {parts.scheme or '(none)'!r} is not supported; use https://."
         )
     if scheme == "http" and not allow_http:
-        raise UnsafeURLError("Plain http:// URLs are not allowed; use https://.")
+        raise UnsafeURLError(
+            "Plain http:// URLs are not allowed; use https://, or set "
+            "PGQUEUE['WEBHOOKS']['ALLOW_HTTP'] = True (a receiver on a private or loopback "
+            "address also needs its network in PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS'])."
+        )
     if "@" in parts.netloc:
         raise UnsafeURLError(
             "The URL contains a user name or password; put credentials in a custom header."
@@ -446,7 +462,8 @@ def validate_url(
         if port not in ports:
             raise UnsafeURLError(
                 f"The port {port} is not allowed; allowed ports: "
-                f"{', '.join(str(p) for p in sorted(ports)) or 'none'}."
+                f"{', '.join(str(p) for p in sorted(ports)) or 'none'} "
+                f"(PGQUEUE['WEBHOOKS']['ALLOWED_PORTS'])."
             )
     if ":" in raw_host:
         # Bracketed IPv6 literal (urlsplit removed the brackets).
@@ -457,7 +474,9 @@ def validate_url(
             raise UnsafeURLError(f"The host [{raw_host}] is not a valid IPv6 address.") from None
         allowed, reason = is_address_allowed(address, allow, deny_addresses=deny_addresses)
         if not allowed:
-            raise UnsafeURLError(f"The address {address} is {reason}; {_POLICY_SENTENCE}.")
+            raise UnsafeURLError(
+                f"The address {address} is {reason}; {_POLICY_SENTENCE}{_allow_hint(reason)}."
+            )
         if zone:
             raise UnsafeURLError("IPv6 zone identifiers (%...) are not allowed in webhook URLs.")
         return

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..conf import get_settings
 from ..db import PositionalStatement
 from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
+from ..tracing import outgoing_headers, traced_delivery
 from ..worker import hooks
 from ..worker.runner import Outcome, describe_exception
 from ..worker.sources import Source, array_literal, text_array_literal
@@ -40,6 +42,10 @@ logger = logging.getLogger("django_pgqueue.webhooks")
 
 #: Worker queue name that selects webhook deliveries (``runworkers --queues webhooks``).
 QUEUE_NAME = "webhooks"
+
+#: Callables ``(old_state, new_state)`` told of each circuit change a completion made
+#: (the Prometheus metrics of ``runworkers --metrics-port``).
+breaker_observers: list[Callable[[str, str], None]] = []
 
 
 @dataclass(slots=True)
@@ -174,6 +180,7 @@ class DeliverySource(Source):
             local.conf = conf
         return local.transport
 
+    @traced_delivery
     def run(self, item: ClaimedDelivery) -> Outcome:
         """Sign and POST one delivery; describe the outcome. Never raises."""
         started_at = timezone.now()
@@ -188,7 +195,7 @@ class DeliverySource(Source):
                 timestamp=timestamp,
                 body=body,
                 idempotency_key=delivery_idempotency_key(item.msg_id, item.id),
-                custom_headers=item.headers or None,
+                custom_headers=outgoing_headers(item.headers or None),
             )
         except (SecretDecryptionError, ValueError, TypeError, KeyError) as exc:
             # Never send unsigned: a secret we cannot read fails the attempt loudly.
@@ -214,11 +221,16 @@ class DeliverySource(Source):
         local_error: bool = False,
     ) -> Outcome:
         conf = get_settings().WEBHOOKS
-        verdict = breaker.LOCAL_ERROR if local_error else breaker.verdict(result)
+        # A refusal by our own settings is not the receiver's fault: the breaker is not
+        # told (LOCAL_ERROR) and the retry waits at the breaker's pace.
+        refused = breaker.refused_by_configuration(result)
+        verdict = breaker.LOCAL_ERROR if local_error or refused else breaker.verdict(result)
         if verdict == breaker.SUCCESS:
             status, delay, last_error = Status.SUCCEEDED, 0.0, None
         else:
             delay_or_none = breaker.retry_delay(item.attempts, item.max_attempts, result, conf)
+            if refused and delay_or_none is not None:
+                delay_or_none = breaker.refusal_delay(item.attempts, delay_or_none, conf)
             status = Status.DEAD if delay_or_none is None else Status.FAILED
             delay = delay_or_none or 0.0
             last_error = f"attempt {item.attempts}: {breaker.describe_failure(result)}"[:2000]
@@ -296,4 +308,10 @@ class DeliverySource(Source):
             "worker_id": self.worker_id,
             **breaker.breaker_params(get_settings().WEBHOOKS),
         }
-        return {row[0] for row in _COMPLETE.fetchall(conn, params)}
+        rows = _COMPLETE.fetchall(conn, params)
+        if breaker_observers:
+            changes = {(r[1], r[2], r[3]) for r in rows if r[2] is not None and r[2] != r[3]}
+            for _endpoint, old, new in changes:
+                for observer in breaker_observers:
+                    observer(old, new)
+        return {row[0] for row in rows}

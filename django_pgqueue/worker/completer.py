@@ -20,6 +20,7 @@ from typing import Any
 
 from ..db import connect, is_connection_error
 from . import hooks
+from .heartbeat import Heartbeat
 from .runner import Outcome
 from .sources import Source
 
@@ -60,6 +61,8 @@ class Completer(threading.Thread):
         self.idle.set()
         self._conn: Any = None
         self.lost: set[Key] = set()
+        #: Set by the Worker: beats on this thread's cadence and connection.
+        self.heartbeat: Heartbeat | None = None
 
     # -- connection ----------------------------------------------------------------
 
@@ -91,6 +94,8 @@ class Completer(threading.Thread):
         next_extend = time.monotonic() + interval
         stopping = False
         while not stopping:
+            if self.heartbeat is not None:
+                self.heartbeat.tick(self._connection, self._drop_connection)
             timeout = max(0.0, next_extend - time.monotonic())
             batch: list[Outcome] = []
             try:
@@ -118,6 +123,8 @@ class Completer(threading.Thread):
             if time.monotonic() >= next_extend:
                 self.extend_leases()
                 next_extend = time.monotonic() + interval
+        if self.heartbeat is not None:
+            self.heartbeat.stop(self._connection)
         self._drop_connection()
 
     # -- completions ---------------------------------------------------------------

@@ -33,6 +33,7 @@ from ..compat import (
 )
 from ..exceptions import NotATask, TaskAborted, TaskTimeout, WorkerInterrupted
 from ..models.queue import Status
+from ..tracing import traced_run
 from .attempt import AttemptContext, current_attempt
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -359,6 +360,7 @@ class TaskRunner:
             attempt=job.attempts,
         )
 
+    @traced_run
     def run(self, job: ClaimedJob) -> Outcome:
         """Run ``job`` and describe the outcome. Never raises."""
         try:

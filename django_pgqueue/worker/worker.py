@@ -42,10 +42,13 @@ from django.db import connections
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..exceptions import WorkerCrashed
+from ..tracing import traced_claim
 from . import hooks
 from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
 from .completer import Completer, Key
+from .heartbeat import Heartbeat
 from .listener import Listener
+from .observers import attempt_written
 from .runner import Outcome, TaskRunner
 from .sources import JobSource, Source
 from .supervisor import RECYCLE_EXIT_CODE
@@ -172,6 +175,9 @@ class Worker:
             on_written=self._on_written,
             test_hooks=self.test_hooks,
         )
+        self.completer.heartbeat = Heartbeat(
+            self.worker_id, self.queues, self.concurrency, self.lease_seconds / 3.0
+        )
         self.listener: Listener | None = None
         if self.notify:
             self.listener = Listener(
@@ -202,6 +208,12 @@ class Worker:
             self.poll_interval,
             self.notify,
             self.burst,
+            extra={
+                "event": "worker_started",
+                "worker_id": self.worker_id,
+                "queues": self.queues,
+                "concurrency": self.concurrency,
+            },
         )
         self.completer.start()
         if self.listener is not None:
@@ -226,6 +238,7 @@ class Worker:
             self.claimed,
             self.finished,
             self.outcomes,
+            extra={"event": "worker_stopped", "worker_id": self.worker_id},
         )
         if not clean:
             return 1
@@ -381,6 +394,7 @@ class Worker:
                 continue
             self.wake.wait(self.poll_interval)
 
+    @traced_claim
     def _claim(self, source: Source, params: dict[str, Any], limit: int) -> list[Any]:
         conn = self._claim_connection()
         params["limit"] = limit
@@ -684,16 +698,7 @@ class Worker:
             self.finished += 1
             label = "released" if outcome.refund else str(outcome.status)
             self._count(label)
-            if logger.isEnabledFor(logging.INFO):
-                logger.info(
-                    "%s %s %s attempt=%d duration=%.3fs outcome=%s",
-                    outcome.source,
-                    outcome.job_id,
-                    outcome.task_path,
-                    outcome.attempt,
-                    outcome.duration,
-                    label,
-                )
+            attempt_written(self.worker_id, outcome, label)
 
     def _count(self, label: str) -> None:
         self.outcomes[label] = self.outcomes.get(label, 0) + 1

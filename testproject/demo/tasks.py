@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from django_pgqueue.compat import task
+from django_pgqueue import task
 
 
 @task()

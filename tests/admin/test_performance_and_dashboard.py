@@ -1,4 +1,5 @@
-"""Changelists stay bounded in queries on big lists; the dashboard is one query per table."""
+"""Changelists stay bounded in queries on big lists; the dashboard is one query per table
+(jobs, deliveries, workers)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ def test_dashboard_counts_in_one_query_per_table(webhook_operator, make_job, mak
     assert page.status_code == 200
     assert sum("pgqueue:overview" in q["sql"] for q in ctx.captured_queries) == 1
     assert sum("pgqueue:delivery_overview" in q["sql"] for q in ctx.captured_queries) == 1
-    assert len(ctx.captured_queries) <= 6
+    assert sum("pgqueue:workers" in q["sql"] for q in ctx.captured_queries) == 1
+    assert len(ctx.captured_queries) <= 7
     assert "queue_name=emails&amp;status=dead" in html
     assert "Endpoints not delivering" in html and "hooks.example.com/broken" in html
     index = client.get(reverse("admin:index")).content.decode()
@@ -94,3 +96,30 @@ def test_dashboard_needs_view_permission(db):
     client = csrf_client(staff)
     assert client.get(reverse("admin:django_pgqueue_job_dashboard")).status_code == 403
     assert Job.objects.count() == 0
+
+
+def test_dashboard_lists_workers_and_marks_gone_ones(operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_pgqueue.models import WorkerHeartbeat
+
+    now = timezone.now()
+    for worker_id, seen in (("w-alive", now), ("w-gone", now - timedelta(minutes=10))):
+        WorkerHeartbeat.objects.create(
+            worker_id=worker_id,
+            host="box",
+            pid=7,
+            version="1.0",
+            queues=[],
+            concurrency=4,
+            started_at=now - timedelta(hours=1),
+            last_seen_at=seen,
+        )
+    html = csrf_client(operator).get(reverse("admin:django_pgqueue_job_dashboard")).content.decode()
+    assert 'id="pgq-workers"' in html
+    alive = html[html.index("w-alive") :]
+    gone = html[html.index("w-gone") :]
+    assert "alive" in alive[: alive.index("</tr>")]
+    assert "gone" in gone[: gone.index("</tr>")]

@@ -331,8 +331,35 @@ def test_message_names_host_address_and_kind():
         validate_url("https://internal.example/hook", allow_http=False, resolver=resolver)
     assert str(excinfo.value) == (
         "The host 'internal.example' resolves to 10.0.0.5, a private network address; "
-        "webhooks cannot be sent to private, loopback, link-local or metadata addresses."
+        "webhooks cannot be sent to private, loopback, link-local or metadata addresses, "
+        "unless its network is in PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS'] or "
+        "'internal.example' is in PGQUEUE['WEBHOOKS']['ALLOW_HOSTS']."
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "kwargs", "setting"),
+    [
+        ("http://hooks.example.test/", {}, "PGQUEUE['WEBHOOKS']['ALLOW_HTTP'] = True"),
+        ("https://127.0.0.1/", {}, "PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS']"),
+        ("https://[::1]/", {}, "PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS']"),
+        ("https://hooks.example.test:8443/", {"allowed_ports": [443]}, "['ALLOWED_PORTS']"),
+    ],
+)
+def test_every_refusal_a_setting_could_allow_names_that_setting(url, kwargs, setting):
+    resolver = FakeResolver([PUBLIC_V4])
+    with pytest.raises(UnsafeURLError) as excinfo:
+        validate_url(url, allow_http=False, resolver=resolver, **kwargs)
+    assert setting in str(excinfo.value)
+
+
+def test_a_refusal_no_setting_can_lift_names_none():
+    with pytest.raises(UnsafeURLError) as excinfo:
+        validate_url(
+            "https://169.254.169.254/", allow_http=False, allow_networks=["169.254.0.0/16"]
+        )
+    assert "never allowed" in str(excinfo.value)
+    assert "PGQUEUE" not in str(excinfo.value)
 
 
 def test_public_host_passes_with_stub_resolver():

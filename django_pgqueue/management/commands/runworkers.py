@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from django_pgqueue.logs import configure_worker_logging
 from django_pgqueue.worker import Worker
+from django_pgqueue.worker.selection import check_queue_selection
 from django_pgqueue.worker.supervisor import Supervisor, child_argv
 
 
@@ -101,9 +105,48 @@ class Command(BaseCommand):
             action="store_true",
             help="Do not enqueue periodic tasks from this process (default: every worker does).",
         )
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            default=None,
+            help="Log to stderr in this format (default: text, unless LOGGING handles "
+            "django_pgqueue); -v sets the level: 0 errors, 1 attempts, 2 debug.",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=bounded(int, 1),
+            default=None,
+            help="Serve Prometheus metrics on this port (child k of --processes: port + k); "
+            "needs the [metrics] extra.",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",  # noqa: S104 - a scrape target is reached from outside
+            help="Address the metrics port listens on (default: every interface).",
+        )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Restart when Python code changes (development; Django's autoreloader).",
+        )
         parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        configure_worker_logging(options["verbosity"], options["log_format"])
+        try:
+            warnings = check_queue_selection(options["queues"])
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        if options["worker_slot"] is None:  # children of --processes: the parent said it
+            for warning in warnings:
+                logging.getLogger("django_pgqueue.worker").warning(warning)
+        if options["reload"]:
+            if options["processes"] > 1:
+                raise CommandError("--reload runs one worker process; drop --processes")
+            from django_pgqueue.worker.reloading import run_with_reload
+
+            run_with_reload(lambda: self._worker(options))
+            return
         if options["processes"] > 1:
             if options["until_empty"] or options["max_time"]:
                 raise CommandError(
@@ -116,23 +159,45 @@ class Command(BaseCommand):
                 child_argv(sys.argv), options["processes"], burst=options["burst"]
             ).run()
         else:
-            worker_id = options["worker_id"]
-            worker = Worker(
-                queues=options["queues"],
-                concurrency=options["concurrency"],
-                prefetch=options["prefetch"],
-                batch_size=options["batch_size"],
-                lease_seconds=options["lease"],
-                poll_interval=options["poll_interval"],
-                burst=options["burst"],
-                max_tasks=options["max_tasks"],
-                worker_id=worker_id,
-                notify=False if options["no_notify"] else None,
-                scheduler=False if options["no_scheduler"] else None,
-                until_empty=options["until_empty"],
-                max_time=options["max_time"],
-                recycle_overdue=options["worker_slot"] is not None,
-            )
+            worker = self._worker(options)
             code = worker.run()
         if code:
             sys.exit(code)
+
+    def _worker(self, options: dict[str, Any]) -> Worker:
+        """The Worker the options describe, its metrics served if asked."""
+        worker = Worker(
+            queues=options["queues"],
+            concurrency=options["concurrency"],
+            prefetch=options["prefetch"],
+            batch_size=options["batch_size"],
+            lease_seconds=options["lease"],
+            poll_interval=options["poll_interval"],
+            burst=options["burst"],
+            max_tasks=options["max_tasks"],
+            worker_id=options["worker_id"],
+            notify=False if options["no_notify"] else None,
+            scheduler=False if options["no_scheduler"] else None,
+            until_empty=options["until_empty"],
+            max_time=options["max_time"],
+            recycle_overdue=options["worker_slot"] is not None,
+        )
+        if options["metrics_port"] is not None:
+            self._serve_metrics(worker, options)
+        return worker
+
+    @staticmethod
+    def _serve_metrics(worker: Worker, options: dict[str, Any]) -> None:
+        from django_pgqueue import metrics
+
+        try:
+            metrics.enable(
+                worker,
+                options["metrics_port"],
+                slot=options["worker_slot"],
+                addr=options["metrics_addr"],
+            )
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {options['metrics_port']}: {exc}") from None

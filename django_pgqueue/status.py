@@ -1,0 +1,201 @@
+"""A snapshot of the queues for ``manage.py pgqueue_status``: as a dict with stable
+field names (``--json``, documented in docs/commands.md), as text, and judged against
+thresholds for cron, Nagios or a Kubernetes probe.
+
+Three read-only statements (the dashboard's two overviews and the worker list); no
+row is changed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .stats import (
+    EndpointStats,
+    QueueStats,
+    WorkerInfo,
+    delivery_overview,
+    job_queue_overview,
+    worker_overview,
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"5m"``, ``"1.5h"``, ``"2d"`` -> seconds; ValueError otherwise."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"expected a duration such as 60s, 5m or 1h, got {text!r}")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Limits that make the status "not ok"; None means no limit."""
+
+    max_oldest_due: float | None = None
+    max_dead: int | None = None
+    max_lapsed: int | None = None
+    min_workers: int | None = None
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else round(value.total_seconds(), 3)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _queue_fields(stats: QueueStats) -> dict[str, Any]:
+    return {
+        "due": stats.due,
+        "deferred": stats.deferred,
+        "in_progress": stats.in_flight - stats.lapsed,
+        "lapsed": stats.lapsed,
+        "oldest_due_seconds": _seconds(stats.oldest_due_age),
+        "dead": stats.dead,
+        "succeeded": stats.counts.get("succeeded", 0),
+        "cancelled": stats.counts.get("cancelled", 0),
+    }
+
+
+def _endpoint(stats: EndpointStats) -> dict[str, Any]:
+    return {
+        "id": stats.endpoint_id,
+        "url": stats.name,
+        "is_active": stats.is_active,
+        "breaker_state": stats.breaker_state,
+        "open_until": _iso(stats.open_until),
+        "disabled_reason": stats.disabled_reason,
+        **_queue_fields(stats),
+    }
+
+
+def _worker(info: WorkerInfo) -> dict[str, Any]:
+    return {
+        "worker_id": info.worker_id,
+        "host": info.host,
+        "pid": info.pid,
+        "version": info.version,
+        "queues": info.queues,
+        "concurrency": info.concurrency,
+        "started_at": _iso(info.started_at),
+        "last_seen_at": _iso(info.last_seen_at),
+        "seconds_since_seen": _seconds(info.silent_for),
+        "alive": not info.is_gone,
+    }
+
+
+def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The status as plain data (the ``--json`` document), with ``problems`` and ``ok``."""
+    queues = job_queue_overview()
+    endpoints = delivery_overview()
+    workers = worker_overview()
+    measured = next((s.measured_at for s in [*queues, *endpoints] if s.measured_at), None)
+    if measured is None and workers:
+        measured = workers[0].measured_at
+    data: dict[str, Any] = {
+        "measured_at": _iso(measured),
+        "queues": [{"name": s.name, **_queue_fields(s)} for s in queues],
+        "endpoints": [_endpoint(s) for s in endpoints],
+        "workers": [_worker(w) for w in workers],
+    }
+    data["problems"] = problems(data, thresholds or Thresholds())
+    data["ok"] = not data["problems"]
+    return data
+
+
+def problems(data: dict[str, Any], limits: Thresholds) -> list[str]:
+    """One sentence per threshold exceeded, naming the queue and the limit."""
+    found: list[str] = []
+    rows = [(f"queue {q['name']!r}", q) for q in data["queues"]]
+    rows += [(f"endpoint {e['id']} ({e['url']})", e) for e in data["endpoints"]]
+    for label, row in rows:
+        age = row["oldest_due_seconds"]
+        if limits.max_oldest_due is not None and age is not None and age > limits.max_oldest_due:
+            found.append(
+                f"{label}: the oldest due row has waited {age:g} s "
+                f"(--max-oldest-due {limits.max_oldest_due:g}s)"
+            )
+        if limits.max_lapsed is not None and row["lapsed"] > limits.max_lapsed:
+            found.append(
+                f"{label}: {row['lapsed']} lapsed lease(s) (--max-lapsed {limits.max_lapsed})"
+            )
+    if limits.max_dead is not None:
+        dead = sum(row["dead"] for _, row in rows)
+        if dead > limits.max_dead:
+            found.append(f"{dead} row(s) in the dead-letter queue (--max-dead {limits.max_dead})")
+    if limits.min_workers is not None:
+        alive = sum(1 for w in data["workers"] if w["alive"])
+        if alive < limits.min_workers:
+            found.append(f"{alive} live worker(s) (--min-workers {limits.min_workers})")
+    return found
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [headers, *[["—" if v is None else str(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+
+
+_COUNTS = ["due", "deferred", "in_progress", "lapsed", "oldest_due_seconds", "dead"]
+_COUNT_HEADERS = ["due", "deferred", "in progress", "lapsed", "oldest due (s)", "dead"]
+
+
+def render_text(data: dict[str, Any]) -> str:
+    """The snapshot as aligned tables, for a terminal."""
+    lines = [f"pgqueue status at {data['measured_at'] or 'now'}", "", "Queues"]
+    if data["queues"]:
+        lines += _table(
+            ["queue", *_COUNT_HEADERS],
+            [[q["name"], *(q[k] for k in _COUNTS)] for q in data["queues"]],
+        )
+    else:
+        lines.append("(no jobs)")
+    lines += ["", "Webhook endpoints"]
+    if data["endpoints"]:
+        lines += _table(
+            ["id", "url", "state", *_COUNT_HEADERS],
+            [
+                [
+                    e["id"],
+                    e["url"],
+                    ("active" if e["is_active"] else "disabled") + f", {e['breaker_state']}",
+                    *(e[k] for k in _COUNTS),
+                ]
+                for e in data["endpoints"]
+            ],
+        )
+    else:
+        lines.append("(no endpoints)")
+    lines += ["", "Workers"]
+    if data["workers"]:
+        lines += _table(
+            ["worker", "host", "pid", "version", "queues", "threads", "last seen (s)", "state"],
+            [
+                [
+                    w["worker_id"],
+                    w["host"],
+                    w["pid"],
+                    w["version"],
+                    ",".join(w["queues"]) or "*",
+                    w["concurrency"],
+                    w["seconds_since_seen"],
+                    "alive" if w["alive"] else "gone",
+                ]
+                for w in data["workers"]
+            ],
+        )
+    else:
+        lines.append("(no workers)")
+    if data["problems"]:
+        lines += ["", "NOT OK:", *(f"  - {p}" for p in data["problems"])]
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""Errors in the admin say when they are history: a succeeded job's last error is from an
+earlier attempt, and a delivery's page shows its history once, from the attempt log."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from django.utils import timezone
+
+from django_pgqueue.models import Status
+
+from .conftest import csrf_client
+
+
+def test_a_succeeded_jobs_error_is_labelled_as_from_an_earlier_attempt(operator, make_job):
+    job = make_job(Status.SUCCEEDED, attempts=2, last_error="ValueError: flaky the first time")
+    client = csrf_client(operator)
+    page = client.get(reverse("admin:django_pgqueue_job_change", args=(job.pk,))).content.decode()
+    assert "From an earlier attempt: the row is succeeded now." in page
+    listing = client.get(reverse("admin:django_pgqueue_job_changelist")).content.decode()
+    assert "(earlier attempt) ValueError: flaky the first time" in listing
+
+
+def test_a_dead_jobs_error_is_its_current_one(operator, make_job):
+    job = make_job(Status.DEAD)
+    page = csrf_client(operator).get(reverse("admin:django_pgqueue_job_change", args=(job.pk,)))
+    html = page.content.decode()
+    assert "order 7 has an invalid address" in html and "From an earlier attempt" not in html
+
+
+def test_a_delivery_page_shows_its_history_once_from_the_attempt_log(
+    webhook_operator, make_delivery
+):
+    from django_pgqueue.models.webhooks import DeliveryAttempt
+
+    delivery = make_delivery(Status.FAILED, errors=[], last_error="attempt 3: refused: nope")
+    for n in (1, 2, 3):
+        DeliveryAttempt.objects.create(
+            delivery=delivery, attempt=n, started_at=timezone.now(), error=f"refusal {n}"
+        )
+    page = csrf_client(webhook_operator).get(
+        reverse("admin:django_pgqueue_delivery_change", args=(delivery.pk,))
+    )
+    html = page.content.decode()
+    assert "No errors recorded" not in html and "error history" not in html.lower()
+    assert all(f"refusal {n}" in html for n in (1, 2, 3))
