@@ -12,11 +12,10 @@ from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.db.models import Model
 
 from . import sql
+from .docs import docs_url
 
 #: What to put in ``DATABASE_ROUTERS`` when the queue has its own database.
 ROUTER_PATH = "django_pgqueue.routers.QueueRouter"
-
-from .docs import docs_url
 
 
 @checks.register(checks.Tags.compatibility)
