@@ -32,6 +32,7 @@ from ..compat import (
     task_finished,
     task_started,
 )
+from ..contract import return_value_json
 from ..exceptions import NotATask
 from ..models.queue import Status
 
@@ -329,7 +330,7 @@ class TaskRunner:
                 value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
             else:
                 value = task.call(*job.args, **job.kwargs)
-            result_json = json.dumps(value, allow_nan=False, separators=(",", ":"))
+            result_json = return_value_json(value)  # an unstorable value fails the attempt
         except BaseException as exc:  # the task's failure (SystemExit from a task too)
             if result is None:
                 result = self._result(job, task)
