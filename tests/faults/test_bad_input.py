@@ -11,7 +11,6 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
 from django.db import transaction
-
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
@@ -165,10 +164,12 @@ def test_deep_return_value_is_a_recorded_failure_not_a_thread_death(settings, ru
     settings.PGQUEUE = {**settings.PGQUEUE, "MAX_JSON_DEPTH": 10}
     # Rows written by older code (or by hand): the task returns what it was given.
     jobs = [tasks.echo.enqueue(i) for i in range(5)]
-    deep = Job.objects.create(task_path="testproject.demo.tasks.echo", args=[_nested(40)],
-                              max_attempts=1)
-    nul = Job.objects.create(task_path="testproject.demo.tasks.echo", args=["a\\u0000"],
-                             max_attempts=1)
+    deep = Job.objects.create(
+        task_path="testproject.demo.tasks.echo", args=[_nested(40)], max_attempts=1
+    )
+    nul = Job.objects.create(
+        task_path="testproject.demo.tasks.echo", args=["a\\u0000"], max_attempts=1
+    )
     run_worker()
     deep.refresh_from_db()
     assert deep.status == "dead" and deep.result is None
@@ -211,14 +212,23 @@ def test_nul_and_surrogates_are_refused_naming_argument_and_path(text, problem):
 
     user = {"name": "ok", "tags": ["a", "b", "c", text]}
     cases = [
-        (lambda: tasks.echo.enqueue(value=user), "keyword argument 'value'",
-         "kwargs['value']['tags'][3]"),
+        (
+            lambda: tasks.echo.enqueue(value=user),
+            "keyword argument 'value'",
+            "kwargs['value']['tags'][3]",
+        ),
         (lambda: tasks.add.enqueue([text], 2), "positional argument 0", "args[0][0]"),
         (lambda: tasks.echo.enqueue({text: 1}), "positional argument 0", "has a key holding"),
-        (lambda: enqueue_many(tasks.echo, [(("fine",), {}), ((), {"value": user})]),
-         "keyword argument 'value'", "kwargs['value']['tags'][3]"),
-        (lambda: async_to_sync(tasks.echo.aenqueue)(value=user), "keyword argument 'value'",
-         "kwargs['value']['tags'][3]"),
+        (
+            lambda: enqueue_many(tasks.echo, [(("fine",), {}), ((), {"value": user})]),
+            "keyword argument 'value'",
+            "kwargs['value']['tags'][3]",
+        ),
+        (
+            lambda: async_to_sync(tasks.echo.aenqueue)(value=user),
+            "keyword argument 'value'",
+            "kwargs['value']['tags'][3]",
+        ),
     ]
     for call, argument, path in cases:
         with pytest.raises(ArgumentsNotJSON) as info:

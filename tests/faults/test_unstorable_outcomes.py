@@ -72,8 +72,13 @@ def test_nul_in_a_response_header_fails_no_other_delivery(fast_leases, run_worke
     assert hostile.response_headers["X-Evil"] == "a\\x00b"
     assert hostile.response_body == "o\\x00k"
     duplicates = sum(posts.values()) - len(paths)
-    summary(faults=1, tasks=len(paths), duplicates=duplicates, lost=31 - statuses["succeeded"],
-            note="NUL in a response header and body; 30 innocent endpoints")
+    summary(
+        faults=1,
+        tasks=len(paths),
+        duplicates=duplicates,
+        lost=31 - statuses["succeeded"],
+        note="NUL in a response header and body; 30 innocent endpoints",
+    )
 
 
 def test_error_text_with_nul_and_lone_surrogates_is_stored_escaped(fast_leases, run_worker):
