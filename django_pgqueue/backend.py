@@ -65,17 +65,25 @@ class PgQueueTask(Task):
 
 
 def serialize_arguments(
-    task: Task, args: Sequence[Any], kwargs: dict[str, Any], conf: PgQueueSettings | None = None
+    task: Task,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    conf: PgQueueSettings | None = None,
+    *,
+    item: int | None = None,
 ) -> tuple[str, str]:
     """Encode a task's arguments as JSON, or raise an error naming the bad argument.
 
     Only JSON is ever stored (never pickle): workers may run other code versions,
     and rows must stay readable in the admin and from SQL. The input contract
     (``contract.py``) is checked here, before any SQL: a refused call writes
-    nothing and leaves the caller's transaction usable.
+    nothing and leaves the caller's transaction usable. ``item`` is the position of
+    the call in a bulk enqueue, for the message.
     """
     conf = conf or get_settings()
     context = f"Cannot enqueue {task.module_path}"
+    if item is not None:
+        context += f" (item {item} of the bulk enqueue)"
     limit, depth = conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH
     setting = "PGQUEUE['MAX_ARGS_BYTES']"
     args_json = check_json_document(
@@ -303,7 +311,7 @@ class PgQueueBackend(BaseTaskBackend):
         items = [(tuple(a), dict(k)) for a, k in arguments]
         if not items:
             return []
-        encoded = [serialize_arguments(task, a, k, conf) for a, k in items]
+        encoded = [serialize_arguments(task, a, k, conf, item=i) for i, (a, k) in enumerate(items)]
         results = [self._new_result(task, a, k) for a, k in items]
         db = conf.DATABASE
         max_attempts = self.max_attempts_for(task)
