@@ -31,8 +31,9 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
-from .conf import get_settings
-from .exceptions import ArgumentsNotJSON, DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
+from .conf import PgQueueSettings, get_settings
+from .contract import check_json_document, utf8_size
+from .exceptions import DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
 from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
 from .notify import wake_workers
 from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
@@ -106,36 +107,52 @@ def _positive_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < 2**31
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-
-
-def serialize_arguments(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
+def serialize_arguments(
+    task: Task,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    conf: PgQueueSettings | None = None,
+    *,
+    item: int | None = None,
+) -> tuple[str, str]:
     """Encode a task's arguments as JSON, or raise an error naming the bad argument.
 
     Only JSON is ever stored (never pickle): workers may run other code versions,
-    and rows must stay readable in the admin and from SQL.
+    and rows must stay readable in the admin and from SQL. The input contract
+    (``contract.py``) is checked here, before any SQL: a refused call writes
+    nothing and leaves the caller's transaction usable. ``item`` is the position of
+    the call in a bulk enqueue, for the message.
     """
-    try:
-        return _dumps(list(args)), _dumps(kwargs)
-    except (TypeError, ValueError):
-        pass
-    # Slow path, only on error: find the culprit for a message that names it.
-    named = [(f"positional argument {i}", v) for i, v in enumerate(args)]
-    named += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
-    for label, value in named:
-        try:
-            _dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise ArgumentsNotJSON(
-                f"Cannot enqueue {task.module_path}: {label} is not JSON-serialisable "
-                f"({type(value).__name__}: {exc}). Pass JSON types only (str, int, "
-                f"float, bool, None, list, dict with str keys), e.g. an id instead of "
-                f"a model instance."
-            ) from exc
-    raise ArgumentsNotJSON(
-        f"Cannot enqueue {task.module_path}: arguments are not JSON-serialisable"
+    conf = conf or get_settings()
+    context = f"Cannot enqueue {task.module_path}"
+    if item is not None:
+        context += f" (item {item} of the bulk enqueue)"
+    limit, depth = conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH
+    setting = "PGQUEUE['MAX_ARGS_BYTES']"
+    args_json = check_json_document(
+        list(args),
+        name="args",
+        max_bytes=limit,
+        max_depth=depth,
+        context=context,
+        limit_name=setting,
     )
+    kwargs_json = check_json_document(
+        kwargs,
+        name="kwargs",
+        max_bytes=limit,
+        max_depth=depth,
+        context=context,
+        limit_name=setting,
+    )
+    size = utf8_size(args_json) + utf8_size(kwargs_json)
+    if size > limit:
+        raise PayloadTooLarge(
+            f"{context}: its arguments take {size} bytes as JSON (UTF-8), more than "
+            f"{setting} = {limit}. Store large data elsewhere and pass "
+            f"a reference."
+        )
+    return args_json, kwargs_json
 
 
 #: A prepare threshold no statement reaches during one ``execute_one`` call:
@@ -329,8 +346,9 @@ class PgQueueBackend(BaseTaskBackend):
             if problem:
                 raise InvalidTask(f"{task.module_path}: atomic=True cannot work here: {problem}")
         conf = get_settings()
-        args_json, kwargs_json = serialize_arguments(task, args, kwargs)
-        self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)
+        args_json, kwargs_json = serialize_arguments(task, args, kwargs, conf)
+        # Built before the INSERT: nothing that can fail runs after the row exists.
+        result = self._new_result(task, args, kwargs)
         db = conf.DATABASE
         params = [
             task.priority,
@@ -353,9 +371,9 @@ class PgQueueBackend(BaseTaskBackend):
             job_id, created_at = execute_one(
                 connections[db], sql.INSERT_JOB, params, prepare=conf.PREPARED_STATEMENTS
             )
+        _written(result, job_id, created_at)
         if task.run_after is None:
             wake_workers(db)  # deferred jobs are found by the poll when due
-        result = self._new_result(task, job_id, created_at, args, kwargs)
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -418,9 +436,8 @@ class PgQueueBackend(BaseTaskBackend):
         ):
             with transaction.atomic(using=conf.DATABASE):
                 return [self.enqueue(task, a, k) for a, k in items]
-        encoded = [serialize_arguments(task, a, k) for a, k in items]
-        for args_json, kwargs_json in encoded:
-            self._check_size(task, len(args_json) + len(kwargs_json), conf.MAX_ARGS_BYTES)
+        encoded = [serialize_arguments(task, a, k, conf, item=i) for i, (a, k) in enumerate(items)]
+        results = [self._new_result(task, a, k) for a, k in items]
         db = conf.DATABASE
         max_attempts = self.max_attempts_for(task)
         warn_if_outside_queue_transaction(db, "enqueue_many()", stacklevel=3)
@@ -448,10 +465,8 @@ class PgQueueBackend(BaseTaskBackend):
                 )
             if task.run_after is None:
                 wake_workers(db)
-        results = [
-            self._new_result(task, job_id, created_at, a, k)
-            for job_id, (a, k) in zip(ids, items, strict=True)
-        ]
+        for job_id, result in zip(ids, results, strict=True):
+            _written(result, job_id, created_at)
         for result in results:
             task_enqueued.send(type(self), task_result=result)
         return results
@@ -491,28 +506,13 @@ class PgQueueBackend(BaseTaskBackend):
                     )
                 )
 
-    @staticmethod
-    def _check_size(task: Task, size: int, limit: int) -> None:
-        if size > limit:
-            raise PayloadTooLarge(
-                f"Cannot enqueue {task.module_path}: its arguments take {size} bytes as "
-                f"JSON, more than PGQUEUE['MAX_ARGS_BYTES'] = {limit}. Store large data "
-                f"elsewhere and pass a reference."
-            )
-
-    def _new_result(
-        self,
-        task: Task,
-        job_id: int,
-        created_at: datetime,
-        args: Sequence[Any],
-        kwargs: dict[str, Any],
-    ) -> TaskResult:
+    def _new_result(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        """The READY result of a job about to be written; ``_written`` fills in its row."""
         return TaskResult(
             task=task,
-            id=str(job_id),
+            id="",
             status=TaskResultStatus.READY,
-            enqueued_at=created_at,
+            enqueued_at=None,
             started_at=None,
             last_attempted_at=None,
             finished_at=None,
@@ -643,6 +643,12 @@ def atomic_database_problem() -> str | None:
         f"{DEFAULT_DB_ALIAS!r} where the task's writes go; only writes on the queue's "
         f"database commit together with the job"
     )
+
+
+def _written(result: TaskResult, job_id: int, created_at: datetime) -> None:
+    # TaskResult is frozen; the framework's own backends set fields the same way.
+    object.__setattr__(result, "id", str(job_id))
+    object.__setattr__(result, "enqueued_at", created_at)
 
 
 def _json(value: Any) -> Any:

@@ -19,6 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .contract import DEFAULT_MAX_DEPTH, DEPTH_CEILING
+
 #: Webhook delivery defaults (``PGQUEUE["WEBHOOKS"]``). The retry schedule follows
 #: Svix: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 WEBHOOK_DEFAULTS: dict[str, Any] = {
@@ -77,8 +79,14 @@ DEFAULTS: dict[str, Any] = {
     # How long a worker keeps retrying a completion write before leaving the row to
     # its lease (the backstop).
     "COMPLETION_RETRY_SECONDS": 10.0,
-    # Cap on the JSON size of a job's arguments.
+    # Cap on the JSON size of a job's arguments, in bytes of UTF-8.
     "MAX_ARGS_BYTES": 1024 * 1024,
+    # How deeply lists and dicts may nest in a stored JSON document: arguments,
+    # webhook payloads, return values (see contract.py).
+    "MAX_JSON_DEPTH": DEFAULT_MAX_DEPTH,
+    # Cap on the JSON size of a task's return value, in bytes of UTF-8; a larger
+    # value fails the attempt instead of being stored.
+    "MAX_RESULT_BYTES": 1024 * 1024,
     # Server-side prepared statements on worker connections. Turn off behind
     # PgBouncer < 1.21 in transaction mode.
     "PREPARED_STATEMENTS": True,
@@ -133,6 +141,8 @@ class PgQueueSettings:
     UNKNOWN_TASK_DELAY: float
     COMPLETION_RETRY_SECONDS: float
     MAX_ARGS_BYTES: int
+    MAX_JSON_DEPTH: int
+    MAX_RESULT_BYTES: int
     PREPARED_STATEMENTS: bool
     TEST_HOOKS: bool
     TRACING: bool = False
@@ -285,6 +295,12 @@ def validate(raw: Any) -> PgQueueSettings:
             f"PGQUEUE['NOTIFY_CHANNEL'] must be a non-empty string of at most 63 "
             f"characters, got {channel!r}"
         )
+    depth = _positive_int("PGQUEUE['MAX_JSON_DEPTH']", merged["MAX_JSON_DEPTH"])
+    if depth > DEPTH_CEILING:
+        raise ImproperlyConfigured(
+            f"PGQUEUE['MAX_JSON_DEPTH'] must be at most {DEPTH_CEILING} (deeper documents "
+            f"cannot be read back by Django's Tasks framework), got {depth!r}"
+        )
     listen_dsn = merged["LISTEN_DSN"]
     if listen_dsn is not None and not isinstance(listen_dsn, str):
         raise ImproperlyConfigured("PGQUEUE['LISTEN_DSN'] must be None or a libpq DSN string")
@@ -317,6 +333,8 @@ def validate(raw: Any) -> PgQueueSettings:
             "PGQUEUE['COMPLETION_RETRY_SECONDS']", merged["COMPLETION_RETRY_SECONDS"]
         ),
         MAX_ARGS_BYTES=_positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"]),
+        MAX_JSON_DEPTH=depth,
+        MAX_RESULT_BYTES=_positive_int("PGQUEUE['MAX_RESULT_BYTES']", merged["MAX_RESULT_BYTES"]),
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),

@@ -97,6 +97,29 @@ def is_connection_error(exc: BaseException) -> bool:
     return sqlstate.startswith(("08", "57P")) or sqlstate == "25006"
 
 
+def is_data_error(exc: BaseException) -> bool:
+    """True when the statement failed on a value it carried, not on the connection.
+
+    22: data exception (NUL in text, ``\\u0000`` in jsonb, a value out of range); 23:
+    a constraint refused a row; 54: a program limit (a document too deep for the
+    server's stack, checked before 08/57P because psycopg files it under
+    OperationalError). A ``UnicodeEncodeError`` is psycopg refusing to send a lone
+    surrogate. The same statement would fail the same way if sent again.
+    """
+    if isinstance(exc, UnicodeError | psycopg.DataError | psycopg.IntegrityError):
+        return True
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    return sqlstate.startswith(("22", "23", "54"))
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """``ClassName: message (detail)`` on one line, without the statement's parameters."""
+    diag = getattr(exc, "diag", None)
+    message = getattr(diag, "message_primary", None) or (str(exc).splitlines() or [""])[0]
+    detail = getattr(diag, "message_detail", None)
+    return f"{type(exc).__name__}: {message}" + (f" ({detail})" if detail else "")
+
+
 _NAMED_PARAMETER = re.compile(r"%\((\w+)\)s")
 
 

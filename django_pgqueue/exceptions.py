@@ -8,7 +8,27 @@ class PgQueueError(Exception):
 
 
 class ArgumentsNotJSON(PgQueueError, TypeError):
-    """A task argument cannot be stored as JSON (nothing was written)."""
+    """A task argument cannot be stored as JSON (nothing was written).
+
+    Not a JSON type, NaN or infinity, a NUL character or lone surrogate in a string
+    or key, or nested deeper than ``PGQUEUE["MAX_JSON_DEPTH"]``; the message names
+    the argument and the path inside it.
+    """
+
+
+class PayloadNotJSON(PgQueueError, TypeError, ValueError):
+    """A webhook payload cannot be stored and sent as JSON (nothing was written).
+
+    The same contract as :class:`ArgumentsNotJSON`. A ``TypeError`` and a
+    ``ValueError``, as ``send_event`` raised for these before.
+    """
+
+
+class ResultNotStorable(PgQueueError, TypeError):
+    """A task returned a value that cannot be stored as JSON (the attempt fails).
+
+    The same contract as :class:`ArgumentsNotJSON`, checked by the worker.
+    """
 
 
 class PayloadTooLarge(PgQueueError, ValueError):
@@ -17,6 +37,14 @@ class PayloadTooLarge(PgQueueError, ValueError):
 
 class LeaseExpired(PgQueueError):
     """Recorded when a worker stopped renewing its lease (it died or lost the database)."""
+
+
+class OutcomeNotStored(PgQueueError):
+    """Recorded when PostgreSQL refused the values of an attempt's outcome.
+
+    The worker writes the row again without them, with the database's reason; other
+    outcomes written in the same batch are not affected.
+    """
 
 
 class WorkerInterrupted(PgQueueError):

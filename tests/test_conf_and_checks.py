@@ -20,6 +20,7 @@ def test_defaults():
     assert conf.LEASE_SECONDS == 30.0
     assert conf.PREFETCH is None
     assert conf.WEBHOOKS["RETRY_SCHEDULE"][:3] == [0, 5, 300]
+    assert (conf.MAX_JSON_DEPTH, conf.MAX_RESULT_BYTES) == (100, 1024 * 1024)
 
 
 def test_unknown_key_names_valid_ones():
@@ -46,6 +47,10 @@ def test_unknown_key_names_valid_ones():
             {"WEBHOOKS": {"MAX_IN_FLIGHT": 0}},
             r"PGQUEUE\['WEBHOOKS'\]\['MAX_IN_FLIGHT'\] must be a positive integer, got 0",
         ),
+        ({"MAX_JSON_DEPTH": 0}, r"MAX_JSON_DEPTH'\] must be a positive integer, got 0"),
+        ({"MAX_JSON_DEPTH": 201}, r"MAX_JSON_DEPTH'\] must be at most 200"),
+        ({"MAX_JSON_DEPTH": 10.5}, "must be a positive integer"),
+        ({"MAX_RESULT_BYTES": -1}, r"MAX_RESULT_BYTES'\] must be a positive integer"),
         ("nope", "must be a dict"),
     ],
 )

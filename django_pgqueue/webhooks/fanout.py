@@ -4,6 +4,7 @@ transaction."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,8 @@ from django.db import connections, transaction
 
 from .. import sql
 from ..conf import get_settings
-from ..exceptions import PayloadTooLarge
+from ..contract import check_json_document
+from ..exceptions import PayloadNotJSON
 from ..notify import wake_workers
 from ..routers import warn_if_outside_queue_transaction
 from .breaker import max_attempts
@@ -21,17 +23,55 @@ if TYPE_CHECKING:
     from ..models import Event
 
 
+#: What an event type may be: a letter or digit, then letters, digits and ``_ . : / -``
+#: (``order.paid``, ``invoice:created``, ``orders/create``), 255 characters at most.
+EVENT_TYPE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,254}")
+#: What an idempotency key may be: 1 to 255 visible ASCII characters (no spaces or
+#: control characters), e.g. ``order-42-paid`` or a UUID.
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"[!-~]{1,255}")
+
+
 def serialize_payload(payload: Any) -> str:
-    """The JSON text of a payload: compact, key order kept, strict (no NaN)."""
+    """The JSON text of a payload: compact, key order kept, ASCII, checked (``contract.py``).
+
+    Raises ``PayloadNotJSON`` (a TypeError and ValueError) naming the path of what
+    cannot be stored, and ``PayloadTooLarge`` above ``MAX_PAYLOAD_BYTES``.
+    """
     if not isinstance(payload, Mapping):
-        raise TypeError(
+        raise PayloadNotJSON(
             f"A webhook payload must be a JSON object (a dict), got {type(payload).__name__}"
         )
-    try:
-        # ensure_ascii: the body is pure ASCII, so its bytes never depend on an encoding.
-        return json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=True)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"The webhook payload cannot be sent as JSON: {exc}") from None
+    conf = get_settings()
+    # ensure_ascii: the body is pure ASCII, so its bytes never depend on an encoding.
+    return check_json_document(
+        payload,
+        name="payload",
+        max_bytes=conf.WEBHOOKS["MAX_PAYLOAD_BYTES"],
+        max_depth=conf.MAX_JSON_DEPTH,
+        ensure_ascii=True,
+        context="The webhook payload cannot be sent",
+        error=PayloadNotJSON,
+        limit_name="PGQUEUE['WEBHOOKS']['MAX_PAYLOAD_BYTES']",
+    )
+
+
+def check_event_type(event_type: Any) -> None:
+    """Raise ValueError unless ``event_type`` follows ``EVENT_TYPE_PATTERN``."""
+    if not isinstance(event_type, str) or not EVENT_TYPE_PATTERN.fullmatch(event_type):
+        raise ValueError(
+            f"event_type must be 1 to 255 characters: a letter or digit, then letters, "
+            f"digits, '_', '.', ':', '/' or '-' (e.g. 'order.paid'), got {event_type!r}"
+        )
+
+
+def check_idempotency_key(key: Any, name: str = "idempotency_key") -> None:
+    """Raise ValueError unless ``key`` is None or follows ``IDEMPOTENCY_KEY_PATTERN``
+    (the rule of idempotency and ordering keys; ``name`` is the argument's)."""
+    if key is not None and (not isinstance(key, str) or not IDEMPOTENCY_KEY_PATTERN.fullmatch(key)):
+        raise ValueError(
+            f"{name} must be None or 1 to 255 visible ASCII characters (no "
+            f"spaces or control characters), got {key!r}"
+        )
 
 
 def send_event(
@@ -50,32 +90,21 @@ def send_event(
     ``ordering_key`` (an order id, say) puts the event in that key's FIFO line on
     endpoints that order per key; elsewhere it is ignored.
 
-    Raises ``TypeError``/``ValueError`` if the payload is not a JSON object that
-    serialises, and ``PayloadTooLarge`` above ``PGQUEUE["WEBHOOKS"]["MAX_PAYLOAD_BYTES"]``;
-    nothing is written then.
+    Everything is checked before any SQL (docs/webhooks.md, "What send_event
+    accepts"): ``ValueError`` for an event type or idempotency key outside their
+    rules, ``PayloadNotJSON`` (a TypeError and ValueError) for a payload that is not
+    a JSON object storable as ``jsonb``, naming the path at fault, and
+    ``PayloadTooLarge`` above ``PGQUEUE["WEBHOOKS"]["MAX_PAYLOAD_BYTES"]``. Nothing is
+    written then, and the caller's transaction stays usable.
     """
     from ..models import Event
 
-    if not isinstance(event_type, str) or not event_type.strip():
-        raise ValueError(f"event_type must be a non-empty string, got {event_type!r}")
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 255
-    ):
-        raise ValueError("idempotency_key must be None or a string of 1 to 255 characters")
-    if ordering_key is not None and (
-        not isinstance(ordering_key, str) or not ordering_key or len(ordering_key) > 255
-    ):
-        raise ValueError("ordering_key must be None or a string of 1 to 255 characters")
+    check_event_type(event_type)
+    check_idempotency_key(idempotency_key)
+    check_idempotency_key(ordering_key, "ordering_key")
     conf = get_settings()
     webhooks = conf.WEBHOOKS
     body = serialize_payload(payload)
-    limit = webhooks["MAX_PAYLOAD_BYTES"]
-    if len(body) > limit:
-        raise PayloadTooLarge(
-            f"The webhook payload is {len(body)} bytes as JSON; the limit is {limit} "
-            "(PGQUEUE['WEBHOOKS']['MAX_PAYLOAD_BYTES']). Send an id the receiver can "
-            "fetch the data with instead."
-        )
     alias = using or conf.DATABASE
     msg_id = new_message_id()
     warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=2)

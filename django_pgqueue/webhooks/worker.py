@@ -12,8 +12,8 @@ are separate autocommit statements on the worker's own connections.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import json
 import logging
 import threading
 import time
@@ -29,6 +29,7 @@ from ..conf import get_settings
 from ..db import PositionalStatement
 from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
+from ..storable import LAST_ERROR_CAP, storable_headers, storable_text
 from ..tracing import outgoing_headers, traced_delivery
 from ..worker import hooks
 from ..worker.runner import Outcome, describe_exception
@@ -117,8 +118,9 @@ def transport_from_settings(conf: Any) -> WebhookTransport:
 
 
 def _body_text(raw: bytes) -> str:
-    # PostgreSQL text cannot hold NUL; the log keeps a readable, bounded copy.
-    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
+    # The transport bounds the body (RESPONSE_CAP); PostgreSQL text cannot hold
+    # NUL, which storable_text shows as the text "\x00".
+    return storable_text(raw.decode("utf-8", "replace"))
 
 
 class DeliverySource(Source):
@@ -233,7 +235,9 @@ class DeliverySource(Source):
                 delay_or_none = breaker.refusal_delay(item.attempts, delay_or_none, conf)
             status = Status.DEAD if delay_or_none is None else Status.FAILED
             delay = delay_or_none or 0.0
-            last_error = f"attempt {item.attempts}: {breaker.describe_failure(result)}"[:2000]
+            last_error = storable_text(
+                f"attempt {item.attempts}: {breaker.describe_failure(result)}", LAST_ERROR_CAP
+            )
         return Outcome(
             item.id,
             item.token,
@@ -248,10 +252,12 @@ class DeliverySource(Source):
                 "started_at": started_at,
                 "duration_ms": result.duration_ms,
                 "status_code": result.status_code,
-                "headers": json.dumps(result.headers),
+                # Whatever the receiver sent, escaped and bounded (storable.py): one
+                # hostile header must not fail the batch of outcomes it is written in.
+                "headers": storable_headers(result.headers),
                 "body": _body_text(result.body),
                 "truncated": result.truncated,
-                "error": result.error or "",
+                "error": storable_text(result.error or "", LAST_ERROR_CAP),
             },
         )
 
@@ -281,6 +287,25 @@ class DeliverySource(Source):
 
     def describe(self, item: ClaimedDelivery) -> str:
         return item.task_path
+
+    def unstorable(self, outcome: Outcome, reason: str, worker_id: str) -> Outcome:
+        """The same verdict and status (the receiver did answer so), without the
+        response's content, and ``reason`` as the attempt's error."""
+        extra = outcome.extra
+        code = extra.get("status_code")
+        return dataclasses.replace(
+            outcome,
+            last_error=f"attempt {outcome.attempt}: {reason}",
+            extra={
+                **extra,
+                "status_code": code if isinstance(code, int) and 100 <= code <= 999 else None,
+                "duration_ms": min(max(int(extra.get("duration_ms") or 0), 0), 2**31 - 1),
+                "headers": "{}",
+                "body": "",
+                "truncated": False,
+                "error": reason,
+            },
+        )
 
     # -- writing ---------------------------------------------------------------------
 

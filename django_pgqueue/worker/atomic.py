@@ -37,6 +37,7 @@ from ..backend import _json
 from ..conf import get_settings
 from ..db import is_connection_error
 from ..models.queue import Status
+from ..storable import make_outcome_storable
 from .runner import ClaimedJob, Outcome, TaskRunner, _error_entry, _exception_path
 from .sources import Source
 
@@ -166,6 +167,10 @@ class AtomicJobSource(Source):
 
     def _record_failure(self, db: str, job: ClaimedJob, outcome: Outcome) -> None:
         """Write the failed attempt in its own short transaction (autocommit)."""
+        # As the completer does for other jobs: a task's error text may hold NUL or
+        # lone surrogates, which PostgreSQL refuses; refused here, the attempt would
+        # be retried at once for ever.
+        make_outcome_storable(outcome)
         try:
             with connections[db].cursor() as cursor:
                 cursor.execute(

@@ -5,6 +5,11 @@ free connection behind busy task threads (connection budget, see
 docs/operations.md). Outcomes that arrive together are written with one
 statement per source (e.g. sql.COMPLETE_JOBS), each row guarded by its claim
 token.
+
+Outcomes are made storable first (``storable.py``). If a batch still fails on a
+value it carries (a data error, not a lost connection), it is written again row by
+row, so one bad row never sends innocent work round again; the bad row itself is
+recorded with "outcome could not be stored: ..." (``Source.unstorable``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from ..db import connect, is_connection_error
+from ..db import connect, describe_db_error, is_connection_error, is_data_error
+from ..storable import make_outcome_storable
 from . import hooks
 from .heartbeat import Heartbeat
 from .runner import Outcome
@@ -138,11 +144,14 @@ class Completer(threading.Thread):
         if "before_complete" in self.test_hooks:
             for outcome in batch:
                 hooks.pause("before_complete", outcome.job_id, outcome.token)
+        for outcome in batch:
+            make_outcome_storable(outcome)
         deadline = time.monotonic() + self.retry_budget
         pending = batch
         written: set[int] = set()
         delay = 0.1
         ambiguous = False
+        row_by_row = False
         while pending:
             try:
                 conn = self._connection()
@@ -152,9 +161,27 @@ class Completer(threading.Thread):
                     ambiguous = False
                     if not pending:
                         break
+                if row_by_row:
+                    written |= self._write_row(source, conn, pending[0])
+                    pending = pending[1:]
+                    continue
                 written |= source.write_outcomes(conn, pending)
                 pending = []
             except Exception as exc:
+                # Before is_connection_error: a program limit is an OperationalError.
+                if is_data_error(exc) and not row_by_row and len(pending) > 1:
+                    logger.warning(
+                        "Completion write of %d outcome(s) refused a value (%s); writing "
+                        "them one by one",
+                        len(pending),
+                        describe_db_error(exc),
+                    )
+                    row_by_row = True
+                    continue
+                if is_data_error(exc) and len(pending) == 1:
+                    written |= self._write_unstorable(source, conn, pending[0], exc)
+                    pending = pending[1:]
+                    continue
                 if not is_connection_error(exc):
                     logger.exception("Completion write failed; rows stay leased and will retry")
                     break
@@ -189,6 +216,35 @@ class Completer(threading.Thread):
                     del self.held[outcome.key]
                 self.lost.discard(outcome.key)
         self.on_written(batch, {(source.name, i) for i in written})
+
+    def _write_row(self, source: Source, conn: Any, outcome: Outcome) -> set[int]:
+        """One outcome alone; if its values are refused, its stand-in (a connection
+        error propagates to ``write``'s retry loop)."""
+        try:
+            return source.write_outcomes(conn, [outcome])
+        except Exception as exc:
+            if not is_data_error(exc):
+                raise
+            return self._write_unstorable(source, conn, outcome, exc)
+
+    def _write_unstorable(
+        self, source: Source, conn: Any, outcome: Outcome, exc: BaseException
+    ) -> set[int]:
+        reason = f"outcome could not be stored: {describe_db_error(exc)}"
+        logger.error("%s %s: %s", source.name, outcome.job_id, reason)
+        stand_in = source.unstorable(outcome, reason, self.worker_id)
+        make_outcome_storable(stand_in)
+        try:
+            return source.write_outcomes(conn, [stand_in])
+        except Exception as again:
+            if not is_data_error(again):
+                raise
+            logger.exception(
+                "%s %s: even the stand-in outcome was refused; the row is left to its lease",
+                source.name,
+                outcome.job_id,
+            )
+            return set()
 
     @staticmethod
     def _settle_ambiguous(

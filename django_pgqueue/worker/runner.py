@@ -31,6 +31,7 @@ from ..compat import (
     task_finished,
     task_started,
 )
+from ..contract import return_value_json
 from ..exceptions import NotATask, TaskAborted, TaskTimeout, WorkerInterrupted
 from ..models.queue import Status
 from ..tracing import traced_run
@@ -425,7 +426,7 @@ class TaskRunner:
                 )
             else:
                 value = task.call(*job.args, **job.kwargs)
-            result_json = json.dumps(value, allow_nan=False, separators=(",", ":"))
+            result_json = return_value_json(value)  # an unstorable value fails the attempt
         except BaseException as exc:  # the task's failure (SystemExit from a task too)
             if result is None:
                 result = self._result(job, task)

@@ -8,12 +8,17 @@ source makes for a claimed row must be guarded by the row's claim token.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from django.utils import timezone
+
 from .. import sql
+from ..models.queue import Status
 from .runner import ClaimedJob, Outcome, TaskRunner
 
 
@@ -111,6 +116,30 @@ class Source(ABC):
 
     def describe(self, item: Any) -> str:
         return str(getattr(item, "task_path", self.name))
+
+    def unstorable(self, outcome: Outcome, reason: str, worker_id: str) -> Outcome:
+        """What to write instead of ``outcome`` when PostgreSQL refused its values.
+
+        The attempt ran (or was released), so it is recorded, with ``reason`` and
+        none of the refused content. A finished attempt becomes ``dead``: running
+        it again would redo its work and most likely fail to store the same way;
+        the admin's retry is there for a human decision. A release stays a release.
+        """
+        entry = {
+            "attempt": outcome.attempt,
+            "exception_class_path": "django_pgqueue.exceptions.OutcomeNotStored",
+            "traceback": reason,
+            "at": timezone.now().isoformat(),
+            "worker_id": worker_id,
+        }
+        return dataclasses.replace(
+            outcome,
+            status=Status.PENDING if outcome.status == Status.PENDING else Status.DEAD,
+            result_json=None,
+            delay=0.0,
+            error_json=json.dumps(entry),
+            last_error=f"OutcomeNotStored: {reason}",
+        )
 
 
 class JobSource(Source):

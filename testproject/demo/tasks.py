@@ -149,3 +149,25 @@ def atomic_effect(context, label: str = "", sleep: float = 0.0) -> int:
 def leased_effect(context, label: str = "", sleep: float = 0.0) -> int:
     """``atomic_effect`` as an at-least-once task: the fault test's control run."""
     return _record(context, label, sleep, False)
+
+
+@task()
+def echo(value: object) -> object:
+    """Returns its argument (tests of return values the queue cannot store)."""
+    return value
+
+
+def _beyond_any_timestamp(exception: BaseException, task_result: object) -> float:
+    return 1e300
+
+
+@task(backoff=_beyond_any_timestamp)
+def fails_with_absurd_backoff() -> None:
+    """Fails; its backoff asks for a retry further away than any timestamp."""
+    raise RuntimeError("failing on purpose")
+
+
+@task(max_attempts=1)
+def fail_with_text(codepoints: list[int]) -> None:
+    """Raises with a message built from code points (NUL and lone surrogates included)."""
+    raise ValueError("".join(map(chr, codepoints)))

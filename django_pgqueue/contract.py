@@ -1,0 +1,252 @@
+"""The input contract: what may be stored as a JSON document, checked before any SQL.
+
+Job arguments and webhook payloads come from application code and often carry user
+data. PostgreSQL's ``jsonb`` refuses some of what ``json.dumps`` writes (``\\u0000``,
+lone surrogates) and Python refuses to encode lone surrogates as UTF-8; a value that
+fails there fails *inside* the caller's transaction, after SQL has run, and aborts
+it. So every door that stores a document (``enqueue``, ``aenqueue``,
+``enqueue_many``, ``send_event``) calls :func:`check_json_document` first: it
+serialises the value once and refuses, with an error naming the argument and the
+path inside it, anything that could not be stored and read back exactly:
+
+* a value that is not JSON (a set, bytes, a model instance, NaN, infinity);
+* a NUL character or a lone surrogate in any string or key;
+* a document nested deeper than ``max_depth`` lists and dicts;
+* a document of more than ``max_bytes`` bytes of UTF-8.
+
+The common case costs one ``json.dumps`` plus a few scans of its text at C speed;
+the value is walked in Python only when one of those scans says it may be at fault,
+to find and name the culprit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from .exceptions import ArgumentsNotJSON, PayloadTooLarge, ResultNotStorable
+
+#: Default ``PGQUEUE["MAX_JSON_DEPTH"]``: as deep as Ruby's JSON parser allows.
+DEFAULT_MAX_DEPTH = 100
+#: The deepest limit the setting accepts: Django's Tasks framework rebuilds
+#: arguments recursively (``normalize_json``) and fails a few hundred levels down.
+DEPTH_CEILING = 200
+
+#: A JSON string literal in ``json.dumps`` output (the unrolled-loop form: linear,
+#: no backtracking on long strings).
+_STRING_LITERAL = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+#: What is left of compact JSON text without its strings, brackets made one kind:
+#: every character but the brackets is dropped.
+_BRACKETS_ONLY = str.maketrans("{}", "[]", "0123456789+-.eE,:truefalsn \n")
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (``len`` for ASCII, which most JSON is)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_json_document(
+    value: Any,
+    *,
+    name: str,
+    max_bytes: int,
+    max_depth: int,
+    ensure_ascii: bool = False,
+    context: str = "",
+    error: type[Exception] = ArgumentsNotJSON,
+    limit_name: str = "",
+) -> str:
+    """Serialise ``value`` to compact JSON text that PostgreSQL's ``jsonb`` stores exactly.
+
+    ``name`` is the document's root as paths are written in messages (``"args"``,
+    ``"kwargs"``, ``"payload"``); ``context`` starts every message (``"Cannot enqueue
+    app.tasks.send"``). Raises ``error`` for a value that is not storable JSON and
+    ``PayloadTooLarge`` above ``max_bytes`` (UTF-8; ``limit_name`` is the setting
+    the message names), before anything is written.
+    With ``ensure_ascii`` the text is pure ASCII (``\\uXXXX`` escapes), so its bytes
+    never depend on an encoding: webhook bodies are signed as sent.
+    """
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=ensure_ascii)
+    except (TypeError, ValueError, RecursionError) as exc:
+        _refuse(value, name, max_depth, context, error, cause=exc)
+    if text.isascii():
+        size = len(text)
+        # ensure_ascii writes a surrogate as an escape, which jsonb refuses unpaired.
+        suspect = "\\u0000" in text or (ensure_ascii and "\\ud" in text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            size, suspect = 0, True  # a lone surrogate: found and named below
+        else:
+            suspect = "\\u0000" in text
+    # A false alarm (the six characters "\u0000" typed in a string) walks and passes.
+    if suspect:
+        _refuse(value, name, max_depth, context, error, only_if_found=True)
+    if size > max_bytes:
+        raise PayloadTooLarge(
+            f"{_prefix(context)}{size} bytes of JSON (UTF-8) in {_subject(name, ())}, "
+            f"more than the limit of {max_bytes}{f' ({limit_name})' if limit_name else ''}. "
+            f"Store large data elsewhere and pass a reference."
+        )
+    # Every level opens a bracket, so a text with few brackets is shallow enough.
+    if text.count("[") + text.count("{") > max_depth and json_depth(text) > max_depth:
+        _refuse(value, name, max_depth, context, error)
+    return text
+
+
+def return_value_json(value: Any) -> str:
+    """A task's return value as JSON text, under the same contract as its arguments.
+
+    Raises ``ResultNotStorable`` or ``PayloadTooLarge`` (above
+    ``PGQUEUE["MAX_RESULT_BYTES"]``): the worker records that as the attempt's
+    failure, like an exception raised by the task.
+    """
+    from .conf import get_settings
+
+    conf = get_settings()
+    return check_json_document(
+        value,
+        name="result",
+        max_bytes=conf.MAX_RESULT_BYTES,
+        max_depth=conf.MAX_JSON_DEPTH,
+        error=ResultNotStorable,
+        limit_name="PGQUEUE['MAX_RESULT_BYTES']",
+    )
+
+
+def json_depth(text: str) -> int:
+    """How deeply lists and objects nest in the JSON ``text`` (0 for a scalar).
+
+    Strings are dropped, brackets kept, and innermost pairs removed one level per
+    pass: each pass is a C-speed ``str.replace``, so this costs a few scans of the
+    text for the depths real documents have.
+    """
+    brackets = _STRING_LITERAL.sub("", text).translate(_BRACKETS_ONLY)
+    depth = 0
+    while brackets:
+        brackets = brackets.replace("[]", "")
+        depth += 1
+    return depth
+
+
+def format_path(name: str, path: tuple[Any, ...]) -> str:
+    """``kwargs['user']['tags'][3]``: where a value sits in a document.
+
+    A very deep path keeps its first and last steps around a count of the others.
+    """
+    steps = [f"[{step!r}]" for step in path]
+    if len(steps) > 12:
+        steps[8:-2] = [f"[...{len(steps) - 10} more...]"]
+    return name + "".join(steps)
+
+
+def _prefix(context: str) -> str:
+    return f"{context}: " if context else ""
+
+
+def _subject(name: str, path: tuple[Any, ...]) -> str:
+    """What the caller passed that is at fault: the argument, not the whole document."""
+    if name == "args" and path:
+        return f"positional argument {path[0]}"
+    if name == "kwargs" and path:
+        return f"keyword argument {path[0]!r}"
+    if name == "args":
+        return "the positional arguments"
+    if name == "kwargs":
+        return "the keyword arguments"
+    return f"the {name}"
+
+
+def _refuse(
+    value: Any,
+    name: str,
+    max_depth: int,
+    context: str,
+    error: type[Exception],
+    *,
+    cause: BaseException | None = None,
+    only_if_found: bool = False,
+) -> None:
+    """Raise ``error`` naming the first fault in ``value`` (document order)."""
+    for path, problem in _faults(value, max_depth):
+        where = format_path(name, path)
+        subject = _subject(name, path)
+        if problem.startswith("is nested"):
+            verb = "is nested too deeply"
+            fix = (
+                f"PGQUEUE['MAX_JSON_DEPTH'] allows {max_depth} levels of lists and dicts; "
+                "flatten the data or store it elsewhere and pass a reference."
+            )
+        elif problem.startswith(("holds", "has a key holding")):
+            verb = "cannot be stored"
+            fix = (
+                "PostgreSQL cannot store NUL characters or unpaired surrogates in JSON; "
+                "clean the text first, or send binary data base64-encoded."
+            )
+        else:
+            verb = "is not JSON-serialisable"
+            fix = (
+                "Pass JSON types only (str, int, float, bool, None, list, dict with str "
+                "keys), e.g. an id instead of a model instance."
+            )
+        raise error(f"{_prefix(context)}{subject} {verb}: {where} {problem}. {fix}") from cause
+    if only_if_found:
+        return
+    raise error(
+        f"{_prefix(context)}{_subject(name, ())} cannot be stored as JSON ({cause!r})"
+    ) from cause
+
+
+def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Each (path, problem) in ``value``, in document order; iterative, so any depth."""
+    stack: list[tuple[Any, tuple[Any, ...], int]] = [(value, (), 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            problem = _string_problem(item)
+            if problem:
+                yield path, f"holds {problem}"
+        elif item is None or isinstance(item, bool):
+            continue
+        elif isinstance(item, int):
+            try:
+                int.__repr__(item)  # what json.dumps writes
+            except ValueError:
+                yield path, "is an integer too long to write as JSON"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                yield path, f"is {item!r}, which JSON cannot represent"
+        elif isinstance(item, list | tuple | dict):
+            if depth + 1 > max_depth:
+                yield path, f"is nested {depth + 1} levels deep, more than {max_depth}"
+                continue
+            if isinstance(item, dict):
+                children: list[tuple[Any, tuple[Any, ...], int]] = []
+                for key, child in item.items():
+                    if isinstance(key, str):
+                        problem = _string_problem(key)
+                        if problem:
+                            yield path, f"has a key holding {problem} ({key!r})"
+                    elif not (key is None or isinstance(key, int | float)):
+                        yield path, f"has a key of type {type(key).__name__} ({key!r})"
+                    children.append((child, (*path, key), depth + 1))
+            else:
+                children = [(child, (*path, i), depth + 1) for i, child in enumerate(item)]
+            stack.extend(reversed(children))
+        else:
+            yield path, f"is a {type(item).__module__}.{type(item).__qualname__}"
+
+
+def _string_problem(text: str) -> str:
+    if "\x00" in text:
+        return f"a NUL character (\\x00) at position {text.index(chr(0))}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate ({text[exc.start]!r}) at position {exc.start}"
+    return ""
