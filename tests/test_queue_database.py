@@ -341,6 +341,8 @@ def test_endpoint_admin_forms_and_buttons_write_the_queue_database(queue_db, adm
             "event_types": "[]",
             "headers": "{}",
             "is_active": "on",
+            "rate_period": "1",
+            "ordering": "none",
         },
     )
     assert added.status_code == 302, added.context["adminform"].form.errors
