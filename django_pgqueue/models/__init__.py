@@ -1,5 +1,6 @@
 """Database models: the abstract queue row, jobs and webhook deliveries."""
 
+from .mq import MessageQueue
 from .queue import Job, QueueRow, Status
 from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event
 
@@ -10,6 +11,7 @@ __all__ = [
     "Endpoint",
     "Event",
     "Job",
+    "MessageQueue",
     "QueueRow",
     "Status",
 ]
