@@ -18,6 +18,30 @@ def _fresh_mq_state() -> Iterator[None]:
     yield
     store._cache.clear()
     listener.close()
+    _drop_queue_tables()
+
+
+def _drop_queue_tables() -> None:
+    """Drop the per-queue tables a transactional test left (the flush only empties the
+    registry, which Django knows about; the queues' own tables are the API's)."""
+    from psycopg import sql as pgsql
+
+    from django_pgqueue.db import connect
+
+    with connect("mq-test-cleanup", prepare=False) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT relname FROM pg_class WHERE relkind = 'r'"
+                " AND relname ~ '^pgqueue_mq_[qa]_' AND relnamespace = current_schema()::regnamespace"
+            )
+        ]
+        if tables:
+            conn.execute(
+                pgsql.SQL("DROP TABLE {}").format(
+                    pgsql.SQL(", ").join(pgsql.Identifier(t) for t in tables)
+                )
+            )
 
 
 def table_rows(table: str) -> int:
