@@ -8,26 +8,71 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgqueue', '0004_park_disabled_endpoint_deliveries'),
+        ("django_pgqueue", "0004_park_disabled_endpoint_deliveries"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MessageQueue',
+            name="MessageQueue",
             fields=[
-                ('name', models.CharField(max_length=47, primary_key=True, serialize=False)),
-                ('unlogged', models.BooleanField(default=False, help_text='UNLOGGED message table: fast, and emptied by a database crash.')),
-                ('max_reads', models.PositiveIntegerField(blank=True, help_text='A message read this many times is dead-lettered on its next read.', null=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('dead_letter', models.ForeignKey(blank=True, db_column='dead_letter', help_text="Queue that receives dead letters (the queue's own archive if empty).", null=True, on_delete=django.db.models.deletion.PROTECT, related_name='dead_letter_sources', to='django_pgqueue.messagequeue')),
+                ("name", models.CharField(max_length=47, primary_key=True, serialize=False)),
+                (
+                    "unlogged",
+                    models.BooleanField(
+                        default=False,
+                        help_text="UNLOGGED message table: fast, and emptied by a database crash.",
+                    ),
+                ),
+                (
+                    "max_reads",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="A message read this many times is dead-lettered on its next read.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "dead_letter",
+                    models.ForeignKey(
+                        blank=True,
+                        db_column="dead_letter",
+                        help_text="Queue that receives dead letters (the queue's own archive if empty).",
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="dead_letter_sources",
+                        to="django_pgqueue.messagequeue",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'message queue',
-                'db_table': 'pgqueue_mq_queue',
-                'ordering': ('name',),
-                'constraints': [models.CheckConstraint(condition=models.Q(('max_reads__isnull', True), ('max_reads__gte', 1), _connector='OR'), name='pgqueue_mq_max_reads_positive'), models.CheckConstraint(condition=models.Q(('dead_letter__isnull', True), ('max_reads__isnull', False), _connector='OR'), name='pgqueue_mq_dead_letter_reads'), models.CheckConstraint(condition=models.Q(('dead_letter', models.F('name')), _negated=True), name='pgqueue_mq_dead_letter_other')],
+                "verbose_name": "message queue",
+                "db_table": "pgqueue_mq_queue",
+                "ordering": ("name",),
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("max_reads__isnull", True), ("max_reads__gte", 1), _connector="OR"
+                        ),
+                        name="pgqueue_mq_max_reads_positive",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("dead_letter__isnull", True),
+                            ("max_reads__isnull", False),
+                            _connector="OR",
+                        ),
+                        name="pgqueue_mq_dead_letter_reads",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("dead_letter", models.F("name")), _negated=True),
+                        name="pgqueue_mq_dead_letter_other",
+                    ),
+                ],
             },
         ),
     ]

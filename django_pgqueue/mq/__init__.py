@@ -76,9 +76,9 @@ __all__ = [
     "ametrics_all",
     "apop",
     "apurge",
+    "archive",
     "aread",
     "aread_with_poll",
-    "archive",
     "asend",
     "asend_batch",
     "aset_vt",
@@ -122,7 +122,9 @@ def read_with_poll(
     check_seconds("max_poll_seconds", max_poll_seconds, MAX_POLL_SECONDS)
     conf = get_settings()
     interval = check_seconds(
-        "poll_interval", conf.POLL_INTERVAL if poll_interval is None else poll_interval, 60,
+        "poll_interval",
+        conf.POLL_INTERVAL if poll_interval is None else poll_interval,
+        60,
         minimum=0.001,
     )
     deadline = time.monotonic() + max_poll_seconds

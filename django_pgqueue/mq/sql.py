@@ -86,27 +86,30 @@ NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_notify(%s, '')"
 # sequence) skip the WAL: a crash empties it. The archive is always logged, as in
 # pgmq: what was archived stays. msg_id is not unique in the archive because an
 # unlogged queue's sequence starts again after a crash.
+#: The columns after msg_id, shared by a queue's table and its archive (and by the
+#: SQL API's create, which builds the same tables).
+QUEUE_COLUMNS = """read_ct integer NOT NULL DEFAULT 0,
+    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    vt timestamptz NOT NULL,
+    message jsonb,
+    headers jsonb
+"""
+
 _CREATE = {
     "create_queue": """/* pgqueue:mq_create */
 CREATE {persistence} TABLE {q} (
     msg_id bigint GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME {seq}) PRIMARY KEY,
-    read_ct integer NOT NULL DEFAULT 0,
-    enqueued_at timestamptz NOT NULL DEFAULT now(),
-    vt timestamptz NOT NULL,
-    message jsonb,
-    headers jsonb
-)""",
+    """
+    + QUEUE_COLUMNS
+    + ")",
     "create_queue_index": "/* pgqueue:mq_create */ CREATE INDEX {q_vt} ON {q} (vt)",
     "create_archive": """/* pgqueue:mq_create */
 CREATE TABLE {a} (
     msg_id bigint NOT NULL,
-    read_ct integer NOT NULL DEFAULT 0,
-    enqueued_at timestamptz NOT NULL DEFAULT now(),
     archived_at timestamptz NOT NULL DEFAULT now(),
-    vt timestamptz NOT NULL,
-    message jsonb,
-    headers jsonb
-)""",
+    """
+    + QUEUE_COLUMNS
+    + ")",
     "create_archive_index": "/* pgqueue:mq_create */ CREATE INDEX {a_id} ON {a} (msg_id)",
 }
 

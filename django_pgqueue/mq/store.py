@@ -177,7 +177,12 @@ def create(
                     f"dead_letter={existing.dead_letter!r})"
                 )
             return existing
-        for kind in ("create_queue", "create_queue_index", "create_archive", "create_archive_index"):
+        for kind in (
+            "create_queue",
+            "create_queue_index",
+            "create_archive",
+            "create_archive_index",
+        ):
             cursor.execute(sql.statement(kind, name, unlogged=wanted.unlogged))
     forget(name)
     return wanted
@@ -246,9 +251,7 @@ def send_batch(
 ) -> list[int]:
     """Send many messages in one statement; returns their ids in order."""
     seconds, at = check_delay(delay)
-    bodies: list[str | None] = [
-        check_message(m, f"messages[{i}]") for i, m in enumerate(messages)
-    ]
+    bodies: list[str | None] = [check_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
     check_count("the number of messages", len(bodies), MAX_BATCH)
     heads: list[str | None] | None = None
     if headers is not None:
@@ -284,6 +287,7 @@ def read(name: str, vt: float = 30, qty: int = 1) -> list[Message]:
     vt = check_seconds("vt", vt, MAX_VT_SECONDS)
     qty = check_count("qty", qty, MAX_QTY)
     info = get_queue(name)
+    params: list[Any]
     if info.max_reads is None:
         query, params = sql.statement("read", name), [qty, vt]
     elif info.dead_letter is None:

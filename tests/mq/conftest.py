@@ -32,8 +32,8 @@ def _drop_queue_tables() -> None:
         tables = [
             row[0]
             for row in conn.execute(
-                "SELECT relname FROM pg_class WHERE relkind = 'r'"
-                " AND relname ~ '^pgqueue_mq_[qa]_' AND relnamespace = current_schema()::regnamespace"
+                "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ '^pgqueue_mq_[qa]_'"
+                " AND relnamespace = current_schema()::regnamespace"
             )
         ]
         if tables:

@@ -169,7 +169,7 @@ def test_size_limit_is_the_argument_limit_in_utf8_bytes(settings):
     mq.send("sized", {"t": "é" * 40})  # 80 bytes of text, 88 of JSON
     with pytest.raises(mq.InvalidMessage, match="over the limit of 100"):
         mq.send("sized", {"t": "é" * 50})
-    with pytest.raises(mq.InvalidMessage, match="headers is .* over the limit"):
+    with pytest.raises(mq.InvalidMessage, match=r"headers is .* over the limit"):
         mq.send("sized", {}, headers={"t": "x" * 200})
     assert mq.metrics("sized").total_messages == 1
 

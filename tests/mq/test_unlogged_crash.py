@@ -34,7 +34,7 @@ def _django(url: str, code: str) -> str:
 
 def _count(dsn: str, table: str) -> int:
     with psycopg.connect(dsn) as conn:
-        return conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]  # noqa: S608 - fixed names
+        return conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
 
 
 def test_unlogged_queue_is_emptied_by_a_crash_and_logged_queue_is_intact(
