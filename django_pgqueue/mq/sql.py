@@ -204,6 +204,40 @@ WITH gone AS (
 INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
 SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone
 RETURNING msg_id""",
+    # The consumer's outcomes for one queue in one statement, each guarded by the
+    # read_ct of the read that handed the message out (the fencing token): archive,
+    # delete, retry after a delay, or release (visible at once, the read not
+    # counted). Returns the msg_ids written.
+    "settle": """/* pgqueue:mq_settle */
+WITH o AS (
+    SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::float8[])
+        AS o(msg_id, read_ct, action, delay)
+), gone AS (
+    DELETE FROM {q} m USING o
+    WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct AND o.action IN ('archive', 'delete')
+    RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, o.action
+), archived AS (
+    INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone WHERE action = 'archive'
+), back AS (
+    UPDATE {q} m
+    SET vt = clock_timestamp() + make_interval(secs => o.delay),
+        read_ct = m.read_ct - CASE WHEN o.action = 'release' THEN 1 ELSE 0 END
+    FROM o
+    WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct AND o.action IN ('retry', 'release')
+    RETURNING m.msg_id
+)
+SELECT msg_id FROM gone UNION ALL SELECT msg_id FROM back""",
+    # The consumer's lease extension, guarded by read_ct like "settle".
+    "extend": """/* pgqueue:mq_extend */
+UPDATE {q} m SET vt = clock_timestamp() + make_interval(secs => %s)
+FROM unnest(%s::bigint[], %s::int[]) AS o(msg_id, read_ct)
+WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct
+RETURNING m.msg_id""",
+    "read_counts": """/* pgqueue:mq_read_counts */
+SELECT msg_id, read_ct FROM {q} WHERE msg_id = ANY(%s::bigint[])""",
+    "any_visible": """/* pgqueue:mq_any_visible */
+SELECT EXISTS (SELECT 1 FROM {q} WHERE vt <= clock_timestamp())""",
     "delete": """/* pgqueue:mq_delete */
 DELETE FROM {q} WHERE msg_id = ANY(%s::bigint[]) RETURNING msg_id""",
     # DELETE, not pgmq's TRUNCATE: TRUNCATE takes an ACCESS EXCLUSIVE lock (every

@@ -116,15 +116,21 @@ def forget(name: str) -> None:
         _cache.pop(name, None)
 
 
-def get_queue(name: str) -> QueueInfo:
-    """The options of queue ``name``; QueueNotFound if there is no such queue."""
+def get_queue(name: str, conn: Any = None) -> QueueInfo:
+    """The options of queue ``name``; QueueNotFound if there is no such queue.
+
+    ``conn``: a psycopg connection to ask instead of Django's (the worker's).
+    """
     check_name(name)
     entry = _cache.get(name)
     if entry is not None and entry[0] > time.monotonic():
         return entry[1]
-    with _cursor() as cursor:
-        cursor.execute(sql.GET_QUEUE, [name])
-        row = cursor.fetchone()
+    if conn is not None:
+        row = conn.execute(sql.GET_QUEUE, [name]).fetchone()
+    else:
+        with _cursor() as cursor:
+            cursor.execute(sql.GET_QUEUE, [name])
+            row = cursor.fetchone()
     if row is None:
         forget(name)
         raise QueueNotFound(f"message queue {name!r} does not exist; create it with mq.create()")
@@ -286,21 +292,23 @@ def read(name: str, vt: float = 30, qty: int = 1) -> list[Message]:
     """
     vt = check_seconds("vt", vt, MAX_VT_SECONDS)
     qty = check_count("qty", qty, MAX_QTY)
-    info = get_queue(name)
-    params: list[Any]
-    if info.max_reads is None:
-        query, params = sql.statement("read", name), [qty, vt]
-    elif info.dead_letter is None:
-        query = sql.statement("read_dead_letter_archive", name)
-        params = [info.max_reads, qty, vt]
-    else:
-        query = sql.statement("read_dead_letter_queue", name, info.dead_letter)
-        params = [info.max_reads, qty, name, vt]
+    query, params = read_query(get_queue(name), vt, qty)
     with _cursor(name) as cursor:
         cursor.execute(query, params)
         rows = cursor.fetchall()
     rows.sort()
     return [Message.from_row(row) for row in rows]
+
+
+def read_query(info: QueueInfo, vt: float, qty: int) -> tuple[str, list[Any]]:
+    """The read statement of a queue (with its dead-letter policy) and its parameters."""
+    name = info.name
+    if info.max_reads is None:
+        return sql.statement("read", name), [qty, vt]
+    if info.dead_letter is None:
+        return sql.statement("read_dead_letter_archive", name), [info.max_reads, qty, vt]
+    query = sql.statement("read_dead_letter_queue", name, info.dead_letter)
+    return query, [info.max_reads, qty, name, vt]
 
 
 def pop(name: str, qty: int = 1) -> list[Message]:

@@ -124,6 +124,7 @@ class Worker:
         if self.notify:
             self.listener = Listener(
                 channel=conf.NOTIFY_CHANNEL,
+                also=[c for source in self.sources for c in getattr(source, "channels", ())],
                 wake=self.wake,
                 stopping=self.stopping,
                 worker_id=self.worker_id,
@@ -465,11 +466,13 @@ class Worker:
 
 
 def default_sources(worker_id: str) -> list[Source]:
-    """Jobs and webhook deliveries: everything a worker runs by default."""
+    """Jobs, webhook deliveries and the message queues of registered consumers."""
+    from ..mq.source import message_sources
     from ..webhooks.worker import DeliverySource
 
     conf = get_settings()
     return [
         JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY)),
         DeliverySource(worker_id),
+        *message_sources(worker_id, conf.LEASE_SECONDS),
     ]
