@@ -10,8 +10,9 @@ from django.contrib import admin
 from .deliveries import DeliveryAdmin, EventAdmin
 from .endpoints import EndpointAdmin
 from .jobs import JobAdmin
+from .mq import MessageQueueAdmin
 
-__all__ = ["DeliveryAdmin", "EndpointAdmin", "EventAdmin", "JobAdmin"]
+__all__ = ["DeliveryAdmin", "EndpointAdmin", "EventAdmin", "JobAdmin", "MessageQueueAdmin"]
 
 if admin.site.index_template is None:
     admin.site.index_template = "admin/django_pgqueue/index.html"

@@ -43,6 +43,9 @@ class MessageQueue(models.Model):
         db_table = "pgqueue_mq_queue"
         verbose_name = _("message queue")
         ordering = ("name",)
+        permissions = [
+            ("operate_messagequeue", "Can delete, archive or move messages of message queues"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(max_reads__isnull=True) | Q(max_reads__gte=1),

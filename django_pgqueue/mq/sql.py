@@ -266,6 +266,9 @@ FROM {q}""",
     "browse": """/* pgqueue:mq_browse */
 SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM {q}
 ORDER BY msg_id LIMIT %s OFFSET %s""",
+    "browse_ids": """/* pgqueue:mq_browse_ids */
+SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM {q}
+WHERE msg_id = ANY(%s::bigint[]) ORDER BY msg_id""",
     "browse_archive": """/* pgqueue:mq_browse_archive */
 SELECT msg_id, read_ct, enqueued_at, vt, message, headers, archived_at FROM {a}
 ORDER BY archived_at DESC, msg_id DESC LIMIT %s OFFSET %s""",

@@ -407,3 +407,11 @@ def browse(name: str, *, archived: bool = False, limit: int = 100, offset: int =
     with _cursor(name) as cursor:
         cursor.execute(sql.statement(kind, name), [limit, offset])
         return cursor.fetchall()
+
+
+def browse_ids(name: str, msg_ids: list[int]) -> list[Any]:
+    """The rows of some messages of a queue (the admin's move-back reads their headers)."""
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("browse_ids", name), [_ids(msg_ids)])
+        return cursor.fetchall()
