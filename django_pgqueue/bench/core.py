@@ -43,6 +43,7 @@ WORKLOADS = (
     "webhooks",
     "claim_cost",
     "notify",
+    "mq",
 )
 
 #: Columns written by the raw single-row INSERT: the same row our enqueue writes.
@@ -846,6 +847,13 @@ class Bench:
             )
 
     # -- output ------------------------------------------------------------------------------
+
+    # 8. message queues (bench/mq.py) ------------------------------------------------------
+
+    def bench_mq(self) -> None:
+        from .mq import bench_message_queues
+
+        bench_message_queues(self)
 
     def table(self) -> str:
         header = (

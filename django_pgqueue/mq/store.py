@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from django.db import DatabaseError, connections, transaction
 
 from ..conf import get_settings
@@ -99,15 +100,30 @@ def _alias() -> str:
 
 @contextmanager
 def _cursor(name: str | None = None) -> Iterator[Any]:
-    """A Django cursor on the queue database; a missing queue table -> QueueNotFound."""
-    with connections[_alias()].cursor() as cursor:
-        try:
-            yield cursor
-        except DatabaseError as exc:
-            if name is not None and getattr(exc.__cause__, "sqlstate", None) == "42P01":
-                forget(name)
-                raise QueueNotFound(f"message queue {name!r} does not exist") from exc
-            raise
+    """A cursor on Django's connection to the queue database (the caller's transaction).
+
+    With ``PREPARED_STATEMENTS`` (the default) it is a server-binding psycopg cursor
+    on that same connection, so the hot statements are prepared once per
+    connection instead of parsed and planned on every call (Django's own cursors
+    bind client-side); errors still come out as Django's. Otherwise it is a plain
+    Django cursor (behind PgBouncer < 1.21 in transaction mode). A missing queue
+    table becomes QueueNotFound.
+    """
+    connection = connections[_alias()]
+    try:
+        if get_settings().PREPARED_STATEMENTS:
+            connection.ensure_connection()
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+                yield cursor
+        else:
+            with connection.cursor() as cursor:
+                yield cursor
+    except DatabaseError as exc:
+        if name is not None and getattr(exc.__cause__, "sqlstate", None) == "42P01":
+            forget(name)
+            raise QueueNotFound(f"message queue {name!r} does not exist") from exc
+        raise
 
 
 def forget(name: str) -> None:

@@ -250,3 +250,12 @@ async def _async_round_trip() -> None:
     assert await mq.aarchive("async_q", [mid]) == [mid]
     assert (await mq.ametrics("async_q")).queue_length == 1
     await mq.adrop("async_q")
+
+
+def test_without_prepared_statements_the_api_uses_djangos_own_cursors(settings):
+    settings.PGQUEUE = {"PREPARED_STATEMENTS": False}
+    mq.create("plain")
+    mid = mq.send("plain", {"a": 1})
+    assert [m.msg_id for m in mq.read("plain")] == [mid]
+    with pytest.raises(mq.QueueNotFound):
+        mq.send("missing", {})

@@ -1,0 +1,427 @@
+"""The message-queue rows of ``pgqueue_bench``: ours next to the real pgmq and raw SQL.
+
+pgmq runs beside ours on the same PostgreSQL, installed SQL-only into its own
+scratch database (``<bench db>_pgmq``) from the peer's ``pgmq.sql``: the path in
+``PGQUEUE_BENCH_PGMQ_SQL``, else ``../shared/bench-peers/pgmq/pgmq.sql`` from the
+working directory. pgmq is only run here, never shipped. Without that file the
+pgmq rows are skipped with a note.
+
+For every operation, in each repetition and in this order: the raw SQL statement
+of the same shape (on a plain psycopg connection with prepared statements), pgmq's
+function, then ours through the Python API (Django's connection, as an
+application calls it). Each row is one (ours, reference) pair, so there are two
+rows per operation: against pgmq (target ≥ 1.0x) and against raw SQL (≥ 0.8x).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from django.db import connections
+from psycopg import sql as pgsql
+from psycopg.types.json import Jsonb
+
+from .. import mq
+from ..db import connection_params
+from ..mq import sql as mq_sql
+
+if TYPE_CHECKING:
+    from .core import Bench
+
+QUEUE = "bench"
+MESSAGE = {"to": "someone@example.com", "subject": "hello", "n": 1}
+BATCH = 1000
+
+
+def pgmq_sql_path() -> Path | None:
+    configured = os.environ.get("PGQUEUE_BENCH_PGMQ_SQL")
+    candidates = [Path(configured)] if configured else []
+    candidates.append(Path.cwd().parent / "shared" / "bench-peers" / "pgmq" / "pgmq.sql")
+    return next((p for p in candidates if p.is_file()), None)
+
+
+class PgmqPeer:
+    """The real pgmq in its own scratch database."""
+
+    def __init__(self, bench: Bench, script: Path) -> None:
+        self.bench = bench
+        self.db_name = f"{bench.db_name}_pgmq"[:63]
+        with bench._admin_connection() as conn:
+            name = pgsql.Identifier(self.db_name)
+            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {}").format(name))
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(name))
+        with self.conn() as conn:
+            conn.execute(script.read_text())  # a multi-statement script: no parameters
+
+    def conn(self) -> psycopg.Connection:
+        params = connection_params(self.bench.alias)
+        params["dbname"] = self.db_name
+        return psycopg.connect(autocommit=True, **params)
+
+    def reset(self) -> None:
+        with self.conn() as conn:
+            if conn.execute("SELECT 1 FROM pgmq.meta WHERE queue_name = %s", [QUEUE]).fetchone():
+                conn.execute("SELECT pgmq.drop_queue(%s)", [QUEUE])
+            conn.execute("SELECT pgmq.create(%s)", [QUEUE])
+            conn.execute("CHECKPOINT")
+
+    def drop(self) -> None:
+        with self.bench._admin_connection() as conn:
+            conn.execute(
+                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    pgsql.Identifier(self.db_name)
+                )
+            )
+
+
+def _ours_reset(bench: Bench) -> None:
+    try:
+        mq.drop(QUEUE)
+    except mq.QueueError:
+        pass
+    mq.create(QUEUE)
+    connections[bench.alias].close()
+    bench.checkpoint()
+
+
+def _statement(kind: str) -> str:
+    return mq_sql.statement(kind, QUEUE)
+
+
+def _rate(n: int, run: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    run()
+    return n / (time.perf_counter() - t0)
+
+
+def _drain(read: Callable[[], list[int]], finish: Callable[[list[int]], Any]) -> int:
+    done = 0
+    while True:
+        ids = read()
+        if not ids:
+            return done
+        finish(ids)
+        done += len(ids)
+
+
+def bench_message_queues(bench: Bench) -> None:
+    from .core import Row, pctl
+
+    script = pgmq_sql_path()
+    peer = PgmqPeer(bench, script) if script is not None else None
+    if peer is None:
+        bench.notes.append(
+            "mq: pgmq.sql not found (PGQUEUE_BENCH_PGMQ_SQL); the pgmq rows were skipped."
+        )
+    n_single = max(200, bench.n_single)
+    n_read = max(1000, bench.n_many)
+    ops = {
+        "send": f"send, 1 per commit (n={n_single:,})",
+        "batch": f"send_batch({BATCH:,}) (n={n_read:,})",
+        "archive": f"read(qty=100) + archive (n={n_read:,})",
+        "delete": f"read(qty=100) + delete (n={n_read:,})",
+        "pop": f"pop (n={n_single:,})",
+    }
+    rows: dict[tuple[str, str], Row] = {}
+    for op, config in ops.items():
+        for ref, goal in (("pgmq", 1.0), ("raw", 0.8)):
+            if ref == "pgmq" and peer is None:
+                continue
+            rows[op, ref] = bench.add(
+                Row(
+                    "message queues",
+                    config,
+                    "msgs/s",
+                    reference="pgmq 1.5.1 SQL functions"
+                    if ref == "pgmq"
+                    else "raw SQL, same shape",
+                    target=f"≥ {goal:.1f}x {ref}",
+                    goal=goal,
+                )
+            )
+    try:
+        for rep in range(bench.repeat):
+            results = _one_repetition(bench, peer, n_single, n_read, rep)
+            for (op, ref), row in rows.items():
+                row.ref_values.append(results[op][ref])
+                row.values.append(results[op]["ours"])
+            bench.out(
+                f"   rep {rep + 1}: "
+                + ", ".join(
+                    f"{op} {r['ours']:,.0f}/s (pgmq {r.get('pgmq', 0):,.0f}, raw {r['raw']:,.0f})"
+                    for op, r in results.items()
+                )
+            )
+        wake = {
+            p: bench.add(
+                Row(
+                    "message queues",
+                    f"read_with_poll wake-up after send commits, {p}",
+                    "ms",
+                    better="lower",
+                    reference="pgmq read_with_poll (poll_interval_ms=100)" if peer else "",
+                    target="≤ 5 ms" if p == "p50" else "",
+                )
+            )
+            for p in ("p50", "p95")
+        }
+        for _ in range(bench.repeat):
+            ours = _wakeups(lambda: _ours_reset(bench), _ours_reader, _ours_sender)
+            for p, row in wake.items():
+                row.values.append(pctl(ours, int(p[1:])))
+            if peer is not None:
+                theirs = _wakeups(
+                    peer.reset, lambda: _pgmq_reader(peer), lambda: _pgmq_sender(peer)
+                )
+                for p, row in wake.items():
+                    row.ref_values.append(pctl(theirs, int(p[1:])))
+            bench.out(f"   wake-up p50 {pctl(ours, 50):.1f} ms, p95 {pctl(ours, 95):.1f} ms")
+    finally:
+        try:
+            mq.drop(QUEUE)
+        except mq.QueueError:
+            pass
+        connections.close_all()
+        if peer is not None:
+            peer.drop()
+
+
+def _one_repetition(
+    bench: Bench, peer: PgmqPeer | None, n_single: int, n_read: int, rep: int
+) -> dict[str, dict[str, float]]:
+    """One measurement of every operation by every system.
+
+    The systems run in a rotating order (raw, pgmq, ours; then pgmq, ours, raw; ...)
+    so that a machine getting busier during a repetition does not always count
+    against the same one. Every reader fetches whole messages (jsonb parsed), as
+    a consumer would.
+    """
+    body = Jsonb(MESSAGE)
+    batch = [MESSAGE] * BATCH
+    jbatch = [Jsonb(m) for m in batch]
+    rounds = max(1, n_read // BATCH)
+    read_sql, archive_sql = _statement("read"), _statement("archive")
+    delete_sql, pop_sql = _statement("delete"), _statement("pop")
+    table = mq_sql.identifiers(QUEUE)["q"].as_string(None)  # a quoted identifier
+    raw_send = f"INSERT INTO {table} (vt, message) VALUES (clock_timestamp(), %s) RETURNING msg_id"  # noqa: S608
+    raw_batch = (
+        f"INSERT INTO {table} (vt, message)"
+        " SELECT clock_timestamp(), unnest(%s::jsonb[]) RETURNING msg_id"
+    )
+
+    def ours(n_fill: int, run: Callable[[], Any], n: int) -> float:
+        _ours_reset(bench)
+        for start in range(0, n_fill, BATCH):
+            mq.send_batch(QUEUE, [MESSAGE] * min(BATCH, n_fill - start))
+        connections[bench.alias].close()
+        bench.checkpoint()
+        connections[bench.alias].ensure_connection()
+        rate = _rate(n, run)
+        connections[bench.alias].close()
+        return rate
+
+    def raw(n_fill: int, run: Callable[[psycopg.Connection], Any], n: int) -> float:
+        _ours_reset(bench)
+        with bench.conn() as conn:
+            for start in range(0, n_fill, BATCH):
+                conn.execute(raw_batch, [jbatch[: min(BATCH, n_fill - start)]])
+            conn.execute("CHECKPOINT")
+            return _rate(n, lambda: run(conn))
+
+    def pgmq(n_fill: int, run: Callable[[psycopg.Connection], Any], n: int) -> float:
+        assert peer is not None
+        peer.reset()
+        with peer.conn() as conn:
+            for start in range(0, n_fill, BATCH):
+                conn.execute(
+                    "SELECT pgmq.send_batch(%s, %s::jsonb[])",
+                    [QUEUE, jbatch[: min(BATCH, n_fill - start)]],
+                )
+            conn.execute("CHECKPOINT")
+            return _rate(n, lambda: run(conn))
+
+    def ids(rows: list[tuple[Any, ...]]) -> list[int]:
+        return [r[0] for r in rows]
+
+    plans: dict[str, dict[str, Callable[[], float]]] = {
+        "send": {
+            "raw": lambda: raw(
+                0, lambda c: [c.execute(raw_send, [body]) for _ in range(n_single)], n_single
+            ),
+            "pgmq": lambda: pgmq(
+                0,
+                lambda c: [
+                    c.execute("SELECT pgmq.send(%s, %s)", [QUEUE, body]) for _ in range(n_single)
+                ],
+                n_single,
+            ),
+            "ours": lambda: ours(
+                0, lambda: [mq.send(QUEUE, MESSAGE) for _ in range(n_single)], n_single
+            ),
+        },
+        "batch": {
+            "raw": lambda: raw(
+                0,
+                lambda c: [c.execute(raw_batch, [jbatch]).fetchall() for _ in range(rounds)],
+                rounds * BATCH,
+            ),
+            "pgmq": lambda: pgmq(
+                0,
+                lambda c: [
+                    c.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", [QUEUE, jbatch]).fetchall()
+                    for _ in range(rounds)
+                ],
+                rounds * BATCH,
+            ),
+            "ours": lambda: ours(
+                0, lambda: [mq.send_batch(QUEUE, batch) for _ in range(rounds)], rounds * BATCH
+            ),
+        },
+    }
+    for op, finish_sql, pgmq_finish, ours_finish in (
+        ("archive", archive_sql, "SELECT pgmq.archive(%s, %s::bigint[])", mq.archive),
+        ("delete", delete_sql, "SELECT pgmq.delete(%s, %s::bigint[])", mq.delete),
+    ):
+        plans[op] = {
+            "raw": lambda finish_sql=finish_sql: raw(
+                n_read,
+                lambda c: _drain(
+                    lambda: ids(c.execute(read_sql, [100, 30]).fetchall()),
+                    lambda i: c.execute(finish_sql, ["{" + ",".join(map(str, i)) + "}"]),
+                ),
+                n_read,
+            ),
+            "pgmq": lambda pgmq_finish=pgmq_finish: pgmq(
+                n_read,
+                lambda c: _drain(
+                    lambda: ids(
+                        c.execute("SELECT * FROM pgmq.read(%s, 30, 100)", [QUEUE]).fetchall()
+                    ),
+                    lambda i: c.execute(pgmq_finish, [QUEUE, i]).fetchall(),
+                ),
+                n_read,
+            ),
+            "ours": lambda ours_finish=ours_finish: ours(
+                n_read,
+                lambda: _drain(
+                    lambda: [m.msg_id for m in mq.read(QUEUE, 30, 100)],
+                    lambda i: ours_finish(QUEUE, i),
+                ),
+                n_read,
+            ),
+        }
+    plans["pop"] = {
+        "raw": lambda: raw(
+            n_single,
+            lambda c: _drain(lambda: ids(c.execute(pop_sql, [1]).fetchall()), len),
+            n_single,
+        ),
+        "pgmq": lambda: pgmq(
+            n_single,
+            lambda c: _drain(
+                lambda: ids(c.execute("SELECT * FROM pgmq.pop(%s)", [QUEUE]).fetchall()), len
+            ),
+            n_single,
+        ),
+        "ours": lambda: ours(
+            n_single, lambda: _drain(lambda: [m.msg_id for m in mq.pop(QUEUE)], len), n_single
+        ),
+    }
+    order = ["raw", "pgmq", "ours"] if peer is not None else ["raw", "ours"]
+    shift = rep % len(order)
+    order = order[shift:] + order[:shift]
+    out: dict[str, dict[str, float]] = {}
+    for op, plan in plans.items():
+        out[op] = {system: plan[system]() for system in order}
+    connections.close_all()
+    return out
+
+
+# -- read_with_poll wake-up ------------------------------------------------------------
+
+PROBES = 40
+
+
+def _ours_reader() -> Callable[[], float | None]:
+    def read() -> float | None:
+        got = mq.read_with_poll(QUEUE, vt=30, qty=1, max_poll_seconds=5, poll_interval=1.0)
+        if not got:
+            return None
+        woke = time.perf_counter()
+        mq.delete(QUEUE, [m.msg_id for m in got])
+        return woke
+
+    return read
+
+
+def _ours_sender() -> Callable[[], None]:
+    return lambda: mq.send(QUEUE, MESSAGE)
+
+
+def _pgmq_reader(peer: PgmqPeer) -> Callable[[], float | None]:
+    conn = peer.conn()
+
+    def read() -> float | None:
+        rows = conn.execute(
+            "SELECT msg_id FROM pgmq.read_with_poll(%s, 30, 1, 5, 100)", [QUEUE]
+        ).fetchall()
+        if not rows:
+            return None
+        woke = time.perf_counter()
+        conn.execute("SELECT pgmq.delete(%s, %s::bigint[])", [QUEUE, [r[0] for r in rows]])
+        return woke
+
+    return read
+
+
+def _pgmq_sender(peer: PgmqPeer) -> Callable[[], None]:
+    conn = peer.conn()
+    return lambda: conn.execute("SELECT pgmq.send(%s, %s)", [QUEUE, Jsonb(MESSAGE)])
+
+
+def _wakeups(
+    reset: Callable[[], None],
+    reader: Callable[[], Callable[[], float | None]],
+    sender: Callable[[], Callable[[], None]],
+) -> list[float]:
+    """Milliseconds from a send's commit to the waiting reader's return, sorted."""
+    reset()
+    woke: list[float] = []
+    ready = threading.Event()
+    done = threading.Event()
+
+    def read_loop() -> None:
+        read = reader()
+        ready.set()
+        try:
+            while not done.is_set():
+                at = read()
+                if at is not None:
+                    woke.append(at)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=read_loop, daemon=True)
+    thread.start()
+    ready.wait(10)
+    send = sender()
+    time.sleep(0.5)  # the reader is waiting
+    sent: list[float] = []
+    for i in range(PROBES):
+        send()
+        sent.append(time.perf_counter())
+        deadline = time.monotonic() + 5
+        while len(woke) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        # 100 ms apart as the job wake-up probes (beyond the NOTIFY coalescing window),
+        # with a jitter that keeps them off any poll's rhythm.
+        time.sleep(0.1 + 0.013 * (i % 5))
+    done.set()
+    thread.join(10)
+    return sorted((w - s) * 1000 for s, w in zip(sent, woke, strict=False))
