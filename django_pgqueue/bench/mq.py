@@ -119,8 +119,8 @@ def bench_message_queues(bench: Bench) -> None:
         bench.notes.append(
             "mq: pgmq.sql not found (PGQUEUE_BENCH_PGMQ_SQL); the pgmq rows were skipped."
         )
-    n_single = max(200, bench.n_single)
-    n_read = max(1000, bench.n_many)
+    n_single = bench.n_single
+    n_read = max(BATCH, bench.n_many)
     ops = {
         "send": f"send, 1 per commit (n={n_single:,})",
         "batch": f"send_batch({BATCH:,}) (n={n_read:,})",
@@ -172,12 +172,17 @@ def bench_message_queues(bench: Bench) -> None:
             for p in ("p50", "p95")
         }
         for _ in range(bench.repeat):
-            ours = _wakeups(lambda: _ours_reset(bench), _ours_reader, _ours_sender)
+            ours = _wakeups(
+                lambda: _ours_reset(bench), _ours_reader, _ours_sender, bench.latency_probes
+            )
             for p, row in wake.items():
                 row.values.append(pctl(ours, int(p[1:])))
             if peer is not None:
                 theirs = _wakeups(
-                    peer.reset, lambda: _pgmq_reader(peer), lambda: _pgmq_sender(peer)
+                    peer.reset,
+                    lambda: _pgmq_reader(peer),
+                    lambda: _pgmq_sender(peer),
+                    bench.latency_probes,
                 )
                 for p, row in wake.items():
                     row.ref_values.append(pctl(theirs, int(p[1:])))
@@ -345,8 +350,6 @@ def _one_repetition(
 
 # -- read_with_poll wake-up ------------------------------------------------------------
 
-PROBES = 40
-
 
 def _ours_reader() -> Callable[[], float | None]:
     def read() -> float | None:
@@ -389,6 +392,7 @@ def _wakeups(
     reset: Callable[[], None],
     reader: Callable[[], Callable[[], float | None]],
     sender: Callable[[], Callable[[], None]],
+    probes: int,
 ) -> list[float]:
     """Milliseconds from a send's commit to the waiting reader's return, sorted."""
     reset()
@@ -413,7 +417,7 @@ def _wakeups(
     send = sender()
     time.sleep(0.5)  # the reader is waiting
     sent: list[float] = []
-    for i in range(PROBES):
+    for i in range(probes):
         send()
         sent.append(time.perf_counter())
         deadline = time.monotonic() + 5

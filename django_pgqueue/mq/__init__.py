@@ -138,7 +138,7 @@ def read_with_poll(
         return messages
     from .wakeup import listener
 
-    with listener.waiting(_sql.channel(name)) as event:
+    with listener.waiting(_sql.channel(name), deadline - time.monotonic()) as event:
         while True:
             # Registered before this read: a send committed after it sets the event.
             event.clear()

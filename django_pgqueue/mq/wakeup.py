@@ -48,8 +48,12 @@ class WakeupListener:
         self.notifications = 0
 
     @contextmanager
-    def waiting(self, channel: str) -> Iterator[threading.Event]:
-        """An event set when ``channel`` is notified; LISTEN is active on entry (if possible)."""
+    def waiting(self, channel: str, ready_within: float) -> Iterator[threading.Event]:
+        """An event set when ``channel`` is notified.
+
+        On entry LISTEN is active, or ``ready_within`` seconds (at most
+        LISTEN_READY_SECONDS) have passed and the caller relies on polling.
+        """
         event = threading.Event()
         with self._lock:
             self._waiters.setdefault(channel, set()).add(event)
@@ -59,7 +63,7 @@ class WakeupListener:
                     target=self._run, name="pgqueue-mq-listener", daemon=True
                 )
                 self._thread.start()
-            deadline = time.monotonic() + LISTEN_READY_SECONDS
+            deadline = time.monotonic() + min(ready_within, LISTEN_READY_SECONDS)
             while channel not in self._listening and time.monotonic() < deadline:
                 self._listened.wait(TICK_SECONDS)
         try:
@@ -81,13 +85,15 @@ class WakeupListener:
             thread.join(timeout)
 
     def _run(self) -> None:
+        from ..conf import get_settings
         from ..db import connect
 
         delay = 0.2
         while not self._stop.is_set():
             conn: Any = None
             try:
-                conn = connect("mq-listen", prepare=False)
+                # LISTEN needs a session: LISTEN_DSN bypasses a transaction pooler.
+                conn = connect("mq-listen", dsn=get_settings().LISTEN_DSN, prepare=False)
                 with self._lock:
                     self._listening.clear()
                     wanted = set(self._waiters)
