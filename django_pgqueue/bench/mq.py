@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 QUEUE = "bench"
 MESSAGE = {"to": "someone@example.com", "subject": "hello", "n": 1}
 BATCH = 1000
+#: Operations per turn when the systems are interleaved (one per commit).
+CHUNK = 50
 
 
 def pgmq_sql_path() -> Path | None:
@@ -52,6 +54,7 @@ class PgmqPeer:
     def __init__(self, bench: Bench, script: Path) -> None:
         self.bench = bench
         self.db_name = f"{bench.db_name}_pgmq"[:63]
+        self.opened: list[psycopg.Connection] = []
         with bench._admin_connection() as conn:
             name = pgsql.Identifier(self.db_name)
             conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {}").format(name))
@@ -64,6 +67,12 @@ class PgmqPeer:
         params["dbname"] = self.db_name
         return psycopg.connect(autocommit=True, **params)
 
+    def close_opened(self) -> None:
+        """Close the connections the wake-up probes opened."""
+        for conn in self.opened:
+            conn.close()
+        self.opened.clear()
+
     def reset(self) -> None:
         with self.conn() as conn:
             if conn.execute("SELECT 1 FROM pgmq.meta WHERE queue_name = %s", [QUEUE]).fetchone():
@@ -72,6 +81,7 @@ class PgmqPeer:
             conn.execute("CHECKPOINT")
 
     def drop(self) -> None:
+        self.close_opened()
         with self.bench._admin_connection() as conn:
             conn.execute(
                 pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
@@ -184,6 +194,7 @@ def bench_message_queues(bench: Bench) -> None:
                     lambda: _pgmq_sender(peer),
                     bench.latency_probes,
                 )
+                peer.close_opened()
                 for p, row in wake.items():
                     row.ref_values.append(pctl(theirs, int(p[1:])))
             bench.out(f"   wake-up p50 {pctl(ours, 50):.1f} ms, p95 {pctl(ours, 95):.1f} ms")
@@ -255,21 +266,6 @@ def _one_repetition(
         return [r[0] for r in rows]
 
     plans: dict[str, dict[str, Callable[[], float]]] = {
-        "send": {
-            "raw": lambda: raw(
-                0, lambda c: [c.execute(raw_send, [body]) for _ in range(n_single)], n_single
-            ),
-            "pgmq": lambda: pgmq(
-                0,
-                lambda c: [
-                    c.execute("SELECT pgmq.send(%s, %s)", [QUEUE, body]) for _ in range(n_single)
-                ],
-                n_single,
-            ),
-            "ours": lambda: ours(
-                0, lambda: [mq.send(QUEUE, MESSAGE) for _ in range(n_single)], n_single
-            ),
-        },
         "batch": {
             "raw": lambda: raw(
                 0,
@@ -321,31 +317,77 @@ def _one_repetition(
                 n_read,
             ),
         }
-    plans["pop"] = {
-        "raw": lambda: raw(
-            n_single,
-            lambda c: _drain(lambda: ids(c.execute(pop_sql, [1]).fetchall()), len),
-            n_single,
-        ),
-        "pgmq": lambda: pgmq(
-            n_single,
-            lambda c: _drain(
-                lambda: ids(c.execute("SELECT * FROM pgmq.pop(%s)", [QUEUE]).fetchall()), len
-            ),
-            n_single,
-        ),
-        "ours": lambda: ours(
-            n_single, lambda: _drain(lambda: [m.msg_id for m in mq.pop(QUEUE)], len), n_single
-        ),
-    }
     order = ["raw", "pgmq", "ours"] if peer is not None else ["raw", "ours"]
     shift = rep % len(order)
     order = order[shift:] + order[:shift]
     out: dict[str, dict[str, float]] = {}
+    out["send"] = _commit_bound(bench, peer, order, n_single, "send", raw_send, body)
     for op, plan in plans.items():
         out[op] = {system: plan[system]() for system in order}
+    out["pop"] = _commit_bound(bench, peer, order, n_single, "pop", pop_sql, body)
     connections.close_all()
     return out
+
+
+def _commit_bound(
+    bench: Bench,
+    peer: PgmqPeer | None,
+    order: list[str],
+    n: int,
+    op: str,
+    raw_sql: str,
+    body: Jsonb,
+) -> dict[str, float]:
+    """send or pop, one per commit, the systems interleaved in chunks of CHUNK.
+
+    One operation per commit is bound by the WAL flush, whose latency on a shared
+    machine drifts by several times within seconds; running the systems in turn,
+    a chunk each, spreads that drift over all of them instead of one.
+    """
+    _ours_reset(bench)
+    if op == "pop":  # raw and ours pop from the same table: room for both
+        for start in range(0, 2 * n, BATCH):
+            mq.send_batch(QUEUE, [MESSAGE] * min(BATCH, 2 * n - start))
+    with bench.conn() as raw, peer.conn() if peer else bench.conn() as theirs:
+        if peer is not None:
+            peer.reset()
+            if op == "pop":
+                for start in range(0, n, BATCH):
+                    theirs.execute(
+                        "SELECT pgmq.send_batch(%s, %s::jsonb[])",
+                        [QUEUE, [body] * min(BATCH, n - start)],
+                    )
+        connections[bench.alias].close()
+        bench.checkpoint()
+        connections[bench.alias].ensure_connection()
+        if op == "send":
+            steps: dict[str, Callable[[int], Any]] = {
+                "raw": lambda k: [raw.execute(raw_sql, [body]) for _ in range(k)],
+                "pgmq": lambda k: [
+                    theirs.execute("SELECT pgmq.send(%s, %s)", [QUEUE, body]) for _ in range(k)
+                ],
+                "ours": lambda k: [mq.send(QUEUE, MESSAGE) for _ in range(k)],
+            }
+        else:
+            steps = {
+                "raw": lambda k: [raw.execute(raw_sql, [1]).fetchall() for _ in range(k)],
+                "pgmq": lambda k: [
+                    theirs.execute("SELECT * FROM pgmq.pop(%s)", [QUEUE]).fetchall()
+                    for _ in range(k)
+                ],
+                "ours": lambda k: [mq.pop(QUEUE) for _ in range(k)],
+            }
+        spent = dict.fromkeys(order, 0.0)
+        done = 0
+        while done < n:
+            k = min(CHUNK, n - done)
+            for system in order:
+                t0 = time.perf_counter()
+                steps[system](k)
+                spent[system] += time.perf_counter() - t0
+            done += k
+    connections[bench.alias].close()
+    return {system: n / max(t, 1e-9) for system, t in spent.items()}
 
 
 # -- read_with_poll wake-up ------------------------------------------------------------
@@ -369,6 +411,7 @@ def _ours_sender() -> Callable[[], None]:
 
 def _pgmq_reader(peer: PgmqPeer) -> Callable[[], float | None]:
     conn = peer.conn()
+    peer.opened.append(conn)
 
     def read() -> float | None:
         rows = conn.execute(
@@ -385,6 +428,7 @@ def _pgmq_reader(peer: PgmqPeer) -> Callable[[], float | None]:
 
 def _pgmq_sender(peer: PgmqPeer) -> Callable[[], None]:
     conn = peer.conn()
+    peer.opened.append(conn)
     return lambda: conn.execute("SELECT pgmq.send(%s, %s)", [QUEUE, Jsonb(MESSAGE)])
 
 
