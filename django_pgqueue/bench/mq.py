@@ -104,22 +104,6 @@ def _statement(kind: str) -> str:
     return mq_sql.statement(kind, QUEUE)
 
 
-def _rate(n: int, run: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    run()
-    return n / (time.perf_counter() - t0)
-
-
-def _drain(read: Callable[[], list[int]], finish: Callable[[list[int]], Any]) -> int:
-    done = 0
-    while True:
-        ids = read()
-        if not ids:
-            return done
-        finish(ids)
-        done += len(ids)
-
-
 def bench_message_queues(bench: Bench) -> None:
     from .core import Row, pctl
 
@@ -211,183 +195,154 @@ def bench_message_queues(bench: Bench) -> None:
 def _one_repetition(
     bench: Bench, peer: PgmqPeer | None, n_single: int, n_read: int, rep: int
 ) -> dict[str, dict[str, float]]:
-    """One measurement of every operation by every system.
+    """One measurement of every operation by every system, interleaved.
 
-    The systems run in a rotating order (raw, pgmq, ours; then pgmq, ours, raw; ...)
-    so that a machine getting busier during a repetition does not always count
-    against the same one. Every reader fetches whole messages (jsonb parsed), as
-    a consumer would.
+    Every operation here commits at least once per call, so it is bound by the WAL
+    flush, whose latency on a shared machine drifts by several times within
+    seconds. The systems therefore take turns, a chunk of calls each (in an order
+    that rotates with ``rep``), and each one's time is the sum of its turns: the
+    drift falls on all of them alike. Raw SQL and ours work on the same queue
+    table (filled for both); pgmq on its own. Readers fetch whole messages (jsonb
+    parsed), as a consumer would.
     """
+    order = ["raw", "pgmq", "ours"] if peer is not None else ["raw", "ours"]
+    shift = rep % len(order)
+    order = order[shift:] + order[:shift]
     body = Jsonb(MESSAGE)
-    batch = [MESSAGE] * BATCH
-    jbatch = [Jsonb(m) for m in batch]
-    rounds = max(1, n_read // BATCH)
-    read_sql, archive_sql = _statement("read"), _statement("archive")
-    delete_sql, pop_sql = _statement("delete"), _statement("pop")
+    jbatch = [body] * BATCH
     table = mq_sql.identifiers(QUEUE)["q"].as_string(None)  # a quoted identifier
     raw_send = f"INSERT INTO {table} (vt, message) VALUES (clock_timestamp(), %s) RETURNING msg_id"  # noqa: S608
     raw_batch = (
         f"INSERT INTO {table} (vt, message)"
         " SELECT clock_timestamp(), unnest(%s::jsonb[]) RETURNING msg_id"
     )
-
-    def ours(n_fill: int, run: Callable[[], Any], n: int) -> float:
-        _ours_reset(bench)
-        for start in range(0, n_fill, BATCH):
-            mq.send_batch(QUEUE, [MESSAGE] * min(BATCH, n_fill - start))
-        connections[bench.alias].close()
-        bench.checkpoint()
-        connections[bench.alias].ensure_connection()
-        rate = _rate(n, run)
-        connections[bench.alias].close()
-        return rate
-
-    def raw(n_fill: int, run: Callable[[psycopg.Connection], Any], n: int) -> float:
-        _ours_reset(bench)
-        with bench.conn() as conn:
-            for start in range(0, n_fill, BATCH):
-                conn.execute(raw_batch, [jbatch[: min(BATCH, n_fill - start)]])
-            conn.execute("CHECKPOINT")
-            return _rate(n, lambda: run(conn))
-
-    def pgmq(n_fill: int, run: Callable[[psycopg.Connection], Any], n: int) -> float:
-        assert peer is not None
-        peer.reset()
-        with peer.conn() as conn:
-            for start in range(0, n_fill, BATCH):
-                conn.execute(
-                    "SELECT pgmq.send_batch(%s, %s::jsonb[])",
-                    [QUEUE, jbatch[: min(BATCH, n_fill - start)]],
-                )
-            conn.execute("CHECKPOINT")
-            return _rate(n, lambda: run(conn))
+    read_sql, pop_sql = _statement("read"), _statement("pop")
+    finish_sql = {"archive": _statement("archive"), "delete": _statement("delete")}
+    ours_finish = {"archive": mq.archive, "delete": mq.delete}
 
     def ids(rows: list[tuple[Any, ...]]) -> list[int]:
         return [r[0] for r in rows]
 
-    plans: dict[str, dict[str, Callable[[], float]]] = {
-        "batch": {
-            "raw": lambda: raw(
-                0,
-                lambda c: [c.execute(raw_batch, [jbatch]).fetchall() for _ in range(rounds)],
-                rounds * BATCH,
-            ),
-            "pgmq": lambda: pgmq(
-                0,
-                lambda c: [
-                    c.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", [QUEUE, jbatch]).fetchall()
-                    for _ in range(rounds)
-                ],
-                rounds * BATCH,
-            ),
-            "ours": lambda: ours(
-                0, lambda: [mq.send_batch(QUEUE, batch) for _ in range(rounds)], rounds * BATCH
-            ),
-        },
-    }
-    for op, finish_sql, pgmq_finish, ours_finish in (
-        ("archive", archive_sql, "SELECT pgmq.archive(%s, %s::bigint[])", mq.archive),
-        ("delete", delete_sql, "SELECT pgmq.delete(%s, %s::bigint[])", mq.delete),
-    ):
-        plans[op] = {
-            "raw": lambda finish_sql=finish_sql: raw(
-                n_read,
-                lambda c: _drain(
-                    lambda: ids(c.execute(read_sql, [100, 30]).fetchall()),
-                    lambda i: c.execute(finish_sql, ["{" + ",".join(map(str, i)) + "}"]),
-                ),
-                n_read,
-            ),
-            "pgmq": lambda pgmq_finish=pgmq_finish: pgmq(
-                n_read,
-                lambda c: _drain(
-                    lambda: ids(
-                        c.execute("SELECT * FROM pgmq.read(%s, 30, 100)", [QUEUE]).fetchall()
-                    ),
-                    lambda i: c.execute(pgmq_finish, [QUEUE, i]).fetchall(),
-                ),
-                n_read,
-            ),
-            "ours": lambda ours_finish=ours_finish: ours(
-                n_read,
-                lambda: _drain(
-                    lambda: [m.msg_id for m in mq.read(QUEUE, 30, 100)],
-                    lambda i: ours_finish(QUEUE, i),
-                ),
-                n_read,
-            ),
-        }
-    order = ["raw", "pgmq", "ours"] if peer is not None else ["raw", "ours"]
-    shift = rep % len(order)
-    order = order[shift:] + order[:shift]
+    def array(msg_ids: list[int]) -> str:
+        return "{" + ",".join(map(str, msg_ids)) + "}"
+
     out: dict[str, dict[str, float]] = {}
-    out["send"] = _commit_bound(bench, peer, order, n_single, "send", raw_send, body)
-    for op, plan in plans.items():
-        out[op] = {system: plan[system]() for system in order}
-    out["pop"] = _commit_bound(bench, peer, order, n_single, "pop", pop_sql, body)
+    with bench.conn() as raw, peer.conn() if peer else bench.conn() as theirs:
+
+        def fill(n: int) -> None:
+            """n waiting messages for each system (2n in the table raw and ours share)."""
+            _ours_reset(bench)
+            for start in range(0, 2 * n, BATCH):
+                raw.execute(raw_batch, [jbatch[: min(BATCH, 2 * n - start)]])
+            if peer is not None:
+                peer.reset()
+                for start in range(0, n, BATCH):
+                    theirs.execute(
+                        "SELECT pgmq.send_batch(%s, %s::jsonb[])",
+                        [QUEUE, jbatch[: min(BATCH, n - start)]],
+                    )
+            bench.checkpoint()
+            connections[bench.alias].ensure_connection()
+
+        # Each step runs k calls and returns the number of messages they handled.
+        fill(0)
+        out["send"] = _interleaved(
+            order,
+            n_single,
+            CHUNK,
+            {
+                "raw": lambda k: len([raw.execute(raw_send, [body]) for _ in range(k)]),
+                "pgmq": lambda k: len(
+                    [theirs.execute("SELECT pgmq.send(%s, %s)", [QUEUE, body]) for _ in range(k)]
+                ),
+                "ours": lambda k: len([mq.send(QUEUE, MESSAGE) for _ in range(k)]),
+            },
+        )
+        fill(0)
+        out["batch"] = _interleaved(
+            order,
+            max(1, n_read // BATCH),
+            1,
+            {
+                "raw": lambda k: sum(
+                    len(raw.execute(raw_batch, [jbatch]).fetchall()) for _ in range(k)
+                ),
+                "pgmq": lambda k: sum(
+                    len(
+                        theirs.execute(
+                            "SELECT pgmq.send_batch(%s, %s::jsonb[])", [QUEUE, jbatch]
+                        ).fetchall()
+                    )
+                    for _ in range(k)
+                ),
+                "ours": lambda k: sum(
+                    len(mq.send_batch(QUEUE, [MESSAGE] * BATCH)) for _ in range(k)
+                ),
+            },
+        )
+        for op in ("archive", "delete"):
+            fill(n_read)
+
+            def raw_round(op: str = op) -> int:
+                got = ids(raw.execute(read_sql, [100, 30]).fetchall())
+                raw.execute(finish_sql[op], [array(got)])
+                return len(got)
+
+            def pgmq_round(op: str = op) -> int:
+                got = ids(
+                    theirs.execute("SELECT * FROM pgmq.read(%s, 30, 100)", [QUEUE]).fetchall()
+                )
+                theirs.execute(f"SELECT pgmq.{op}(%s, %s::bigint[])", [QUEUE, got]).fetchall()
+                return len(got)
+
+            def ours_round(op: str = op) -> int:
+                got = [m.msg_id for m in mq.read(QUEUE, 30, 100)]
+                ours_finish[op](QUEUE, got)
+                return len(got)
+
+            out[op] = _interleaved(
+                order,
+                max(1, n_read // 100),
+                5,
+                {
+                    "raw": lambda k, r=raw_round: sum(r() for _ in range(k)),
+                    "pgmq": lambda k, r=pgmq_round: sum(r() for _ in range(k)),
+                    "ours": lambda k, r=ours_round: sum(r() for _ in range(k)),
+                },
+            )
+        fill(n_single)
+        out["pop"] = _interleaved(
+            order,
+            n_single,
+            CHUNK,
+            {
+                "raw": lambda k: sum(len(raw.execute(pop_sql, [1]).fetchall()) for _ in range(k)),
+                "pgmq": lambda k: sum(
+                    len(theirs.execute("SELECT * FROM pgmq.pop(%s)", [QUEUE]).fetchall())
+                    for _ in range(k)
+                ),
+                "ours": lambda k: sum(len(mq.pop(QUEUE)) for _ in range(k)),
+            },
+        )
     connections.close_all()
     return out
 
 
-def _commit_bound(
-    bench: Bench,
-    peer: PgmqPeer | None,
-    order: list[str],
-    n: int,
-    op: str,
-    raw_sql: str,
-    body: Jsonb,
+def _interleaved(
+    order: list[str], calls: int, chunk: int, steps: dict[str, Callable[[int], int]]
 ) -> dict[str, float]:
-    """send or pop, one per commit, the systems interleaved in chunks of CHUNK.
-
-    One operation per commit is bound by the WAL flush, whose latency on a shared
-    machine drifts by several times within seconds; running the systems in turn,
-    a chunk each, spreads that drift over all of them instead of one.
-    """
-    _ours_reset(bench)
-    if op == "pop":  # raw and ours pop from the same table: room for both
-        for start in range(0, 2 * n, BATCH):
-            mq.send_batch(QUEUE, [MESSAGE] * min(BATCH, 2 * n - start))
-    with bench.conn() as raw, peer.conn() if peer else bench.conn() as theirs:
-        if peer is not None:
-            peer.reset()
-            if op == "pop":
-                for start in range(0, n, BATCH):
-                    theirs.execute(
-                        "SELECT pgmq.send_batch(%s, %s::jsonb[])",
-                        [QUEUE, [body] * min(BATCH, n - start)],
-                    )
-        connections[bench.alias].close()
-        bench.checkpoint()
-        connections[bench.alias].ensure_connection()
-        if op == "send":
-            steps: dict[str, Callable[[int], Any]] = {
-                "raw": lambda k: [raw.execute(raw_sql, [body]) for _ in range(k)],
-                "pgmq": lambda k: [
-                    theirs.execute("SELECT pgmq.send(%s, %s)", [QUEUE, body]) for _ in range(k)
-                ],
-                "ours": lambda k: [mq.send(QUEUE, MESSAGE) for _ in range(k)],
-            }
-        else:
-            steps = {
-                "raw": lambda k: [raw.execute(raw_sql, [1]).fetchall() for _ in range(k)],
-                "pgmq": lambda k: [
-                    theirs.execute("SELECT * FROM pgmq.pop(%s)", [QUEUE]).fetchall()
-                    for _ in range(k)
-                ],
-                "ours": lambda k: [mq.pop(QUEUE) for _ in range(k)],
-            }
-        spent = dict.fromkeys(order, 0.0)
-        done = 0
-        while done < n:
-            k = min(CHUNK, n - done)
-            for system in order:
-                t0 = time.perf_counter()
-                steps[system](k)
-                spent[system] += time.perf_counter() - t0
-            done += k
-    connections[bench.alias].close()
-    return {system: n / max(t, 1e-9) for system, t in spent.items()}
+    """Messages per second of each system, the systems taking turns of ``chunk`` calls."""
+    spent = dict.fromkeys(order, 0.0)
+    handled = dict.fromkeys(order, 0)
+    done = 0
+    while done < calls:
+        k = min(chunk, calls - done)
+        for system in order:
+            t0 = time.perf_counter()
+            handled[system] += steps[system](k)
+            spent[system] += time.perf_counter() - t0
+        done += k
+    return {system: handled[system] / max(spent[system], 1e-9) for system in order}
 
 
 # -- read_with_poll wake-up ------------------------------------------------------------
