@@ -152,6 +152,7 @@ def bench_message_queues(bench: Bench) -> None:
                     for op, r in results.items()
                 )
             )
+        _archive_growth(bench, n_read)
         wake = {
             p: bench.add(
                 Row(
@@ -183,10 +184,11 @@ def bench_message_queues(bench: Bench) -> None:
                     row.ref_values.append(pctl(theirs, int(p[1:])))
             bench.out(f"   wake-up p50 {pctl(ours, 50):.1f} ms, p95 {pctl(ours, 95):.1f} ms")
     finally:
-        try:
-            mq.drop(QUEUE)
-        except mq.QueueError:
-            pass
+        for name in (QUEUE, HISTORY_QUEUE):
+            try:
+                mq.drop(name)
+            except mq.QueueError:
+                pass
         connections.close_all()
         if peer is not None:
             peer.drop()
@@ -343,6 +345,75 @@ def _interleaved(
             spent[system] += time.perf_counter() - t0
         done += k
     return {system: handled[system] / max(spent[system], 1e-9) for system in order}
+
+
+# -- a read's cost as the archive grows ---------------------------------------------------
+
+HISTORY_QUEUE = "bench_history"
+
+#: ``%s`` archived messages in one statement (the archive of HISTORY_QUEUE).
+HISTORY_ROWS = """INSERT INTO {a} (msg_id, read_ct, enqueued_at, archived_at, vt, message)
+SELECT g, 1, now(), now(), now(), '{{"n": 1}}' FROM generate_series(1, %s) AS g"""
+
+
+def _archive_growth(bench: Bench, n_read: int) -> None:
+    """read(100) + archive on a queue whose archive holds ``history_rows`` messages,
+    next to the same on a queue with an empty archive, interleaved."""
+    from .core import Row
+
+    row = bench.add(
+        Row(
+            "message queues",
+            f"read(qty=100) + archive, {bench.history_rows:,} rows already archived",
+            "msgs/s",
+            reference="same, empty archive",
+            target="≥ 0.9x (flat)",
+            goal=0.9,
+        )
+    )
+    history = pgsql.SQL(HISTORY_ROWS).format(a=mq_sql.identifiers(HISTORY_QUEUE)["a"])
+    for name in (QUEUE, HISTORY_QUEUE):
+        try:
+            mq.drop(name)
+        except mq.QueueError:
+            pass
+        mq.create(name)
+    with bench.conn() as conn:
+        conn.execute(history, [bench.history_rows])
+        conn.execute(pgsql.SQL("VACUUM ANALYZE {}").format(mq_sql.identifiers(HISTORY_QUEUE)["a"]))
+    for rep in range(bench.repeat):
+        for name in (QUEUE, HISTORY_QUEUE):
+            mq.send_batch(name, [MESSAGE] * min(BATCH, n_read))
+            for _ in range(BATCH, n_read, BATCH):
+                mq.send_batch(name, [MESSAGE] * BATCH)
+        connections[bench.alias].close()
+        bench.checkpoint()
+
+        def round_of(name: str) -> Callable[[int], int]:
+            def run(k: int) -> int:
+                done = 0
+                for _ in range(k):
+                    got = [m.msg_id for m in mq.read(name, 30, 100)]
+                    mq.archive(name, got)
+                    done += len(got)
+                return done
+
+            return run
+
+        order = ["empty", "full"] if rep % 2 == 0 else ["full", "empty"]
+        rates = _interleaved(
+            order,
+            max(1, n_read // 100),
+            5,
+            {"empty": round_of(QUEUE), "full": round_of(HISTORY_QUEUE)},
+        )
+        row.values.append(rates["full"])
+        row.ref_values.append(rates["empty"])
+        bench.out(
+            f"   archive growth: {rates['full']:,.0f}/s with {bench.history_rows:,} archived, "
+            f"{rates['empty']:,.0f}/s with none"
+        )
+    connections.close_all()
 
 
 # -- read_with_poll wake-up ------------------------------------------------------------
