@@ -221,6 +221,10 @@ def _one_repetition(
     read_sql, pop_sql = _statement("read"), _statement("pop")
     finish_sql = {"archive": _statement("archive"), "delete": _statement("delete")}
     ours_finish = {"archive": mq.archive, "delete": mq.delete}
+    pgmq_finish = {
+        "archive": "SELECT pgmq.archive(%s, %s::bigint[])",
+        "delete": "SELECT pgmq.delete(%s, %s::bigint[])",
+    }
 
     def ids(rows: list[tuple[Any, ...]]) -> list[int]:
         return [r[0] for r in rows]
@@ -294,7 +298,7 @@ def _one_repetition(
                 got = ids(
                     theirs.execute("SELECT * FROM pgmq.read(%s, 30, 100)", [QUEUE]).fetchall()
                 )
-                theirs.execute(f"SELECT pgmq.{op}(%s, %s::bigint[])", [QUEUE, got]).fetchall()
+                theirs.execute(pgmq_finish[op], [QUEUE, got]).fetchall()
                 return len(got)
 
             def ours_round(op: str = op) -> int:

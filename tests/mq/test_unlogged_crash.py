@@ -6,21 +6,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
 from ..conftest import REPO
-from ..faults.conftest import cluster_db, cluster_template  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(180)]
 
 
-def _django(url: str, code: str) -> str:
-    """Run ``code`` in a child with Django set up against ``url``; return its stdout."""
+def _manage(url: str, *args: str) -> str:
+    """Run a management command in a child with Django set up against ``url``."""
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
     proc = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "shell", "-v", "0", "-c", code],
+        [sys.executable, str(REPO / "manage.py"), *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -32,15 +33,27 @@ def _django(url: str, code: str) -> str:
     return proc.stdout
 
 
+def _django(url: str, code: str) -> str:
+    """Run ``code`` in a child with Django set up against ``url``; return its stdout."""
+    return _manage(url, "shell", "-v", "0", "-c", code)
+
+
 def _count(dsn: str, table: str) -> int:
     with psycopg.connect(dsn) as conn:
         return conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
 
 
-def test_unlogged_queue_is_emptied_by_a_crash_and_logged_queue_is_intact(
-    cluster_db,  # noqa: F811 - fixture
-    fault_pg,
-):
+@pytest.fixture
+def queue_db(fault_pg):
+    """A migrated database of its own on the session's private cluster."""
+    name = f"mq_{uuid.uuid4().hex[:10]}"
+    fault_pg.create_database(name)
+    _manage(fault_pg.url(name), "migrate", "--no-input", "-v", "0")
+    return SimpleNamespace(url=fault_pg.url(name), dsn=fault_pg.dsn(name))
+
+
+def test_unlogged_queue_is_emptied_by_a_crash_and_logged_queue_is_intact(queue_db, fault_pg):
+    cluster_db = queue_db
     _django(
         cluster_db.url,
         "from django_pgqueue import mq\n"
