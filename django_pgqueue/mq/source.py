@@ -111,7 +111,7 @@ class MessageSource(Source):
             info = self._info(conn, consumer)
             if info is None:
                 continue
-            vt = max(consumer.vt, self.lease)
+            vt = max(consumer.vt, params.get("lease", self.lease))
             qty = min(consumer.batch, limit - len(items))
             query, args = store.read_query(info, vt, qty)
             try:

@@ -108,3 +108,32 @@ def test_kill_9_of_a_consumer_the_message_reappears_after_vt_and_is_handled(work
     assert second.wait(30) == 0, second.output()
     assert mq.metrics("demo_work").queue_length == 0
     assert table_rows("pgqueue_mq_a_demo_work") == len(ids)
+
+
+def test_past_its_time_limit_a_handler_loses_its_message_and_cannot_archive_it(run_worker):
+    """The lease is not extended past time_limit: the message is read again, and the
+    slow first handler's archive is fenced off by read_ct (the second one's counts)."""
+    import threading
+    import time
+
+    calls: list[int] = []
+    slow_done = threading.Event()
+
+    @mq.consumer("limited", vt=1, time_limit=0.3)
+    def handle(message: mq.Message) -> None:
+        calls.append(message.read_ct)
+        if message.read_ct == 1:
+            time.sleep(2.5)
+            slow_done.set()
+
+    try:
+        mq.create("limited")
+        mid = mq.send("limited", {"slow": True})
+        run_worker(burst=False, lease_seconds=1, poll_interval=0.2)
+        wait_for(lambda: 2 in calls, 15, "the message read again after its time limit")
+        assert slow_done.wait(10)
+        wait_for(lambda: mq.metrics("limited").queue_length == 0, 10, "the second read archived")
+        archived = mq.store.browse("limited", archived=True)
+        assert [(row[0], row[1]) for row in archived] == [(mid, 2)]
+    finally:
+        unregister("limited")
