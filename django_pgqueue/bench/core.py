@@ -846,14 +846,14 @@ class Bench:
                 f"{coalesced.values[-1]:,.0f}/s, per enqueue {naive.values[-1]:,.0f}/s"
             )
 
-    # -- output ------------------------------------------------------------------------------
-
     # 8. message queues (bench/mq.py) ------------------------------------------------------
 
     def bench_mq(self) -> None:
         from .mq import bench_message_queues
 
         bench_message_queues(self)
+
+    # -- output ------------------------------------------------------------------------------
 
     def table(self) -> str:
         header = (
