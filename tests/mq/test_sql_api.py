@@ -59,6 +59,12 @@ def test_sql_and_python_share_queues_and_dead_letters(sql_api):
         and letter.headers["x-pgqueue-dead-letter"]["queue"] == "policy"
     )
 
+    # pgmq's conditional read: only messages containing the given JSON.
+    one("SELECT pgmq_test.send_batch('from_sql', ARRAY['{\"k\": 1}', '{\"k\": 2}']::jsonb[])")
+    assert one("SELECT message->>'k' FROM pgmq_test.read('from_sql', 30, 5, '{\"k\": 2}')") == [
+        ("2",)
+    ]
+
     one("SELECT pgmq_test.create_unlogged('fast')")
     assert mq.get_queue("fast").unlogged
     assert one("SELECT pgmq_test.drop_queue('fast')") == [(True,)]
