@@ -10,9 +10,17 @@ from django.contrib import admin
 from .deliveries import DeliveryAdmin, EventAdmin
 from .endpoints import EndpointAdmin
 from .jobs import JobAdmin
+from .mq import MessageQueueAdmin
 from .schedules import ScheduleAdmin
 
-__all__ = ["DeliveryAdmin", "EndpointAdmin", "EventAdmin", "JobAdmin", "ScheduleAdmin"]
+__all__ = [
+    "DeliveryAdmin",
+    "EndpointAdmin",
+    "EventAdmin",
+    "JobAdmin",
+    "MessageQueueAdmin",
+    "ScheduleAdmin",
+]
 
 if admin.site.index_template is None:
     admin.site.index_template = "admin/django_pgqueue/index.html"

@@ -66,9 +66,15 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
     if request.user.has_perm("django_pgqueue.view_delivery"):
         deliveries = reverse(f"{model_admin.admin_site.name}:django_pgqueue_delivery_changelist")
         endpoints = _rows(delivery_overview(), deliveries, endpoint__id__exact="endpoint_id")
+    message_queues = []
+    if request.user.has_perm("django_pgqueue.view_messagequeue"):
+        from .mq import dashboard_rows
+
+        message_queues = dashboard_rows(model_admin.admin_site.name)
     context = {
         **model_admin.admin_site.each_context(request),
         "title": _("Queue dashboard"),
+        "message_queues": message_queues,
         "opts": opts,
         "queues": queues,
         "status_columns": [(s, s.label) for s in STATUS_COLUMNS],

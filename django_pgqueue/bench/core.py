@@ -45,6 +45,7 @@ WORKLOADS = (
     "fairness",
     "claim_cost",
     "notify",
+    "mq",
 )
 
 #: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
@@ -949,6 +950,13 @@ class Bench:
                 f"   rep {rep + 1}: none {none:,.0f}/s, coalesced "
                 f"{coalesced.values[-1]:,.0f}/s, per enqueue {naive.values[-1]:,.0f}/s"
             )
+
+    # 8. message queues (bench/mq.py) ------------------------------------------------------
+
+    def bench_mq(self) -> None:
+        from .mq import bench_message_queues
+
+        bench_message_queues(self)
 
     # -- output ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
         "'django_pgqueue' is not in INSTALLED_APPS: add it, then run `manage.py migrate`."
     )
 
+from .mq import MessageQueue
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
 from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event, Ordering, RatePeriod
@@ -24,6 +25,7 @@ __all__ = [
     "Endpoint",
     "Event",
     "Job",
+    "MessageQueue",
     "Ordering",
     "QueueRow",
     "RatePeriod",

@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import sql as pgsql
@@ -37,9 +38,12 @@ class Listener(threading.Thread):
         dsn: str | None,
         health_interval: float,
         test_hooks: frozenset[str],
+        also: Sequence[str] = (),
     ) -> None:
         super().__init__(name="pgqueue-listener", daemon=True)
         self.channel = channel
+        #: Further channels that wake the claim loop (message queues of consumers).
+        self.also = tuple(also)
         self.wake = wake
         self.stopping = stopping
         self.worker_id = worker_id
@@ -62,7 +66,8 @@ class Listener(threading.Thread):
                 if not first and "listener_reconnecting" in self.test_hooks:
                     hooks.pause("listener_reconnecting", self.worker_id)
                 conn = connect(f"listen-{self.worker_id}", dsn=self.dsn, prepare=False)
-                conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self.channel)))
+                for channel in (self.channel, *self.also):
+                    conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
                 if not first:
                     self.reconnects += 1
                     logger.info("LISTEN connection restored; sweeping for missed work")

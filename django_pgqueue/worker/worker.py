@@ -182,6 +182,7 @@ class Worker:
         if self.notify:
             self.listener = Listener(
                 channel=conf.NOTIFY_CHANNEL,
+                also=[c for source in self.sources for c in getattr(source, "channels", ())],
                 wake=self.wake,
                 stopping=self.stopping,
                 worker_id=self.worker_id,
@@ -760,7 +761,8 @@ def _stack_of(thread: threading.Thread) -> str:
 
 
 def default_sources(worker_id: str) -> list[Source]:
-    """Jobs, atomic jobs and webhook deliveries: everything a worker runs by default."""
+    """Jobs, atomic jobs, webhook deliveries and the message queues of registered consumers."""
+    from ..mq.source import message_sources
     from ..webhooks.worker import DeliverySource
     from .atomic import AtomicJobSource
 
@@ -769,4 +771,5 @@ def default_sources(worker_id: str) -> list[Source]:
         JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY)),
         AtomicJobSource(worker_id),
         DeliverySource(worker_id),
+        *message_sources(worker_id, conf.LEASE_SECONDS),
     ]

@@ -13,3 +13,7 @@ class DemoConfig(AppConfig):
         # workers must not enqueue jobs of their own.
         if os.environ.get("PGQUEUE_DEMO_SCHEDULE", "") == "1":
             from . import periodic  # noqa: F401  (registers @periodic)
+        # Consumers register when their module is imported, as signal receivers do.
+        # Opt-in here so that only the tests about consumers run them.
+        if os.environ.get("DEMO_MQ_CONSUMERS") == "1":
+            from . import consumers  # noqa: F401

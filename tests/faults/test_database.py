@@ -107,6 +107,14 @@ def test_queue_tables_are_logged_and_enqueue_keeps_synchronous_commit(cluster_db
 
     package = Path(django_pgqueue.__file__).parent
     for path in package.rglob("*.py"):
+        if (
+            "mq" in path.relative_to(package).parts
+            or path.stem in ("mq", "message_queues")
+            or (path.stem.endswith("_message_queues"))
+        ):
+            # Message queues offer UNLOGGED as an explicit per-queue opt-in
+            # (docs/message-queues.md); jobs and deliveries never use it.
+            continue
         text = path.read_text().lower()
         assert "synchronous_commit" not in text, path
         assert "unlogged" not in text, path

@@ -36,8 +36,9 @@ def int_list(value: str) -> list[int]:
 
 class Command(BaseCommand):
     help = (
-        "Benchmark enqueue, drain, wake-up latency, webhooks, claim cost and NOTIFY "
-        "coalescing against raw SQL, in a scratch database (<name>_bench)."
+        "Benchmark enqueue, drain, wake-up latency, webhooks, claim cost, NOTIFY "
+        "coalescing and message queues (beside pgmq) against raw SQL, in a scratch "
+        "database (<name>_bench)."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgqueue", "0008_flow_control"),
+        ("django_pgqueue", "0007_flow_control"),
     ]
 
     operations = [

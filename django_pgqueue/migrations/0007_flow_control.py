@@ -14,7 +14,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgqueue", "0007_periodic_unique_atomic"),
+        ("django_pgqueue", "0006_periodic_unique_atomic"),
     ]
 
     operations = [

@@ -1,0 +1,270 @@
+"""The worker side of ``@mq.consumer``: message queues as a worker Source.
+
+A read is the claim: ``mq.read`` with the consumer's visibility timeout (at least
+the worker's ``LEASE_SECONDS``, so the lease keeper extends it in time), then the
+handler runs on a task thread and the completer archives or deletes the message.
+The fencing token of a read is its ``read_ct``: any later read of the message
+increments it, so every write for a handled message (archive, delete, extend,
+release) is guarded by ``read_ct`` and a worker that lost the message (killed,
+stalled past its timeout) can never archive the new reader's copy. A worker
+killed with ``kill -9`` leaves its messages hidden until their timeout lapses;
+then any worker reads them again (at-least-once), and with ``max_reads`` a message
+that keeps killing its consumer ends up as a dead letter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import close_old_connections
+
+from ..worker.runner import Outcome
+from ..worker.sources import Source, array_literal, text_array_literal
+from . import sql, store
+from .consumers import Consumer, consumers
+from .exceptions import QueueNotFound
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+#: Seconds a consumer whose queue does not exist is left alone before asking again.
+MISSING_QUEUE_RETRY_SECONDS = 30.0
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class ClaimedMessage:
+    """A message read for a consumer (the worker's Claimed protocol)."""
+
+    consumer: Consumer
+    message: store.Message
+    id: int = field(default_factory=lambda: next(_ids))
+    token: uuid.UUID = field(default_factory=uuid.uuid4)
+    status: str = "in_progress"
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def task_path(self) -> str:
+        return self.consumer.path
+
+
+class MessageSource(Source):
+    """Every registered consumer's queue, read in turn by one worker."""
+
+    name = "messages"
+
+    def __init__(self, worker_id: str, registered: dict[str, Consumer], lease: float) -> None:
+        self.worker_id = worker_id
+        self.consumers = list(registered.values())
+        self.lease = lease
+        self._held: dict[int, ClaimedMessage] = {}
+        self._lock = threading.Lock()
+        self._missing: dict[str, float] = {}
+        self._turn = 0
+
+    @property
+    def channels(self) -> list[str]:
+        """NOTIFY channels of the consumed queues (the worker's listener LISTENs on them)."""
+        return [sql.channel(c.queue) for c in self.consumers]
+
+    # -- claiming --------------------------------------------------------------------
+
+    def _selected(self, params: dict[str, Any]) -> list[Consumer]:
+        chosen = [
+            c
+            for c in self.consumers
+            if (params.get("all_queues", True) or c.queue in params.get("queues", ()))
+            and self._missing.get(c.queue, 0.0) <= time.monotonic()
+        ]
+        # Start from a different consumer each time, so one busy queue cannot
+        # starve the others of the claim's capacity.
+        self._turn = (self._turn + 1) % max(1, len(chosen))
+        return chosen[self._turn :] + chosen[: self._turn]
+
+    def _info(self, conn: Any, consumer: Consumer) -> store.QueueInfo | None:
+        try:
+            return store.get_queue(consumer.queue, conn=conn)
+        except QueueNotFound:
+            logger.warning(
+                "Consumer %s: message queue %r does not exist (create it with mq.create); "
+                "asking again in %.0f s",
+                consumer.path,
+                consumer.queue,
+                MISSING_QUEUE_RETRY_SECONDS,
+            )
+            self._missing[consumer.queue] = time.monotonic() + MISSING_QUEUE_RETRY_SECONDS
+            return None
+
+    def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedMessage]:
+        limit = params["limit"]
+        items: list[ClaimedMessage] = []
+        for consumer in self._selected(params):
+            if len(items) >= limit:
+                break
+            info = self._info(conn, consumer)
+            if info is None:
+                continue
+            vt = max(consumer.vt, params.get("lease", self.lease))
+            qty = min(consumer.batch, limit - len(items))
+            query, args = store.read_query(info, vt, qty)
+            try:
+                rows = conn.execute(query, args).fetchall()
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) == "42P01":  # dropped meanwhile
+                    store.forget(consumer.queue)
+                    continue
+                raise
+            rows.sort()
+            items.extend(ClaimedMessage(consumer, store.Message.from_row(r)) for r in rows)
+        with self._lock:
+            for item in items:
+                self._held[item.id] = item
+        return items
+
+    def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
+        for consumer in self._selected(params):
+            if self._info(conn, consumer) is None:
+                continue
+            if conn.execute(sql.statement("any_visible", consumer.queue)).fetchone()[0]:
+                return True
+        return False
+
+    # -- running ---------------------------------------------------------------------
+
+    def _outcome(self, item: ClaimedMessage, status: str, action: str, delay: float) -> Outcome:
+        return Outcome(
+            job_id=item.id,
+            token=item.token,
+            status=status,
+            task_path=item.task_path,
+            attempt=item.message.read_ct,
+            extra={"action": action, "delay": delay},
+        )
+
+    def run(self, item: ClaimedMessage) -> Outcome:
+        """Run the consumer's handler on one message; never raises."""
+        close_old_connections()
+        started = time.perf_counter()
+        try:
+            item.consumer.handler(item.message)
+        except Exception as exc:
+            logger.error(
+                "Consumer %s failed on message %s of %r (read %d times): %s\n%s",
+                item.task_path,
+                item.message.msg_id,
+                item.consumer.queue,
+                item.message.read_ct,
+                exc,
+                traceback.format_exc(),
+            )
+            # Not acknowledged: visible again after the visibility timeout, as in pgmq.
+            outcome = self._outcome(item, "failed", "retry", item.consumer.vt)
+        else:
+            action = "delete" if item.consumer.delete else "archive"
+            outcome = self._outcome(item, "succeeded", action, 0.0)
+        finally:
+            close_old_connections()
+        outcome.duration = time.perf_counter() - started
+        return outcome
+
+    def release(self, item: ClaimedMessage, reason: str) -> Outcome:
+        # Never started: visible at once and the read is not counted.
+        return self._outcome(item, "released", "release", 0.0)
+
+    def interrupted(self, item: ClaimedMessage) -> Outcome:
+        # Cut off by shutdown: visible at once; the read counts (it did run).
+        return self._outcome(item, "interrupted", "retry", 0.0)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _by_queue(self, ids: list[int]) -> dict[str, list[ClaimedMessage]]:
+        grouped: dict[str, list[ClaimedMessage]] = {}
+        with self._lock:
+            for i in ids:
+                item = self._held.get(i)
+                if item is not None:
+                    grouped.setdefault(item.consumer.queue, []).append(item)
+        return grouped
+
+    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
+        outcomes = {o.job_id: o for o in batch}
+        written: set[int] = set()
+        for queue, items in self._by_queue(list(outcomes)).items():
+            by_msg = {item.message.msg_id: item.id for item in items}
+            rows = conn.execute(
+                sql.statement("settle", queue),
+                [
+                    array_literal([str(item.message.msg_id) for item in items]),
+                    array_literal([str(item.message.read_ct) for item in items]),
+                    text_array_literal([outcomes[item.id].extra["action"] for item in items]),
+                    array_literal(
+                        [repr(float(outcomes[item.id].extra["delay"])) for item in items]
+                    ),
+                ],
+            ).fetchall()
+            written |= {by_msg[row[0]] for row in rows}
+        with self._lock:
+            for i in outcomes:
+                self._held.pop(i, None)
+        return written
+
+    def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
+        """After an ambiguous write: still ours and unsettled, settled, or re-read."""
+        state: dict[int, tuple[str, uuid.UUID | None]] = {}
+        for queue, items in self._by_queue(ids).items():
+            rows = conn.execute(
+                sql.statement("read_counts", queue),
+                [array_literal([str(item.message.msg_id) for item in items])],
+            ).fetchall()
+            counts = dict(rows)
+            for item in items:
+                count = counts.get(item.message.msg_id)
+                if count is None:
+                    state[item.id] = ("done", item.token)  # archived or deleted: ours landed
+                elif count == item.message.read_ct:
+                    state[item.id] = ("in_progress", item.token)
+                else:
+                    state[item.id] = ("in_progress", None)  # read again by someone else
+        return state
+
+    def extend_leases(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> set[int]:
+        kept: set[int] = set()
+        now = time.monotonic()
+        for queue, items in self._by_queue(ids).items():
+            limit = items[0].consumer.time_limit
+            if limit is not None:
+                # Past its time limit a handler no longer holds its message: the
+                # visibility timeout lapses and another read gets it.
+                items = [item for item in items if now - item.started <= limit]
+            if not items:
+                continue
+            vt = max(items[0].consumer.vt, lease)
+            by_msg = {item.message.msg_id: item.id for item in items}
+            rows = conn.execute(
+                sql.statement("extend", queue),
+                [
+                    vt,
+                    array_literal([str(item.message.msg_id) for item in items]),
+                    array_literal([str(item.message.read_ct) for item in items]),
+                ],
+            ).fetchall()
+            kept |= {by_msg[row[0]] for row in rows}
+        return kept
+
+    def describe(self, item: Any) -> str:
+        return f"{item.consumer.path} on {item.consumer.queue!r}"
+
+
+def message_sources(worker_id: str, lease: float) -> list[Source]:
+    """A MessageSource when consumers are registered in this process, else nothing."""
+    registered = consumers()
+    return [MessageSource(worker_id, registered, lease)] if registered else []

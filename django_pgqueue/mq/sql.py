@@ -1,0 +1,302 @@
+"""Every SQL statement of the message queues, with why it is shaped so.
+
+Each queue has its own tables, so statements are templates: queue names become
+identifiers only through ``psycopg.sql.Identifier`` (never formatted into text),
+after ``validation.check_name``. ``statement()`` renders a template for one queue
+once per process and caches the text; values are always ``%s`` parameters.
+
+Rules kept by every statement:
+
+* Time is ``clock_timestamp()``, not ``now()``: these statements run in the
+  caller's transaction, whose ``now()`` is its start and may be long past. This is
+  also pgmq's choice, so a visibility timeout means the same thing in both.
+* A read is one statement: ``FOR UPDATE SKIP LOCKED`` in a ``MATERIALIZED`` CTE
+  (the fence keeps the planner from running the row picking more than once and
+  locking more than ``qty`` rows), then the UPDATE of those rows. It touches the
+  queue table only, never the archive, so its cost follows waiting messages, not
+  history.
+* Dead letters are moved by the read statement itself (data-modifying CTEs), so
+  a message is either returned or moved, never both, and never lost in between.
+* Each statement starts with a ``/* pgqueue:mq_<name> */`` marker for
+  ``pg_stat_statements``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from psycopg import sql as pgsql
+
+REGISTRY = "pgqueue_mq_queue"
+QUEUE_PREFIX = "pgqueue_mq_q_"
+ARCHIVE_PREFIX = "pgqueue_mq_a_"
+SEQUENCE_PREFIX = "pgqueue_mq_s_"
+#: NOTIFY channel of one queue; the SQL API's ``send`` uses the same.
+CHANNEL_PREFIX = "pgqueue_mq_"
+
+#: Columns of pgmq's ``message_record``, in its order.
+MESSAGE_COLUMNS = "msg_id, read_ct, enqueued_at, vt, message, headers"
+
+
+def identifiers(name: str) -> dict[str, pgsql.Identifier]:
+    """The identifiers of queue ``name``'s objects (``name`` already validated)."""
+    return {
+        "q": pgsql.Identifier(QUEUE_PREFIX + name),
+        "a": pgsql.Identifier(ARCHIVE_PREFIX + name),
+        "seq": pgsql.Identifier(SEQUENCE_PREFIX + name),
+        "q_vt": pgsql.Identifier(QUEUE_PREFIX + name + "_vt"),
+        "a_id": pgsql.Identifier(ARCHIVE_PREFIX + name + "_id"),
+    }
+
+
+def channel(name: str) -> str:
+    return CHANNEL_PREFIX + name
+
+
+# -- registry (plain text: the registry table has a fixed name) -----------------------
+
+# The lookup every operation starts from (cached per process by store.py).
+GET_QUEUE = f"""/* pgqueue:mq_get_queue */
+SELECT name, unlogged, max_reads, dead_letter FROM {REGISTRY} WHERE name = %s"""
+
+# ON CONFLICT DO NOTHING: two concurrent creates of one queue serialize on the
+# primary key; the second sees the first's row (after its commit) and creates
+# nothing, so create is idempotent like pgmq's.
+REGISTER_QUEUE = f"""/* pgqueue:mq_register */
+INSERT INTO {REGISTRY} (name, unlogged, max_reads, dead_letter, created_at)
+VALUES (%s, %s, %s, %s, now())
+ON CONFLICT (name) DO NOTHING
+RETURNING name"""
+
+LIST_QUEUES = f"""/* pgqueue:mq_list */
+SELECT name, unlogged, max_reads, dead_letter, created_at FROM {REGISTRY} ORDER BY name"""
+
+UNREGISTER_QUEUE = f"/* pgqueue:mq_unregister */ DELETE FROM {REGISTRY} WHERE name = %s"
+
+# Queues that send their dead letters to this one (a drop must refuse).
+DEAD_LETTER_SOURCES = f"""/* pgqueue:mq_dead_letter_sources */
+SELECT name FROM {REGISTRY} WHERE dead_letter = %s ORDER BY name"""
+
+NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_notify(%s, '')"
+
+# -- per-queue templates ---------------------------------------------------------------
+
+# msg_id comes from a sequence with a fixed name, so metrics can read "total
+# messages ever sent" from it. UNLOGGED makes the message table (and its
+# sequence) skip the WAL: a crash empties it. The archive is always logged, as in
+# pgmq: what was archived stays. msg_id is not unique in the archive because an
+# unlogged queue's sequence starts again after a crash.
+#: The columns after msg_id, shared by a queue's table and its archive (and by the
+#: SQL API's create, which builds the same tables).
+QUEUE_COLUMNS = """read_ct integer NOT NULL DEFAULT 0,
+    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    vt timestamptz NOT NULL,
+    message jsonb,
+    headers jsonb
+"""
+
+_CREATE = {
+    "create_queue": """/* pgqueue:mq_create */
+CREATE {persistence} TABLE {q} (
+    msg_id bigint GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME {seq}) PRIMARY KEY,
+    """
+    + QUEUE_COLUMNS
+    + ")",
+    "create_queue_index": "/* pgqueue:mq_create */ CREATE INDEX {q_vt} ON {q} (vt)",
+    "create_archive": """/* pgqueue:mq_create */
+CREATE TABLE {a} (
+    msg_id bigint NOT NULL,
+    archived_at timestamptz NOT NULL DEFAULT now(),
+    """
+    + QUEUE_COLUMNS
+    + ")",
+    "create_archive_index": "/* pgqueue:mq_create */ CREATE INDEX {a_id} ON {a} (msg_id)",
+}
+
+# Pieces shared by the reads (templates: {q} is the queue table).
+_PICK = """
+    SELECT {columns} FROM {{q}}
+    WHERE vt <= clock_timestamp()
+    ORDER BY msg_id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+"""
+_RETURNING = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers"
+_DEAD = f"""dead AS (
+    DELETE FROM {{q}} m USING picked
+    WHERE m.msg_id = picked.msg_id AND picked.dead
+    RETURNING {_RETURNING}
+)"""
+
+
+def _mark_read(condition: str = "") -> str:
+    """The UPDATE that hides the picked messages for vt seconds and counts the read."""
+    return f"""UPDATE {{q}} m
+SET vt = clock_timestamp() + make_interval(secs => %s), read_ct = m.read_ct + 1
+FROM picked
+WHERE m.msg_id = picked.msg_id{condition}
+RETURNING {_RETURNING}"""
+
+
+_TEMPLATES = {
+    **_CREATE,
+    "drop": "/* pgqueue:mq_drop */ DROP TABLE IF EXISTS {q}, {a}",
+    # The delay is either an absolute instant or seconds from now (one statement
+    # for both keeps one cached plan).
+    "send": """/* pgqueue:mq_send */
+INSERT INTO {q} (vt, message, headers)
+VALUES (COALESCE(%s::timestamptz, clock_timestamp() + make_interval(secs => %s)),
+        %s::jsonb, %s::jsonb)
+RETURNING msg_id""",
+    # One INSERT for the batch; the arrays arrive as single text[] literals (cheaper
+    # to adapt than a list of values) and unnest keeps their order, which is the
+    # order of the identities and of the returned ids.
+    "send_batch": """/* pgqueue:mq_send_batch */
+INSERT INTO {q} (vt, message, headers)
+SELECT COALESCE(%s::timestamptz, clock_timestamp() + make_interval(secs => %s)), m, h
+FROM unnest(%s::text[]::jsonb[], %s::text[]::jsonb[]) WITH ORDINALITY AS t(m, h, n)
+ORDER BY n
+RETURNING msg_id""",
+    "read": f"""/* pgqueue:mq_read */
+WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id")})
+{_mark_read()}""",
+    # The read of a queue with max_reads: a picked message already read max_reads
+    # times is deleted and inserted into the dead-letter target (another queue's
+    # table, or this queue's archive) by the same statement; the others are
+    # returned as by "read". The dead letter's headers record where it came from,
+    # so the admin can move it back.
+    "read_dead_letter_queue": f"""/* pgqueue:mq_read_dlq */
+WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id, read_ct >= %s AS dead")}),
+{_DEAD}, moved AS (
+    INSERT INTO {{dead}} (vt, message, headers)
+    SELECT clock_timestamp(), message,
+           CASE WHEN headers IS NULL OR jsonb_typeof(headers) = 'object'
+           THEN COALESCE(headers, '{{{{}}}}') || jsonb_build_object('x-pgqueue-dead-letter',
+                jsonb_build_object('queue', %s::text, 'msg_id', msg_id, 'read_ct', read_ct,
+                                   'enqueued_at', enqueued_at))
+           ELSE headers END
+    FROM dead ORDER BY msg_id
+)
+{_mark_read(" AND NOT picked.dead")}""",
+    "read_dead_letter_archive": f"""/* pgqueue:mq_read_dla */
+WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id, read_ct >= %s AS dead")}),
+{_DEAD}, moved AS (
+    INSERT INTO {{a}} ({MESSAGE_COLUMNS})
+    SELECT {MESSAGE_COLUMNS} FROM dead
+)
+{_mark_read(" AND NOT picked.dead")}""",
+    # Read and delete at once: at-most-once delivery.
+    "pop": f"""/* pgqueue:mq_pop */
+WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id")})
+DELETE FROM {{q}} m USING picked
+WHERE m.msg_id = picked.msg_id
+RETURNING {_RETURNING}""",
+    "set_vt": """/* pgqueue:mq_set_vt */
+UPDATE {q} SET vt = clock_timestamp() + make_interval(secs => %s)
+WHERE msg_id = %s
+RETURNING msg_id, read_ct, enqueued_at, vt, message, headers""",
+    # Archive = move to the archive table in one statement.
+    "archive": """/* pgqueue:mq_archive */
+WITH gone AS (
+    DELETE FROM {q} WHERE msg_id = ANY(%s::bigint[])
+    RETURNING msg_id, read_ct, enqueued_at, vt, message, headers
+)
+INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
+SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone
+RETURNING msg_id""",
+    # The consumer's outcomes for one queue in one statement, each guarded by the
+    # read_ct of the read that handed the message out (the fencing token): archive,
+    # delete, retry after a delay, or release (visible at once, the read not
+    # counted). Returns the msg_ids written.
+    "settle": """/* pgqueue:mq_settle */
+WITH o AS (
+    SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::float8[])
+        AS o(msg_id, read_ct, action, delay)
+), gone AS (
+    DELETE FROM {q} m USING o
+    WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct AND o.action IN ('archive', 'delete')
+    RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, o.action
+), archived AS (
+    INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
+    SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone WHERE action = 'archive'
+), back AS (
+    UPDATE {q} m
+    SET vt = clock_timestamp() + make_interval(secs => o.delay),
+        read_ct = m.read_ct - CASE WHEN o.action = 'release' THEN 1 ELSE 0 END
+    FROM o
+    WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct AND o.action IN ('retry', 'release')
+    RETURNING m.msg_id
+)
+SELECT msg_id FROM gone UNION ALL SELECT msg_id FROM back""",
+    # The consumer's lease extension, guarded by read_ct like "settle".
+    "extend": """/* pgqueue:mq_extend */
+UPDATE {q} m SET vt = clock_timestamp() + make_interval(secs => %s)
+FROM unnest(%s::bigint[], %s::int[]) AS o(msg_id, read_ct)
+WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct
+RETURNING m.msg_id""",
+    "read_counts": """/* pgqueue:mq_read_counts */
+SELECT msg_id, read_ct FROM {q} WHERE msg_id = ANY(%s::bigint[])""",
+    "any_visible": """/* pgqueue:mq_any_visible */
+SELECT EXISTS (SELECT 1 FROM {q} WHERE vt <= clock_timestamp())""",
+    "delete": """/* pgqueue:mq_delete */
+DELETE FROM {q} WHERE msg_id = ANY(%s::bigint[]) RETURNING msg_id""",
+    # DELETE, not pgmq's TRUNCATE: TRUNCATE takes an ACCESS EXCLUSIVE lock (every
+    # reader and sender of the queue waits for the caller's commit) and is not
+    # MVCC-safe for concurrent snapshots.
+    "purge": """/* pgqueue:mq_purge */
+WITH gone AS (DELETE FROM {q} RETURNING 1) SELECT count(*) FROM gone""",
+    # pgmq's metrics_result columns, in its order. Total messages ever sent is the
+    # sequence's position (0 before the first send).
+    "metrics": """/* pgqueue:mq_metrics */
+SELECT count(*),
+       EXTRACT(epoch FROM clock_timestamp() - max(enqueued_at))::int,
+       EXTRACT(epoch FROM clock_timestamp() - min(enqueued_at))::int,
+       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}),
+       clock_timestamp(),
+       count(*) FILTER (WHERE vt <= clock_timestamp())
+FROM {q}""",
+    # The admin's list: the archive size is the planner's estimate (counting a
+    # million archived rows on every page view is not worth it).
+    "stats": """/* pgqueue:mq_stats */
+SELECT count(*),
+       count(*) FILTER (WHERE vt <= clock_timestamp()),
+       EXTRACT(epoch FROM clock_timestamp() - min(enqueued_at)),
+       (SELECT GREATEST(reltuples, 0)::bigint FROM pg_class WHERE oid = %s::regclass)
+FROM {q}""",
+    "browse": """/* pgqueue:mq_browse */
+SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM {q}
+ORDER BY msg_id LIMIT %s OFFSET %s""",
+    "browse_ids": """/* pgqueue:mq_browse_ids */
+SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM {q}
+WHERE msg_id = ANY(%s::bigint[]) ORDER BY msg_id""",
+    "browse_archive": """/* pgqueue:mq_browse_archive */
+SELECT msg_id, read_ct, enqueued_at, vt, message, headers, archived_at FROM {a}
+ORDER BY archived_at DESC, msg_id DESC LIMIT %s OFFSET %s""",
+    # Move messages to another queue (a dead letter back to where it came from):
+    # new ids there, visible at once, read count starting again; the dead-letter
+    # header is dropped.
+    "move": """/* pgqueue:mq_move */
+WITH gone AS (
+    DELETE FROM {q} WHERE msg_id = ANY(%s::bigint[])
+    RETURNING msg_id, message, headers
+)
+INSERT INTO {target} (vt, message, headers)
+SELECT clock_timestamp(), message,
+       NULLIF(headers - 'x-pgqueue-dead-letter', '{{}}'::jsonb)
+FROM gone ORDER BY msg_id
+RETURNING msg_id""",
+}
+
+
+@lru_cache(maxsize=4096)
+def statement(kind: str, name: str, dead_letter: str | None = None, unlogged: bool = False) -> str:
+    """The text of statement ``kind`` for queue ``name`` (validated), cached.
+
+    ``dead_letter`` names the target queue of ``read_dead_letter_queue`` and of
+    ``move``; ``unlogged`` chooses the persistence of ``create_queue``.
+    """
+    ids: dict[str, pgsql.Composable] = dict(identifiers(name))
+    if dead_letter is not None:
+        ids["dead"] = ids["target"] = pgsql.Identifier(QUEUE_PREFIX + dead_letter)
+    ids["persistence"] = pgsql.SQL("UNLOGGED" if unlogged else "")
+    return pgsql.SQL(_TEMPLATES[kind]).format(**ids).as_string(None)

@@ -1,0 +1,465 @@
+"""pgmq's SQL API over our message queues, for clients in other languages.
+
+``install(schema)`` (the ``pgqueue_install_sql_api`` command) creates, in its own
+schema, functions with pgmq 1.5's names, signatures and record types
+(``send``, ``read``, ``archive``, ``metrics``, ...), so that an unchanged pgmq
+client, or ``psql``, or pg_cron, works on the queues of ``django_pgqueue.mq``: the
+same registry and the same per-queue tables as the Python API, including dead
+letters by read count and the NOTIFY that wakes Python readers.
+
+The functions are plpgsql: queue names reach their dynamic SQL only through
+``format('%I')`` (and are validated first, with the Python API's rules); the
+schema of our tables is written into them at install time with
+``psycopg.sql.Literal``. Everything is recreated by a new install, so upgrading
+the package means running the command again.
+
+Partitioned queues (``create_partitioned``, which needs pg_partman) are not
+offered: that function raises a clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import sql as pgsql
+
+from .sql import (
+    ARCHIVE_PREFIX,
+    CHANNEL_PREFIX,
+    QUEUE_COLUMNS,
+    QUEUE_PREFIX,
+    REGISTRY,
+    SEQUENCE_PREFIX,
+)
+from .validation import MAX_NAME_LENGTH, NAME_PATTERN
+
+#: The comment that marks a schema as ours, so a reinstall may replace it (and only it).
+MARKER = "django_pgqueue: pgmq-compatible SQL API"
+
+
+class SqlApiError(Exception):
+    """The SQL API cannot be installed in (or removed from) that schema."""
+
+
+# Braces are psycopg.sql placeholders: {api} is the API's schema (identifier),
+# {data} the schema of our tables (literal, for format('%I.%I', ...)), {reg} the
+# registry table (qualified identifier). Literal braces are doubled.
+_DDL = """
+CREATE SCHEMA {api};
+COMMENT ON SCHEMA {api} IS {marker};
+
+CREATE TYPE {api}.message_record AS (
+    msg_id bigint, read_ct integer, enqueued_at timestamptz, vt timestamptz,
+    message jsonb, headers jsonb
+);
+CREATE TYPE {api}.queue_record AS (
+    queue_name varchar, is_partitioned boolean, is_unlogged boolean, created_at timestamptz
+);
+CREATE TYPE {api}.metrics_result AS (
+    queue_name text, queue_length bigint, newest_msg_age_sec integer,
+    oldest_msg_age_sec integer, total_messages bigint, scrape_time timestamptz,
+    queue_visible_length bigint
+);
+
+-- pgmq's queue list, over the registry of django_pgqueue.mq.
+CREATE VIEW {api}.meta AS
+SELECT name::varchar AS queue_name, false AS is_partitioned, unlogged AS is_unlogged, created_at
+FROM {reg};
+
+CREATE FUNCTION {api}.validate_queue_name(queue_name text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF length(queue_name) > {max_length} THEN
+        RAISE EXCEPTION 'queue name is too long, maximum length is {max_length} characters';
+    END IF;
+    IF queue_name !~ {pattern} THEN
+        RAISE EXCEPTION 'queue name % must be letters, digits, _ or -, starting with a letter or _',
+            quote_literal(queue_name);
+    END IF;
+END $$;
+
+-- The quoted, schema-qualified name of a queue's table (q), archive (a) or sequence (s).
+CREATE FUNCTION {api}._rel(queue_name text, kind text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    PERFORM {api}.validate_queue_name(queue_name);
+    RETURN format('%I.%I', {data}, CASE kind
+        WHEN 'q' THEN {queue_prefix} WHEN 'a' THEN {archive_prefix} ELSE {sequence_prefix}
+    END || queue_name);
+END $$;
+
+-- Create a queue as mq.create() does: registry row first (ON CONFLICT DO NOTHING
+-- makes concurrent creates of one name serialize and the second a no-op).
+CREATE FUNCTION {api}._create(queue_name text, p_unlogged boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text := {api}._rel(queue_name, 'q');
+    a text := {api}._rel(queue_name, 'a');
+BEGIN
+    INSERT INTO {reg} (name, unlogged, max_reads, dead_letter, created_at)
+    VALUES (queue_name, p_unlogged, NULL, NULL, now())
+    ON CONFLICT (name) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    EXECUTE format(
+        'CREATE %s TABLE %s (
+            msg_id bigint GENERATED ALWAYS AS IDENTITY (SEQUENCE NAME %s) PRIMARY KEY,
+            {columns})',
+        CASE WHEN p_unlogged THEN 'UNLOGGED' ELSE '' END, q, {api}._rel(queue_name, 's'));
+    EXECUTE format('CREATE INDEX %I ON %s (vt)', {queue_prefix} || queue_name || '_vt', q);
+    EXECUTE format(
+        'CREATE TABLE %s (
+            msg_id bigint NOT NULL,
+            archived_at timestamptz NOT NULL DEFAULT now(),
+            {columns})', a);
+    EXECUTE format('CREATE INDEX %I ON %s (msg_id)', {archive_prefix} || queue_name || '_id', a);
+END $$;
+
+CREATE FUNCTION {api}."create"(queue_name text) RETURNS void
+LANGUAGE sql AS $$ SELECT {api}._create(queue_name, false) $$;
+CREATE FUNCTION {api}.create_non_partitioned(queue_name text) RETURNS void
+LANGUAGE sql AS $$ SELECT {api}._create(queue_name, false) $$;
+CREATE FUNCTION {api}.create_unlogged(queue_name text) RETURNS void
+LANGUAGE sql AS $$ SELECT {api}._create(queue_name, true) $$;
+CREATE FUNCTION {api}.create_partitioned(
+    queue_name text, partition_interval text DEFAULT '10000',
+    retention_interval text DEFAULT '100000'
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'partitioned queues are not supported by django_pgqueue (they need pg_partman); use create() or create_unlogged()';
+END $$;
+
+CREATE FUNCTION {api}.drop_queue(queue_name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    sources text;
+BEGIN
+    PERFORM {api}.validate_queue_name(queue_name);
+    SELECT string_agg(name, ', ' ORDER BY name) INTO sources FROM {reg} WHERE dead_letter = queue_name;
+    IF sources IS NOT NULL THEN
+        RAISE EXCEPTION 'message queue % is the dead-letter queue of %; drop those first',
+            quote_literal(queue_name), sources;
+    END IF;
+    DELETE FROM {reg} WHERE name = queue_name;
+    IF NOT FOUND THEN
+        RAISE NOTICE 'queue % does not exist', quote_literal(queue_name);
+        RETURN false;
+    END IF;
+    EXECUTE format('DROP TABLE IF EXISTS %s, %s', {api}._rel(queue_name, 'q'), {api}._rel(queue_name, 'a'));
+    RETURN true;
+END $$;
+CREATE FUNCTION {api}.drop_queue(queue_name text, partitioned boolean) RETURNS boolean
+LANGUAGE sql AS $$ SELECT {api}.drop_queue(queue_name) $$;
+
+-- Archives are plain tables here (no extension owns them): nothing to detach.
+CREATE FUNCTION {api}.detach_archive(queue_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {api}.validate_queue_name(queue_name);
+END $$;
+
+CREATE FUNCTION {api}.list_queues() RETURNS SETOF {api}.queue_record
+LANGUAGE sql STABLE AS $$ SELECT queue_name, is_partitioned, is_unlogged, created_at FROM {api}.meta ORDER BY queue_name $$;
+
+-- send: the NOTIFY wakes Python readers (read_with_poll, consumers) at commit;
+-- PostgreSQL folds identical NOTIFYs of one transaction into one.
+CREATE FUNCTION {api}.send(queue_name text, msg jsonb, headers jsonb, delay timestamptz)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        'INSERT INTO %s (vt, message, headers) VALUES ($1, $2, $3) RETURNING msg_id',
+        {api}._rel(queue_name, 'q')) USING delay, msg, headers;
+    PERFORM pg_notify({channel_prefix} || queue_name, '');
+END $$;
+CREATE FUNCTION {api}.send(queue_name text, msg jsonb) RETURNS SETOF bigint
+LANGUAGE sql AS $$ SELECT * FROM {api}.send(queue_name, msg, NULL, clock_timestamp()) $$;
+CREATE FUNCTION {api}.send(queue_name text, msg jsonb, headers jsonb) RETURNS SETOF bigint
+LANGUAGE sql AS $$ SELECT * FROM {api}.send(queue_name, msg, headers, clock_timestamp()) $$;
+CREATE FUNCTION {api}.send(queue_name text, msg jsonb, delay integer) RETURNS SETOF bigint
+LANGUAGE sql AS $$
+    SELECT * FROM {api}.send(queue_name, msg, NULL, clock_timestamp() + make_interval(secs => delay))
+$$;
+CREATE FUNCTION {api}.send(queue_name text, msg jsonb, delay timestamptz) RETURNS SETOF bigint
+LANGUAGE sql AS $$ SELECT * FROM {api}.send(queue_name, msg, NULL, delay) $$;
+CREATE FUNCTION {api}.send(queue_name text, msg jsonb, headers jsonb, delay integer)
+RETURNS SETOF bigint LANGUAGE sql AS $$
+    SELECT * FROM {api}.send(queue_name, msg, headers, clock_timestamp() + make_interval(secs => delay))
+$$;
+
+CREATE FUNCTION {api}.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamptz)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        'INSERT INTO %s (vt, message, headers)
+         SELECT $2, m, h FROM unnest($1, $3) WITH ORDINALITY AS t(m, h, n) ORDER BY n
+         RETURNING msg_id',
+        {api}._rel(queue_name, 'q')) USING msgs, delay, headers;
+    PERFORM pg_notify({channel_prefix} || queue_name, '');
+END $$;
+CREATE FUNCTION {api}.send_batch(queue_name text, msgs jsonb[]) RETURNS SETOF bigint
+LANGUAGE sql AS $$ SELECT * FROM {api}.send_batch(queue_name, msgs, NULL, clock_timestamp()) $$;
+CREATE FUNCTION {api}.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
+RETURNS SETOF bigint LANGUAGE sql AS $$
+    SELECT * FROM {api}.send_batch(queue_name, msgs, headers, clock_timestamp())
+$$;
+CREATE FUNCTION {api}.send_batch(queue_name text, msgs jsonb[], delay integer)
+RETURNS SETOF bigint LANGUAGE sql AS $$
+    SELECT * FROM {api}.send_batch(queue_name, msgs, NULL, clock_timestamp() + make_interval(secs => delay))
+$$;
+CREATE FUNCTION {api}.send_batch(queue_name text, msgs jsonb[], delay timestamptz)
+RETURNS SETOF bigint LANGUAGE sql AS $$ SELECT * FROM {api}.send_batch(queue_name, msgs, NULL, delay) $$;
+CREATE FUNCTION {api}.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
+RETURNS SETOF bigint LANGUAGE sql AS $$
+    SELECT * FROM {api}.send_batch(queue_name, msgs, headers, clock_timestamp() + make_interval(secs => delay))
+$$;
+
+-- read: the statement of mq.read(), dead letters included ($1 qty, $2 vt,
+-- $3 conditional, $4 max_reads, $5 queue name). A message already read max_reads
+-- times goes to the dead-letter queue (or the archive) instead of being returned.
+CREATE FUNCTION {api}.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{{}}')
+RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
+DECLARE
+    q text := {api}._rel(queue_name, 'q');
+    cfg record;
+    moved text := '';
+BEGIN
+    SELECT max_reads, dead_letter INTO cfg FROM {reg} WHERE name = queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message queue % does not exist', quote_literal(queue_name)
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    IF cfg.max_reads IS NOT NULL THEN
+        moved := format(
+            ', dead AS (
+                DELETE FROM %1$s m USING picked WHERE m.msg_id = picked.msg_id AND picked.dead
+                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers
+            ), moved AS (%2$s)',
+            q,
+            CASE WHEN cfg.dead_letter IS NULL THEN format(
+                'INSERT INTO %s (msg_id, read_ct, enqueued_at, vt, message, headers)
+                 SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM dead',
+                {api}._rel(queue_name, 'a'))
+            ELSE format(
+                $q$INSERT INTO %s (vt, message, headers)
+                 SELECT clock_timestamp(), message,
+                   CASE WHEN headers IS NULL OR jsonb_typeof(headers) = 'object'
+                   THEN COALESCE(headers, '{{}}') || jsonb_build_object('x-pgqueue-dead-letter',
+                        jsonb_build_object('queue', $5, 'msg_id', msg_id, 'read_ct', read_ct,
+                                           'enqueued_at', enqueued_at))
+                   ELSE headers END
+                 FROM dead ORDER BY msg_id$q$,
+                {api}._rel(cfg.dead_letter, 'q'))
+            END);
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'WITH picked AS MATERIALIZED (
+            SELECT msg_id, COALESCE(read_ct >= $4, false) AS dead FROM %1$s
+            WHERE vt <= clock_timestamp() AND ($3 = ''{{}}''::jsonb OR message @> $3)
+            ORDER BY msg_id LIMIT $1 FOR UPDATE SKIP LOCKED
+        )%2$s
+        UPDATE %1$s m
+        SET vt = clock_timestamp() + make_interval(secs => $2), read_ct = m.read_ct + 1
+        FROM picked WHERE m.msg_id = picked.msg_id AND NOT picked.dead
+        RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers',
+        q, moved) USING qty, vt, conditional, cfg.max_reads, queue_name;
+END $$;
+
+-- A function cannot LISTEN, so the SQL read_with_poll sleeps between reads like
+-- pgmq's (Python readers are woken by NOTIFY instead).
+CREATE FUNCTION {api}.read_with_poll(
+    queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5,
+    poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{{}}'
+) RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
+DECLARE
+    stop_at timestamptz := clock_timestamp() + make_interval(secs => max_poll_seconds);
+    found_any boolean;
+    r {api}.message_record;
+BEGIN
+    LOOP
+        found_any := false;
+        FOR r IN SELECT * FROM {api}.read(queue_name, vt, qty, conditional) LOOP
+            found_any := true;
+            RETURN NEXT r;
+        END LOOP;
+        IF found_any OR clock_timestamp() >= stop_at THEN
+            RETURN;
+        END IF;
+        PERFORM pg_sleep(poll_interval_ms / 1000.0);
+    END LOOP;
+END $$;
+
+CREATE FUNCTION {api}.pop(queue_name text, qty integer DEFAULT 1)
+RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        'WITH picked AS MATERIALIZED (
+            SELECT msg_id FROM %1$s WHERE vt <= clock_timestamp()
+            ORDER BY msg_id LIMIT $1 FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM %1$s m USING picked WHERE m.msg_id = picked.msg_id
+        RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers',
+        {api}._rel(queue_name, 'q')) USING qty;
+END $$;
+
+CREATE FUNCTION {api}.set_vt(queue_name text, msg_id bigint, vt integer)
+RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        'UPDATE %s SET vt = clock_timestamp() + make_interval(secs => $1) WHERE msg_id = $2
+         RETURNING msg_id, read_ct, enqueued_at, vt, message, headers',
+        {api}._rel(queue_name, 'q')) USING vt, msg_id;
+END $$;
+
+CREATE FUNCTION {api}.archive(queue_name text, msg_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        'WITH gone AS (
+            DELETE FROM %s WHERE msg_id = ANY($1)
+            RETURNING msg_id, read_ct, enqueued_at, vt, message, headers
+        )
+        INSERT INTO %s (msg_id, read_ct, enqueued_at, vt, message, headers)
+        SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone
+        RETURNING msg_id',
+        {api}._rel(queue_name, 'q'), {api}._rel(queue_name, 'a')) USING msg_ids;
+END $$;
+CREATE FUNCTION {api}.archive(queue_name text, msg_id bigint) RETURNS boolean
+LANGUAGE sql AS $$ SELECT EXISTS (SELECT 1 FROM {api}.archive(queue_name, ARRAY[msg_id])) $$;
+
+CREATE FUNCTION {api}.delete(queue_name text, msg_ids bigint[]) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format(
+        'DELETE FROM %s WHERE msg_id = ANY($1) RETURNING msg_id',
+        {api}._rel(queue_name, 'q')) USING msg_ids;
+END $$;
+CREATE FUNCTION {api}.delete(queue_name text, msg_id bigint) RETURNS boolean
+LANGUAGE sql AS $$ SELECT EXISTS (SELECT 1 FROM {api}.delete(queue_name, ARRAY[msg_id])) $$;
+
+-- DELETE rather than TRUNCATE, as mq.purge(): no ACCESS EXCLUSIVE lock.
+CREATE FUNCTION {api}.purge_queue(queue_name text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    EXECUTE format('WITH gone AS (DELETE FROM %s RETURNING 1) SELECT count(*) FROM gone',
+        {api}._rel(queue_name, 'q')) INTO purged;
+    RETURN purged;
+END $$;
+
+CREATE FUNCTION {api}.metrics(queue_name text) RETURNS {api}.metrics_result
+LANGUAGE plpgsql AS $$
+DECLARE
+    result {api}.metrics_result;
+BEGIN
+    EXECUTE format(
+        'SELECT $1, count(*),
+                EXTRACT(epoch FROM clock_timestamp() - max(enqueued_at))::int,
+                EXTRACT(epoch FROM clock_timestamp() - min(enqueued_at))::int,
+                (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM %s),
+                clock_timestamp(),
+                count(*) FILTER (WHERE vt <= clock_timestamp())
+         FROM %s',
+        {api}._rel(queue_name, 's'), {api}._rel(queue_name, 'q')) INTO result USING queue_name;
+    RETURN result;
+END $$;
+
+CREATE FUNCTION {api}.metrics_all() RETURNS SETOF {api}.metrics_result
+LANGUAGE plpgsql AS $$
+DECLARE
+    queue text;
+BEGIN
+    FOR queue IN SELECT name FROM {reg} ORDER BY name LOOP
+        RETURN NEXT {api}.metrics(queue);
+    END LOOP;
+END $$;
+"""
+
+
+def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
+    """(exists, is ours, holds the pgmq extension, has other objects)."""
+    cursor.execute(
+        """/* pgqueue:mq_sql_api_schema */
+        SELECT n.oid IS NOT NULL,
+               obj_description(n.oid, 'pg_namespace') = %s,
+               EXISTS (SELECT 1 FROM pg_extension e WHERE e.extname = 'pgmq'
+                       AND e.extnamespace = n.oid),
+               EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid)
+               OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = n.oid)
+        FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = %s""",
+        [MARKER, schema],
+    )
+    exists, ours, extension, objects = cursor.fetchone()
+    return bool(exists), bool(ours), bool(extension), bool(objects)
+
+
+def _data_schema(cursor: Any) -> str:
+    cursor.execute(
+        "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = to_regclass(%s)",
+        [REGISTRY],
+    )
+    row = cursor.fetchone()
+    if row is None:
+        raise SqlApiError(f"table {REGISTRY} not found: run `manage.py migrate` first")
+    # regnamespace::text is quoted when needed; we want the bare name.
+    cursor.execute("SELECT nspname FROM pg_namespace WHERE oid = %s::regnamespace", [row[0]])
+    return str(cursor.fetchone()[0])
+
+
+def ddl(schema: str, data_schema: str) -> str:
+    """The install script for ``schema`` over tables in ``data_schema``."""
+    return (
+        pgsql.SQL(_DDL)
+        .format(
+            api=pgsql.Identifier(schema),
+            data=pgsql.Literal(data_schema),
+            reg=pgsql.Identifier(data_schema, REGISTRY),
+            marker=pgsql.Literal(MARKER),
+            max_length=pgsql.SQL(str(MAX_NAME_LENGTH)),
+            pattern=pgsql.Literal("^" + NAME_PATTERN.pattern + "$"),
+            queue_prefix=pgsql.Literal(QUEUE_PREFIX),
+            archive_prefix=pgsql.Literal(ARCHIVE_PREFIX),
+            sequence_prefix=pgsql.Literal(SEQUENCE_PREFIX),
+            channel_prefix=pgsql.Literal(CHANNEL_PREFIX),
+            # Inside a quoted format() string: the column list has no quote or brace.
+            columns=pgsql.SQL(QUEUE_COLUMNS),
+        )
+        .as_string(None)
+    )
+
+
+def install(cursor: Any, schema: str) -> str:
+    """Install (or reinstall) the API in ``schema``; returns the schema of our tables.
+
+    Refuses a schema that holds the pgmq extension, or anything that is not a
+    previous install of ours.
+    """
+    exists, ours, extension, objects = _schema_state(cursor, schema)
+    if extension:
+        raise SqlApiError(
+            f"schema {schema!r} holds the pgmq extension; install the SQL API in another schema"
+        )
+    if exists and not ours and objects:
+        raise SqlApiError(
+            f"schema {schema!r} already holds other objects (a SQL-only pgmq install?); "
+            "choose another schema"
+        )
+    data_schema = _data_schema(cursor)
+    if data_schema == schema:
+        raise SqlApiError(f"schema {schema!r} holds django_pgqueue's own tables")
+    if exists:
+        cursor.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema)))
+    cursor.execute(ddl(schema, data_schema))
+    return data_schema
+
+
+def uninstall(cursor: Any, schema: str) -> bool:
+    """Remove an install of ours from ``schema`` (queues and messages stay)."""
+    exists, ours, _, _ = _schema_state(cursor, schema)
+    if not exists:
+        return False
+    if not ours:
+        raise SqlApiError(f"schema {schema!r} is not a django_pgqueue SQL API install")
+    cursor.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema)))
+    return True

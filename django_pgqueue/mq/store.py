@@ -1,0 +1,433 @@
+"""Every operation on message queues: the one place that changes their rows and tables.
+
+Operations run on Django's connection to the queue database (``PGQUEUE['DATABASE']``),
+so they join the caller's transaction: a message sent inside ``atomic()`` exists if
+and only if that transaction commits, and a read inside one is undone by its
+rollback. Outside a transaction each call is its own (autocommit).
+
+A queue's options are looked up once per process and cached for
+``CONFIG_TTL_SECONDS``; a statement that finds the queue's table gone (the queue
+was dropped elsewhere) raises QueueNotFound and forgets the cached entry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from django.db import DatabaseError, connections, transaction
+
+from ..conf import get_settings
+from ..notify import notifier
+from . import sql
+from .exceptions import QueueExists, QueueInUse, QueueNotFound
+from .validation import (
+    MAX_BATCH,
+    MAX_QTY,
+    MAX_VT_SECONDS,
+    check_count,
+    check_delay,
+    check_headers,
+    check_message,
+    check_name,
+    check_seconds,
+)
+
+#: Seconds a process trusts its cached copy of a queue's options.
+CONFIG_TTL_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message, as pgmq's ``message_record``."""
+
+    msg_id: int
+    read_ct: int
+    enqueued_at: dt.datetime
+    vt: dt.datetime
+    message: Any
+    headers: Any
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Message:
+        # Django's connections load jsonb as text (JSONField parses it itself).
+        message, headers = row[4], row[5]
+        if isinstance(message, str):
+            message = json.loads(message)
+        if isinstance(headers, str):
+            headers = json.loads(headers)
+        return cls(row[0], row[1], row[2], row[3], message, headers)
+
+
+@dataclass(frozen=True)
+class QueueMetrics:
+    """pgmq's ``metrics_result``: sizes and ages of one queue."""
+
+    queue_name: str
+    queue_length: int
+    newest_msg_age_sec: int | None
+    oldest_msg_age_sec: int | None
+    total_messages: int
+    scrape_time: dt.datetime
+    queue_visible_length: int
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue's options, from the registry."""
+
+    name: str
+    unlogged: bool
+    max_reads: int | None
+    dead_letter: str | None
+    created_at: dt.datetime | None = None
+
+
+_cache: dict[str, tuple[float, QueueInfo]] = {}
+_cache_lock = threading.Lock()
+
+
+def _alias() -> str:
+    return get_settings().DATABASE
+
+
+@contextmanager
+def _cursor(name: str | None = None) -> Iterator[Any]:
+    """A cursor on Django's connection to the queue database (the caller's transaction).
+
+    With ``PREPARED_STATEMENTS`` (the default) it is a server-binding psycopg cursor
+    on that same connection, so the hot statements are prepared once per
+    connection instead of parsed and planned on every call (Django's own cursors
+    bind client-side); errors still come out as Django's. Otherwise it is a plain
+    Django cursor (behind PgBouncer < 1.21 in transaction mode). A missing queue
+    table becomes QueueNotFound.
+    """
+    connection = connections[_alias()]
+    try:
+        if get_settings().PREPARED_STATEMENTS:
+            connection.ensure_connection()
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+                yield cursor
+        else:
+            with connection.cursor() as cursor:
+                yield cursor
+    except DatabaseError as exc:
+        if name is not None and getattr(exc.__cause__, "sqlstate", None) == "42P01":
+            forget(name)
+            raise QueueNotFound(f"message queue {name!r} does not exist") from exc
+        raise
+
+
+def forget(name: str) -> None:
+    """Drop the cached options of ``name``."""
+    with _cache_lock:
+        _cache.pop(name, None)
+
+
+def get_queue(name: str, conn: Any = None) -> QueueInfo:
+    """The options of queue ``name``; QueueNotFound if there is no such queue.
+
+    ``conn``: a psycopg connection to ask instead of Django's (the worker's).
+    """
+    check_name(name)
+    entry = _cache.get(name)
+    if entry is not None and entry[0] > time.monotonic():
+        return entry[1]
+    if conn is not None:
+        row = conn.execute(sql.GET_QUEUE, [name]).fetchone()
+    else:
+        with _cursor() as cursor:
+            cursor.execute(sql.GET_QUEUE, [name])
+            row = cursor.fetchone()
+    if row is None:
+        forget(name)
+        raise QueueNotFound(f"message queue {name!r} does not exist; create it with mq.create()")
+    info = QueueInfo(*row)
+    with _cache_lock:
+        _cache[name] = (time.monotonic() + CONFIG_TTL_SECONDS, info)
+    return info
+
+
+# -- queues ----------------------------------------------------------------------------
+
+
+def create(
+    name: str,
+    *,
+    unlogged: bool = False,
+    max_reads: int | None = None,
+    dead_letter: str | None = None,
+) -> QueueInfo:
+    """Create queue ``name`` (idempotent when the options match).
+
+    ``unlogged=True`` makes its message table UNLOGGED: faster, and a database
+    crash empties it. ``max_reads=N`` dead-letters a message on the read after its
+    N-th, into queue ``dead_letter`` (which must exist) or, without one, into this
+    queue's archive.
+    """
+    check_name(name)
+    if max_reads is not None:
+        check_count("max_reads", max_reads, 1_000_000)
+    if dead_letter is not None:
+        if max_reads is None:
+            raise ValueError("dead_letter needs max_reads (when a message becomes a dead letter)")
+        if dead_letter == name:
+            raise ValueError(f"queue {name!r} cannot be its own dead-letter queue")
+        get_queue(dead_letter)
+    wanted = QueueInfo(name, bool(unlogged), max_reads, dead_letter)
+    with transaction.atomic(using=_alias()), _cursor() as cursor:
+        cursor.execute(sql.REGISTER_QUEUE, [name, wanted.unlogged, max_reads, dead_letter])
+        if cursor.fetchone() is None:
+            forget(name)
+            existing = get_queue(name)
+            if (existing.unlogged, existing.max_reads, existing.dead_letter) != (
+                wanted.unlogged,
+                wanted.max_reads,
+                wanted.dead_letter,
+            ):
+                raise QueueExists(
+                    f"message queue {name!r} exists with other options "
+                    f"(unlogged={existing.unlogged}, max_reads={existing.max_reads}, "
+                    f"dead_letter={existing.dead_letter!r})"
+                )
+            return existing
+        for kind in (
+            "create_queue",
+            "create_queue_index",
+            "create_archive",
+            "create_archive_index",
+        ):
+            cursor.execute(sql.statement(kind, name, unlogged=wanted.unlogged))
+    forget(name)
+    return wanted
+
+
+def drop(name: str) -> bool:
+    """Drop queue ``name``, its messages and its archive. False if it did not exist."""
+    check_name(name)
+    with transaction.atomic(using=_alias()), _cursor() as cursor:
+        cursor.execute(sql.DEAD_LETTER_SOURCES, [name])
+        sources = [row[0] for row in cursor.fetchall()]
+        if sources:
+            raise QueueInUse(
+                f"message queue {name!r} is the dead-letter queue of {', '.join(sources)}; "
+                "drop those first"
+            )
+        cursor.execute(sql.UNREGISTER_QUEUE, [name])
+        existed = cursor.rowcount > 0
+        cursor.execute(sql.statement("drop", name))
+    forget(name)
+    return existed
+
+
+def list_queues() -> list[QueueInfo]:
+    """Every message queue, by name."""
+    with _cursor() as cursor:
+        cursor.execute(sql.LIST_QUEUES)
+        return [QueueInfo(r[0], r[1], r[2], r[3], r[4]) for r in cursor.fetchall()]
+
+
+# -- messages --------------------------------------------------------------------------
+
+
+def _wake(name: str) -> None:
+    """NOTIFY the queue's readers after the caller's commit (coalesced; never fails)."""
+    if get_settings().NOTIFY:
+        channel = sql.channel(name)
+        transaction.on_commit(lambda: notifier.request(channel), using=_alias())
+
+
+def send(
+    name: str,
+    message: dict[str, Any] | list[Any],
+    *,
+    delay: float | dt.datetime = 0,
+    headers: dict[str, Any] | None = None,
+) -> int:
+    """Send one message; returns its ``msg_id``. ``delay``: seconds or an aware datetime."""
+    seconds, at = check_delay(delay)
+    body = check_message(message)
+    head = check_headers(headers)
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("send", name), [at, seconds, body, head])
+        msg_id: int = cursor.fetchone()[0]
+    _wake(name)
+    return msg_id
+
+
+def send_batch(
+    name: str,
+    messages: Iterable[dict[str, Any] | list[Any]],
+    *,
+    delay: float | dt.datetime = 0,
+    headers: Iterable[dict[str, Any] | None] | None = None,
+) -> list[int]:
+    """Send many messages in one statement; returns their ids in order."""
+    seconds, at = check_delay(delay)
+    bodies: list[str | None] = [check_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    check_count("the number of messages", len(bodies), MAX_BATCH)
+    heads: list[str | None] | None = None
+    if headers is not None:
+        heads = [check_headers(h) for h in headers]
+        if len(heads) != len(bodies):
+            raise ValueError(f"{len(heads)} headers for {len(bodies)} messages")
+    get_queue(name)
+    from ..worker.sources import text_array_literal  # not at import: it loads the worker
+
+    with _cursor(name) as cursor:
+        cursor.execute(
+            sql.statement("send_batch", name),
+            [
+                at,
+                seconds,
+                text_array_literal(bodies),
+                None if heads is None else text_array_literal(heads),
+            ],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    _wake(name)
+    return ids
+
+
+def read(name: str, vt: float = 30, qty: int = 1) -> list[Message]:
+    """Read up to ``qty`` visible messages and hide them for ``vt`` seconds.
+
+    Each read increments ``read_ct``. A message neither deleted nor archived
+    within ``vt`` becomes visible again. With ``max_reads``, a message already
+    read that many times is moved to the dead-letter queue instead of returned
+    (so a read may return fewer than ``qty`` while more are waiting).
+    """
+    vt = check_seconds("vt", vt, MAX_VT_SECONDS)
+    qty = check_count("qty", qty, MAX_QTY)
+    query, params = read_query(get_queue(name), vt, qty)
+    with _cursor(name) as cursor:
+        cursor.execute(query, params)
+        rows = cursor.fetchall()
+    rows.sort()
+    return [Message.from_row(row) for row in rows]
+
+
+def read_query(info: QueueInfo, vt: float, qty: int) -> tuple[str, list[Any]]:
+    """The read statement of a queue (with its dead-letter policy) and its parameters."""
+    name = info.name
+    if info.max_reads is None:
+        return sql.statement("read", name), [qty, vt]
+    if info.dead_letter is None:
+        return sql.statement("read_dead_letter_archive", name), [info.max_reads, qty, vt]
+    query = sql.statement("read_dead_letter_queue", name, info.dead_letter)
+    return query, [info.max_reads, qty, name, vt]
+
+
+def pop(name: str, qty: int = 1) -> list[Message]:
+    """Read and delete up to ``qty`` messages at once (at-most-once delivery)."""
+    qty = check_count("qty", qty, MAX_QTY)
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("pop", name), [qty])
+        rows = cursor.fetchall()
+    rows.sort()
+    return [Message.from_row(row) for row in rows]
+
+
+def set_vt(name: str, msg_id: int, vt: float) -> Message | None:
+    """Make message ``msg_id`` visible ``vt`` seconds from now (0: at once)."""
+    vt = check_seconds("vt", vt, MAX_VT_SECONDS)
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("set_vt", name), [vt, int(msg_id)])
+        row = cursor.fetchone()
+    return None if row is None else Message.from_row(row)
+
+
+def _ids(msg_ids: int | Iterable[int]) -> str:
+    from ..worker.sources import array_literal  # not at import: it loads the worker
+
+    if isinstance(msg_ids, int):
+        msg_ids = [msg_ids]
+    return array_literal([str(int(i)) for i in msg_ids])
+
+
+def archive(name: str, msg_ids: int | Iterable[int]) -> list[int]:
+    """Move messages to the queue's archive; returns the ids that were archived."""
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("archive", name), [_ids(msg_ids)])
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def delete(name: str, msg_ids: int | Iterable[int]) -> list[int]:
+    """Delete messages for good; returns the ids that were deleted."""
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("delete", name), [_ids(msg_ids)])
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def move(name: str, msg_ids: int | Iterable[int], to: str) -> list[int]:
+    """Move messages of ``name`` to queue ``to`` (visible at once, new ids there)."""
+    get_queue(name)
+    get_queue(to)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("move", name, to), [_ids(msg_ids)])
+        ids = sorted(row[0] for row in cursor.fetchall())
+    _wake(to)
+    return ids
+
+
+def purge(name: str) -> int:
+    """Delete every message of the queue (not its archive); returns how many."""
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("purge", name))
+        count: int = cursor.fetchone()[0]
+    return count
+
+
+def metrics(name: str) -> QueueMetrics:
+    """Length, visible length, newest and oldest age, total sent, scrape time."""
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("metrics", name))
+        row = cursor.fetchone()
+    return QueueMetrics(name, row[0], row[1], row[2], row[3], row[4], row[5])
+
+
+def metrics_all() -> list[QueueMetrics]:
+    """``metrics`` of every queue."""
+    return [metrics(info.name) for info in list_queues()]
+
+
+def stats(name: str) -> tuple[int, int, float | None, int]:
+    """(length, visible, oldest age in seconds, estimated archive size) for the admin."""
+    get_queue(name)
+    archive_table = sql.identifiers(name)["a"].as_string(None)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("stats", name), [archive_table])
+        row = cursor.fetchone()
+    return row[0], row[1], row[2], row[3]
+
+
+def browse(name: str, *, archived: bool = False, limit: int = 100, offset: int = 0) -> list[Any]:
+    """Messages (or archived messages) of a queue, for the admin; changes nothing."""
+    get_queue(name)
+    kind = "browse_archive" if archived else "browse"
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement(kind, name), [limit, offset])
+        return cursor.fetchall()
+
+
+def browse_ids(name: str, msg_ids: list[int]) -> list[Any]:
+    """The rows of some messages of a queue (the admin's move-back reads their headers)."""
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(sql.statement("browse_ids", name), [_ids(msg_ids)])
+        return cursor.fetchall()

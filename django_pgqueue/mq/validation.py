@@ -1,0 +1,120 @@
+"""What the message-queue API accepts: queue names, messages, headers and bounds.
+
+Everything here runs before any SQL, so bad input is refused with an error that
+names the problem and nothing is written.
+
+The message rules are those of task arguments (UTF-8 size, nesting depth, no NUL,
+no lone surrogate, errors naming the path of the bad value): ``check_message``
+applies the package's one contract (``contract.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from typing import Any
+
+from ..conf import get_settings
+from ..contract import check_json_document
+from ..exceptions import PayloadTooLarge
+from .exceptions import InvalidMessage, InvalidQueueName
+
+#: Longest queue name: the queue's table is ``pgqueue_mq_q_<name>`` and its index
+#: ``pgqueue_mq_q_<name>_vt``, which must fit PostgreSQL's 63-byte identifiers. It
+#: is also pgmq's limit, so a name valid there is valid here.
+MAX_NAME_LENGTH = 47
+
+#: Letters, digits, ``_`` and ``-``, starting with a letter or ``_``. The name is
+#: always quoted as an identifier; the pattern keeps names readable in table
+#: names, channels and URLs.
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+#: Bounds of the numeric arguments (seconds and counts).
+MAX_VT_SECONDS = 7 * 24 * 3600
+MAX_DELAY_SECONDS = 365 * 24 * 3600
+MAX_QTY = 1000
+MAX_BATCH = 10_000
+MAX_POLL_SECONDS = 600
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it is a valid queue name; raise InvalidQueueName otherwise."""
+    if not isinstance(name, str):
+        raise InvalidQueueName(f"a queue name must be a string, got {type(name).__name__}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidQueueName(
+            f"queue name is too long, maximum length is {MAX_NAME_LENGTH} characters: {name!r}"
+        )
+    if not NAME_PATTERN.fullmatch(name):
+        raise InvalidQueueName(
+            f"queue name {name!r} must be letters, digits, '_' or '-', "
+            "starting with a letter or '_'"
+        )
+    return name
+
+
+def check_seconds(what: str, value: object, maximum: float, *, minimum: float = 0) -> float:
+    """A number of seconds within ``[minimum, maximum]`` (bools are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ValueError(f"{what} must be a number of seconds, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{what} must be between {minimum:g} and {maximum:g} seconds, got {value}")
+    return float(value)
+
+
+def check_count(what: str, value: object, maximum: int) -> int:
+    """A whole count within ``[1, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if not 1 <= value <= maximum:
+        raise ValueError(f"{what} must be between 1 and {maximum}, got {value}")
+    return value
+
+
+def check_delay(delay: object) -> tuple[float, dt.datetime | None]:
+    """``(seconds, at)`` from a delay in seconds or an aware datetime."""
+    if isinstance(delay, dt.datetime):
+        if delay.tzinfo is None:
+            raise ValueError(f"delay must be a timezone-aware datetime, got {delay!r}")
+        return 0.0, delay
+    return check_seconds("delay", delay, MAX_DELAY_SECONDS), None
+
+
+def check_message(value: object, what: str = "message") -> str:
+    """Serialize a message (a JSON object or array) after checking the argument rules.
+
+    Returns the JSON text. The common case costs one ``json.dumps`` and a few
+    string scans; the recursive walk that names the bad path runs only when one of
+    the scans says something is wrong.
+    """
+    if not isinstance(value, dict | list):
+        raise InvalidMessage(f"{what} must be a JSON object or array, got {type(value).__name__}")
+    return _serialize(value, what)
+
+
+def check_headers(value: object) -> str | None:
+    """Serialize optional headers (a JSON object) with the same rules as a message."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"headers must be a JSON object, got {type(value).__name__}")
+    return _serialize(value, "headers")
+
+
+def _serialize(value: dict[str, Any] | list[Any], what: str) -> str:
+    # The rules of task arguments and webhook payloads, from the one contract
+    # (contract.py): UTF-8 size, PGQUEUE['MAX_JSON_DEPTH'], no NUL and no lone
+    # surrogate, each refusal naming the path of the bad value.
+    conf = get_settings()
+    try:
+        return check_json_document(
+            value,
+            name=what,
+            max_bytes=conf.MAX_ARGS_BYTES,
+            max_depth=conf.MAX_JSON_DEPTH,
+            error=InvalidMessage,
+            limit_name="PGQUEUE['MAX_ARGS_BYTES']",
+        )
+    except PayloadTooLarge as exc:
+        raise InvalidMessage(str(exc)) from exc
