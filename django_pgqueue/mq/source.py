@@ -25,6 +25,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
+from ..worker.attempt import current_attempt
 from ..worker.runner import Outcome
 from ..worker.sources import Source, array_literal, text_array_literal
 from . import sql, store
@@ -151,6 +152,11 @@ class MessageSource(Source):
     def run(self, item: ClaimedMessage) -> Outcome:
         """Run the consumer's handler on one message; never raises."""
         close_old_connections()
+        attempt = current_attempt()
+        if attempt is not None and item.consumer.time_limit is not None:
+            # The worker's supervision gives up on the handler at its time limit and
+            # replaces the thread, as it does for a task's timeout.
+            attempt.set_timeout(item.consumer.time_limit)
         started = time.perf_counter()
         try:
             item.consumer.handler(item.message)
@@ -173,6 +179,19 @@ class MessageSource(Source):
             close_old_connections()
         outcome.duration = time.perf_counter() - started
         return outcome
+
+    def crashed(self, item: ClaimedMessage, exc: BaseException) -> Outcome:
+        # What escaped the handler (SystemExit and the like), its time limit or a dead
+        # thread: not acknowledged, so visible again after the visibility timeout.
+        logger.error(
+            "Consumer %s ended on message %s of %r by %s: %s",
+            item.task_path,
+            item.message.msg_id,
+            item.consumer.queue,
+            type(exc).__name__,
+            exc,
+        )
+        return self._outcome(item, "failed", "retry", item.consumer.vt)
 
     def release(self, item: ClaimedMessage, reason: str) -> Outcome:
         # Never started: visible at once and the read is not counted.
