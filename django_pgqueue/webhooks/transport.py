@@ -50,7 +50,7 @@ from django_pgqueue.webhooks.ssrf import (
     validate_url,
 )
 
-__all__ = ["TransportResult", "WebhookTransport", "parse_retry_after"]
+__all__ = ["MAX_RETRY_AFTER_SECONDS", "TransportResult", "WebhookTransport", "parse_retry_after"]
 
 # What we keep of response headers: enough to debug a receiver, bounded so one hostile
 # response cannot bloat the attempt log.
@@ -556,31 +556,50 @@ def _parse_address(value: str) -> IPAddress:
         raise ValueError(f"{value!r} in deny_addresses is not an IP address") from None
 
 
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+#: The longest delay a ``Retry-After`` header can ask for, whatever it says: one year.
+#: ``RETRY_AFTER_CAP`` bounds the delay the queue honours much further; this cap keeps
+#: the parsing itself total, so a header of a thousand digits or a date in the year 9999
+#: is still a finite number of seconds instead of an ``OverflowError``.
+MAX_RETRY_AFTER_SECONDS = 366 * 24 * 3600.0
+# More significant digits than this is more than the cap, whatever the digits.
+_MAX_RETRY_AFTER_DIGITS = len(str(int(MAX_RETRY_AFTER_SECONDS)))
+
+
+def parse_retry_after(value: object, now: datetime | None = None) -> float | None:
     """Return the delay a ``Retry-After`` header asks for, in seconds, or ``None``.
 
     Accepts delta-seconds (``"120"``) and HTTP-dates (``"Wed, 21 Oct 2015 07:28:00 GMT"``,
     measured from ``now``, default the current UTC time; a date in the past gives 0).
     Anything else, including negative numbers, gives ``None``: a garbage header should fall
     back to the normal retry policy, not break it.
+
+    Total: whatever a receiver sends (hundreds of digits, a date in the year 9999, control
+    characters, not even a string), the answer is ``None`` or a number of seconds between
+    0 and :data:`MAX_RETRY_AFTER_SECONDS`; it never raises.
     """
-    if value is None:
+    if not isinstance(value, str):
         return None
     text = value.strip()
     if not text:
         return None
     if text.isascii() and text.isdigit():
-        return float(int(text))
+        # Never int() the whole string: past 4,300 digits int() raises ValueError, and
+        # float() of a few hundred digits raises OverflowError.
+        significant = text.lstrip("0") or "0"
+        if len(significant) > _MAX_RETRY_AFTER_DIGITS:
+            return MAX_RETRY_AFTER_SECONDS
+        return min(float(int(significant)), MAX_RETRY_AFTER_SECONDS)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:
+            # HTTP-dates are always GMT; a zone-less parse means the sender wrote "-0000".
+            when = when.replace(tzinfo=UTC)
+        current = now or datetime.now(UTC)
+        if current.tzinfo is None:
+            current = current.replace(tzinfo=UTC)
+        delay = (when - current).total_seconds()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        # parsedate_to_datetime raises ValueError for what it cannot read, and the
+        # datetime it builds raises ValueError or OverflowError for an impossible date.
         return None
-    if when is None:
-        return None
-    if when.tzinfo is None:
-        # HTTP-dates are always GMT; a zone-less parse means the sender wrote "-0000".
-        when = when.replace(tzinfo=UTC)
-    current = now or datetime.now(UTC)
-    if current.tzinfo is None:
-        current = current.replace(tzinfo=UTC)
-    return max(0.0, (when - current).total_seconds())
+    return min(max(0.0, delay), MAX_RETRY_AFTER_SECONDS)

@@ -12,7 +12,17 @@ from email.utils import format_datetime
 
 import pytest
 
-from django_pgqueue.webhooks.transport import WebhookTransport, _watchdog, parse_retry_after
+from hypothesis import given
+from hypothesis import strategies as st
+
+from django_pgqueue.webhooks import breaker
+from django_pgqueue.webhooks.transport import (
+    MAX_RETRY_AFTER_SECONDS,
+    TransportResult,
+    WebhookTransport,
+    _watchdog,
+    parse_retry_after,
+)
 
 LOOPBACK = ["127.0.0.0/8"]
 
@@ -590,10 +600,61 @@ NOW = datetime.datetime(2025, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
         (None, None),
         ("Wed, 99 Foo 2025 12:05:00 GMT", None),
         ("\uff11\uff12\uff10", None),  # full-width digits
+        ("9" * 400, MAX_RETRY_AFTER_SECONDS),  # float() of it overflows
+        ("9" * 5000, MAX_RETRY_AFTER_SECONDS),  # int() of it refuses (over 4,300 digits)
+        ("0" * 5000 + "7", 7.0),
+        ("31622401", MAX_RETRY_AFTER_SECONDS),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", MAX_RETRY_AFTER_SECONDS),
+        ("Mon, 01 Jan 0001 00:00:00 GMT", 0.0),
+        ("Wed, 01 Jan 99999 12:05:00 GMT", None),
+        ("Wed, 01 Jan 2025 99:99:99 GMT", None),
+        ("Wed, 01 Jan 2025 12:05:00 +99999", None),
+        ("12\x000", None),
+        ("\x00", None),
+        ("1e999", None),
+        ("inf", None),
+        ("nan", None),
+        (b"120", None),  # not text at all
+        (120, None),
     ],
 )
 def test_parse_retry_after(value, expected):
     assert parse_retry_after(value, now=NOW) == expected
+
+
+_HEADER_TEXT = st.one_of(
+    st.text(),
+    st.text(alphabet=st.characters(max_codepoint=255)),  # what http.client decodes
+    st.from_regex(r"\A\s*-?[0-9]{1,6000}\s*\Z"),
+    st.integers().map(str),
+    st.datetimes(timezones=st.just(datetime.UTC)).map(lambda d: format_datetime(d, usegmt=True)),
+    st.builds(
+        "{}, {:02d} {} {} {:02d}:{:02d}:{:02d} {}".format,
+        st.sampled_from(["Mon", "Wed", "Foo", ""]),
+        st.integers(-99, 999),
+        st.sampled_from(["Jan", "Dec", "Xyz"]),
+        st.integers(-(10**12), 10**12),
+        st.integers(-99, 999),
+        st.integers(-99, 999),
+        st.integers(-99, 999),
+        st.sampled_from(["GMT", "-0000", "+9999", "-2359", "UT", "\x00"]),
+    ),
+)
+
+
+@given(_HEADER_TEXT)
+def test_parse_retry_after_is_total(value):
+    # Whatever a receiver sends: None or a finite delay within the cap, never an exception.
+    delay = parse_retry_after(value, now=NOW)
+    assert delay is None or (isinstance(delay, float) and 0.0 <= delay <= MAX_RETRY_AFTER_SECONDS)
+
+
+@given(_HEADER_TEXT, st.sampled_from([429, 503, 500]))
+def test_retry_delay_honours_any_retry_after_within_the_cap(value, status_code):
+    conf = {"RETRY_SCHEDULE": [1, 5], "RETRY_JITTER": 0, "RETRY_AFTER_CAP": 3600.0}
+    result = TransportResult(status_code=status_code, headers={"Retry-After": value})
+    delay = breaker.retry_delay(1, 3, result, conf)
+    assert delay is not None and 1.0 <= delay <= 3600.0
 
 
 def test_parse_retry_after_defaults_to_current_time():
