@@ -11,7 +11,6 @@ import time
 from email.utils import format_datetime
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
