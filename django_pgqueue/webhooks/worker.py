@@ -225,7 +225,7 @@ class DeliverySource(Source):
                 "headers": json.dumps(result.headers),
                 "body": _body_text(result.body),
                 "truncated": result.truncated,
-                "error": result.error or "",
+                "error": result.log_text,
             },
         )
 
