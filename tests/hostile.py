@@ -329,13 +329,14 @@ def gzip_bomb_body() -> bytes:
 
 def gzip_bomb() -> Behaviour:
     """A 200 whose body claims ``Content-Encoding: gzip`` and expands a thousandfold."""
+    body = gzip_bomb_body()  # compressed now, not while a sender waits
 
     def behaviour(exchange: Exchange) -> None:
         exchange.send(
             response(
                 200,
                 [("Content-Encoding", "gzip"), ("Content-Type", "application/json")],
-                gzip_bomb_body(),
+                body,
             )
         )
 
