@@ -464,6 +464,8 @@ def _visible(text: str) -> str:
     What a receiver sends is stored in the attempt log: PostgreSQL text and jsonb refuse
     NUL, and other control characters only hide things from whoever reads the log.
     """
+    if text.isprintable():  # nearly always: skip the regex
+        return text
     return _CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
