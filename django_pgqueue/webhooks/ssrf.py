@@ -9,11 +9,11 @@ Two entry points:
   answer can change between save time and send time).
 
 Classification (:func:`is_address_allowed`): unwrap IPv4 carried inside IPv6 (IPv4-mapped,
-NAT64, 6to4, Teredo, IPv4-compatible), then allow only ``is_global`` non-multicast addresses
-outside an explicit block-list. The explicit list is needed because the stdlib flags differ
-between Python versions and miss the embedded forms. An allow-list of CIDRs can open private
-ranges for internal deployments and tests, except the hard-deny set (link-local and cloud
-metadata addresses), which nothing opens.
+IPv4-translated/SIIT, IPv4-compatible, NAT64, 6to4, Teredo, ISATAP), then allow only
+``is_global`` non-multicast addresses outside an explicit block-list. The explicit list is
+needed because the stdlib flags differ between Python versions and miss the embedded forms.
+An allow-list of CIDRs can open private ranges for internal deployments and tests, except
+the hard-deny set (link-local and cloud metadata addresses), which nothing opens.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ BLOCKED_NETWORKS: tuple[tuple[IPNetwork, str], ...] = tuple(
             (_net("::/128"), "the unspecified address"),
             (_net("::1/128"), "a loopback address"),
             (_net("::/96"), "an IPv4-compatible IPv6 address"),
+            (_net("::ffff:0:0:0/96"), "an IPv4-translated (SIIT) address"),
             (_net("64:ff9b::/96"), "a NAT64 address"),
             (_net("64:ff9b:1::/48"), "a local NAT64 address"),
             (_net("2002::/16"), "a 6to4 address"),
@@ -121,6 +122,7 @@ HARD_DENY_NETWORKS: tuple[IPNetwork, ...] = (
 )
 
 _MAPPED = _net("::ffff:0:0/96")
+_TRANSLATED = _net("::ffff:0:0:0/96")
 _COMPATIBLE = _net("::/96")
 _NAT64 = _net("64:ff9b::/96")
 _NAT64_LOCAL = _net("64:ff9b:1::/48")
@@ -147,28 +149,64 @@ def parse_networks(networks: Iterable[str | IPNetwork]) -> tuple[IPNetwork, ...]
     return tuple(parsed)
 
 
+def _v4(value: int) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+
+
+def _rfc6052(value: int, prefix_length: int) -> ipaddress.IPv4Address:
+    """The IPv4 address an RFC 6052 IPv4-embedded IPv6 address carries after its prefix.
+
+    Bits 64-71 (the "u" octet) are always zero and never carry address bits, so for
+    prefixes shorter than /96 the IPv4 address is split around them.
+    """
+    if prefix_length == 96:
+        return _v4(value)
+    high_bits = 64 - prefix_length  # IPv4 bits between the prefix and the u octet
+    low_bits = 32 - high_bits  # the rest, right after the u octet (bits 72..)
+    high = (value >> 64) & ((1 << high_bits) - 1)
+    low = (value >> (56 - low_bits)) & ((1 << low_bits) - 1)
+    return _v4((high << low_bits) | low)
+
+
+# RFC 5214: an ISATAP interface identifier is 0000:5efe or 0200:5efe (the "u" bit set
+# for a globally unique IPv4 address; the "g" bit may be set too) followed by IPv4.
+_ISATAP_MASK = 0xFCFFFFFF
+_ISATAP_ID = 0x00005EFE
+
+
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, list[ipaddress.IPv4Address]]:
-    """Return (encoding name, IPv4 addresses carried inside ``ip``), or ("", [])."""
+    """Return (encoding name, IPv4 addresses carried inside ``ip``), or ("", []).
+
+    Every standard place an IPv6 address can carry an IPv4 address: the IPv4-mapped and
+    IPv4-translated (SIIT, RFC 2765/7915) prefixes, the deprecated IPv4-compatible
+    ``::/96``, the NAT64 prefixes (RFC 6052/8215), 6to4 (RFC 3056), Teredo (RFC 4380) and
+    the ISATAP interface identifier (RFC 5214, under any /64 prefix).
+    """
     value = int(ip)
     if ip in _MAPPED:
-        return "IPv4-mapped", [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+        return "IPv4-mapped", [_v4(value)]
+    if ip in _TRANSLATED:
+        return "IPv4-translated (SIIT)", [_v4(value)]
     if ip in _NAT64:
-        return "NAT64", [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+        return "NAT64", [_v4(value)]
     if ip in _NAT64_LOCAL:
-        # RFC 8215 local-use prefixes may place the IPv4 address at several offsets; the
-        # /96 position is the common one, and the whole /48 is blocked anyway.
-        return "local NAT64", [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+        # RFC 8215 local-use prefixes are /48 or longer, and RFC 6052 places the IPv4
+        # address right after the prefix: take every position a /48../96 prefix gives.
+        found = [_rfc6052(value, length) for length in (48, 56, 64, 96)]
+        return "local NAT64", list(dict.fromkeys(found))
     if ip in _SIX_TO_FOUR:
-        return "6to4", [ipaddress.IPv4Address((value >> 80) & 0xFFFFFFFF)]
+        return "6to4", [_v4(value >> 80)]
     if ip in _TEREDO:
         # RFC 4380: bits 32-63 are the Teredo server, the last 32 bits the client's public
         # IPv4 with every bit inverted. Either being internal is disqualifying.
-        server = ipaddress.IPv4Address((value >> 64) & 0xFFFFFFFF)
-        client = ipaddress.IPv4Address((value & 0xFFFFFFFF) ^ 0xFFFFFFFF)
+        server = _v4(value >> 64)
+        client = _v4(value ^ 0xFFFFFFFF)
         return "Teredo", [client, server]
     if ip in _COMPATIBLE and value > 1:
         # ::/96 minus :: and ::1, which are their own (unspecified, loopback) addresses.
-        return "IPv4-compatible", [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+        return "IPv4-compatible", [_v4(value)]
+    if (value >> 32) & _ISATAP_MASK == _ISATAP_ID:
+        return "ISATAP", [_v4(value)]
     return "", []
 
 
@@ -209,12 +247,14 @@ def is_address_allowed(
     ``reason`` is empty when allowed, otherwise it completes the sentence "… is <reason>",
     for example "a loopback address".
 
-    IPv4-mapped addresses are checked as the IPv4 address they are. Other IPv6 forms that
-    embed IPv4 (NAT64, 6to4, Teredo, IPv4-compatible) are always blocked unless allow-listed
-    as IPv6, and their embedded IPv4 is checked against the hard-deny set, so metadata
-    addresses are refused in every encoding. ``allow_networks`` overrides the block-list
-    except for the hard-deny set; ``deny_addresses`` (the app's own addresses) are refused
-    even when allow-listed.
+    IPv4-mapped addresses are checked as the IPv4 address they are. The prefixes of the
+    other IPv6 forms that embed IPv4 (IPv4-translated/SIIT, IPv4-compatible, NAT64, 6to4,
+    Teredo) are blocked unless allow-listed as IPv6, and even then the embedded IPv4 must be
+    public or allow-listed itself; an ISATAP interface identifier under any prefix is
+    refused when the IPv4 it carries is. The embedded IPv4 is always checked against the
+    hard-deny set, so metadata addresses are refused in every encoding. ``allow_networks``
+    overrides the block-list except for the hard-deny set; ``deny_addresses`` (the app's
+    own addresses) are refused even when allow-listed.
     """
     address = _to_address(ip)
     allow = parse_networks(allow_networks)
@@ -237,7 +277,7 @@ def is_address_allowed(
         if _in_any(candidate, HARD_DENY_NETWORKS):
             reason = _block_reason(candidate) or "a link-local or metadata address"
             if candidate is not address:
-                reason = f"a {encoding} address carrying {candidate}, {reason}"
+                reason = _carrying(encoding, candidate, reason)
             return False, prefix + reason + " (never allowed, even when allow-listed)"
     for candidate in (address, *embedded):
         if candidate in deny:
@@ -247,15 +287,31 @@ def is_address_allowed(
             )
 
     if _in_any(address, allow):
+        # An allow-listed prefix that carries IPv4 (NAT64 on an IPv6-only network) opens
+        # the way to public IPv4 addresses, not to the internal ones the list does not name.
+        for inner in embedded:
+            inner_reason = None if _in_any(inner, allow) else _block_reason(inner)
+            if inner_reason is not None:
+                return False, _carrying(encoding, inner, inner_reason)
         return True, ""
 
     reason = _block_reason(address)
     if reason is not None:
         if embedded:
-            inner = ", ".join(str(a) for a in embedded)
-            reason = f"{reason} carrying {inner}"
+            inner_text = ", ".join(str(a) for a in embedded)
+            reason = f"{reason} carrying {inner_text}"
         return False, prefix + reason
+    # An address outside the block-list can still carry an internal one (ISATAP).
+    for inner in embedded:
+        inner_reason = _block_reason(inner)
+        if inner_reason is not None:
+            return False, _carrying(encoding, inner, inner_reason)
     return True, ""
+
+
+def _carrying(encoding: str, inner: IPAddress, reason: str) -> str:
+    article = "an" if encoding[:1] in "AEIOUaeiou" else "a"
+    return f"{article} {encoding} address carrying {inner}, {reason}"
 
 
 def _default_resolve(host: str, port: int) -> list[str]:

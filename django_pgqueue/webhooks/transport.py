@@ -7,6 +7,14 @@ check use the original name. urllib3 therefore never looks the name up again, so
 answer that changes between the check and the connect (rebinding) cannot reach a blocked
 address. ``docs/webhooks-security.md`` explains why this is not delegated to a library.
 
+Stale keep-alive connections: a receiver may close an idle kept-alive connection at any
+moment without saying so (no ``Connection: close``), and a POST written into it just as
+it goes fails before any answer. When a connection taken from the pool fails before a
+single byte of the response arrived, the POST is sent once more at once, on a fresh
+connection, within the same attempt and deadline, and the result carries a ``note``
+saying so. Never after a response byte arrived (the receiver answered something), never
+after a timeout (the receiver may be working on it), never for a fresh connection.
+
 Budgets: a connect timeout, and a total deadline enforced by a watchdog thread that shuts
 the socket down when the deadline passes. requests' read timeout applies to each socket read,
 so a receiver sending one byte every 200 ms would otherwise hold a worker for ever. The body
@@ -21,8 +29,11 @@ are exactly what must not apply).
 from __future__ import annotations
 
 import email.utils
+import http.client
+import io
 import itertools
 import math
+import re
 import socket
 import threading
 import time
@@ -50,7 +61,13 @@ from django_pgqueue.webhooks.ssrf import (
     validate_url,
 )
 
-__all__ = ["TransportResult", "WebhookTransport", "parse_retry_after"]
+__all__ = [
+    "MAX_RETRY_AFTER_SECONDS",
+    "NOTE_PREFIX",
+    "TransportResult",
+    "WebhookTransport",
+    "parse_retry_after",
+]
 
 # What we keep of response headers: enough to debug a receiver, bounded so one hostile
 # response cannot bloat the attempt log.
@@ -77,24 +94,58 @@ class TransportResult:
     duration_ms: int = 0
     error: str | None = None
     address: str | None = None
+    #: How the POST went out when that is worth knowing (a stale kept-alive connection
+    #: replaced by a fresh one), whether it succeeded or not.
+    note: str | None = None
 
     @property
     def ok(self) -> bool:
         """True for a 2xx response, the only outcome that counts as delivered."""
         return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
 
+    @property
+    def log_text(self) -> str:
+        """The attempt log's ``error`` text: the error, then the note, if any.
+
+        A delivered attempt has an empty text, or only the note, which starts with
+        :data:`NOTE_PREFIX`.
+        """
+        if self.note is None:
+            return self.error or ""
+        if self.error is None:
+            return NOTE_PREFIX + self.note
+        return f"{self.error} ({NOTE_PREFIX}{self.note})"
+
+
+#: How a note starts in the attempt log's ``error`` text.
+NOTE_PREFIX = "note: "
+
 
 class _Deadline:
-    """The total deadline of one request, and the connection it may have to cut."""
+    """The total deadline of one request, the connection it may have to cut, and what that
+    connection did (enough to tell a stale kept-alive connection from a receiver's answer).
+    """
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.expires_at = time.monotonic() + seconds
         self.fired = False
         self.address: str | None = None
+        #: The pool handed out a kept-alive connection (not one connected for this POST).
+        self.reused = False
+        #: Bytes of the response read from the socket so far.
+        self.received = 0
+        #: Set for the stale-connection resend: take no kept-alive connection from the pool.
+        self.fresh_only = False
         self._finished = False
         self._conn: HTTPConnection | None = None
         self._lock = threading.Lock()
+
+    def resend_fresh(self) -> None:
+        """Prepare the one resend after a stale kept-alive connection."""
+        self.fresh_only = True
+        self.reused = False
+        self.received = 0
 
     def attach(self, conn: HTTPConnection) -> None:
         with self._lock:
@@ -193,7 +244,61 @@ def _attach_current(conn: HTTPConnection) -> None:
         deadline.attach(conn)
 
 
+class _CountingReader(io.RawIOBase):
+    """The socket reader of a response, counting into the deadline the bytes it reads."""
+
+    def __init__(self, raw: io.RawIOBase, deadline: _Deadline) -> None:
+        super().__init__()
+        self._raw = raw
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        n = self._raw.readinto(buffer)
+        if n:
+            self._deadline.received += n
+        return n
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _CountedResponse(http.client.HTTPResponse):
+    """http.client's response, reading through a :class:`_CountingReader`.
+
+    Counting at the socket level is the only sure way to know that no byte arrived: a
+    reset in the middle of the status line loses the bytes already read in its exception.
+    Only kept-alive connections need it (a fresh one is never resent).
+    """
+
+    def __init__(self, sock: Any, debuglevel: int = 0, method: str | None = None, url: Any = None):
+        super().__init__(sock, debuglevel, method, url)
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None and deadline.reused:
+            # Nothing was read yet, so the buffer is empty and detaching loses nothing.
+            self.fp = io.BufferedReader(_CountingReader(self.fp.detach(), deadline))
+
+
+def _take(conn: Any) -> Any:
+    """Note whether the pool handed out a kept-alive connection; for the resend, close it."""
+    deadline = getattr(_current, "deadline", None)
+    if deadline is not None:
+        if deadline.fresh_only and conn.sock is not None:
+            conn.close()  # urllib3 connects a closed connection again before using it
+        deadline.reused = conn.sock is not None
+    return conn
+
+
 class _WatchedHTTPConnection(HTTPConnection):
+    response_class = _CountedResponse
+
     def connect(self) -> None:
         _attach_current(self)
         super().connect()
@@ -205,6 +310,8 @@ class _WatchedHTTPConnection(HTTPConnection):
 
 
 class _WatchedHTTPSConnection(HTTPSConnection):
+    response_class = _CountedResponse
+
     def connect(self) -> None:
         _attach_current(self)
         super().connect()
@@ -217,9 +324,15 @@ class _WatchedHTTPSConnection(HTTPSConnection):
 class _WatchedHTTPConnectionPool(HTTPConnectionPool):
     ConnectionCls = _WatchedHTTPConnection
 
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        return _take(super()._get_conn(timeout))
+
 
 class _WatchedHTTPSConnectionPool(HTTPSConnectionPool):
     ConnectionCls = _WatchedHTTPSConnection
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        return _take(super()._get_conn(timeout))
 
 
 class _RefusedDestination(Exception):
@@ -342,16 +455,47 @@ def _connection_refused(exc: BaseException) -> bool:
     return "Connection refused" in str(exc)
 
 
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _visible(text: str) -> str:
+    """``text`` with control characters written as visible ``\\xNN`` escapes.
+
+    What a receiver sends is stored in the attempt log: PostgreSQL text and jsonb refuse
+    NUL, and other control characters only hide things from whoever reads the log.
+    """
+    if text.isprintable():  # nearly always: skip the regex
+        return text
+    return _CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _short(exc: BaseException, limit: int = 300) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    text = _visible(f"{type(exc).__name__}: {exc}")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _trim_headers(headers: Mapping[str, str]) -> dict[str, str]:
     trimmed: dict[str, str] = {}
     for name, value in itertools.islice(headers.items(), MAX_RESPONSE_HEADERS):
-        trimmed[str(name)[:MAX_RESPONSE_HEADER_VALUE]] = str(value)[:MAX_RESPONSE_HEADER_VALUE]
+        key = _visible(str(name)[:MAX_RESPONSE_HEADER_VALUE])
+        trimmed[key] = _visible(str(value)[:MAX_RESPONSE_HEADER_VALUE])
     return trimmed
+
+
+def _stale_connection(exc: Exception, deadline: _Deadline) -> bool:
+    """Did a kept-alive connection fail before any byte of the response arrived?
+
+    requests' ConnectionError covers the receiver closing or resetting the connection
+    (and TLS failing on it); timeouts are not among them: a receiver that is slow to
+    answer may be processing the POST, so it is never sent again.
+    """
+    return (
+        deadline.reused
+        and deadline.received == 0
+        and not deadline.fired
+        and isinstance(exc, requests.exceptions.ConnectionError)
+        and not isinstance(exc, requests.exceptions.ConnectTimeout)
+    )
 
 
 class WebhookTransport:
@@ -470,14 +614,17 @@ class WebhookTransport:
                 check_header_validity(item)  # no CR/LF injection, whoever the caller is
             request.headers = send_headers
             request.body = body
-            response = self.adapter.send(
-                request,
-                stream=True,
-                # The read timeout bounds a single silent read; the watchdog bounds the total.
-                timeout=(self.connect_timeout, self.total_timeout),
-                verify=self.verify,
-                proxies={},
-            )
+            try:
+                response = self._send(request)
+            except requests.exceptions.ConnectionError as exc:
+                if not _stale_connection(exc, deadline):
+                    raise
+                result.note = (
+                    f"the kept-alive connection failed before any response ({_short(exc, 160)}); "
+                    "sent again on a fresh connection"
+                )
+                deadline.resend_fresh()
+                response = self._send(request)
             result.status_code = response.status_code
             result.headers = _trim_headers(response.headers)
             result.body, result.truncated = self._read_capped(response)
@@ -499,6 +646,16 @@ class WebhookTransport:
         result.address = deadline.address
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
+
+    def _send(self, request: requests.PreparedRequest) -> requests.Response:
+        return self.adapter.send(
+            request,
+            stream=True,
+            # The read timeout bounds a single silent read; the watchdog bounds the total.
+            timeout=(self.connect_timeout, self.total_timeout),
+            verify=self.verify,
+            proxies={},
+        )
 
     def _prepare_url(self, url: str) -> str:
         """``url`` as requests sends it (IDNA host, re-quoted path); cached once checked."""
@@ -556,31 +713,50 @@ def _parse_address(value: str) -> IPAddress:
         raise ValueError(f"{value!r} in deny_addresses is not an IP address") from None
 
 
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+#: The longest delay a ``Retry-After`` header can ask for, whatever it says: one year.
+#: ``RETRY_AFTER_CAP`` bounds the delay the queue honours much further; this cap keeps
+#: the parsing itself total, so a header of a thousand digits or a date in the year 9999
+#: is still a finite number of seconds instead of an ``OverflowError``.
+MAX_RETRY_AFTER_SECONDS = 366 * 24 * 3600.0
+# More significant digits than this is more than the cap, whatever the digits.
+_MAX_RETRY_AFTER_DIGITS = len(str(int(MAX_RETRY_AFTER_SECONDS)))
+
+
+def parse_retry_after(value: object, now: datetime | None = None) -> float | None:
     """Return the delay a ``Retry-After`` header asks for, in seconds, or ``None``.
 
     Accepts delta-seconds (``"120"``) and HTTP-dates (``"Wed, 21 Oct 2015 07:28:00 GMT"``,
     measured from ``now``, default the current UTC time; a date in the past gives 0).
     Anything else, including negative numbers, gives ``None``: a garbage header should fall
     back to the normal retry policy, not break it.
+
+    Total: whatever a receiver sends (hundreds of digits, a date in the year 9999, control
+    characters, not even a string), the answer is ``None`` or a number of seconds between
+    0 and :data:`MAX_RETRY_AFTER_SECONDS`; it never raises.
     """
-    if value is None:
+    if not isinstance(value, str):
         return None
     text = value.strip()
     if not text:
         return None
     if text.isascii() and text.isdigit():
-        return float(int(text))
+        # Never int() the whole string: past 4,300 digits int() raises ValueError, and
+        # float() of a few hundred digits raises OverflowError.
+        significant = text.lstrip("0") or "0"
+        if len(significant) > _MAX_RETRY_AFTER_DIGITS:
+            return MAX_RETRY_AFTER_SECONDS
+        return min(float(int(significant)), MAX_RETRY_AFTER_SECONDS)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:
+            # HTTP-dates are always GMT; a zone-less parse means the sender wrote "-0000".
+            when = when.replace(tzinfo=UTC)
+        current = now or datetime.now(UTC)
+        if current.tzinfo is None:
+            current = current.replace(tzinfo=UTC)
+        delay = (when - current).total_seconds()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        # parsedate_to_datetime raises ValueError for what it cannot read, and the
+        # datetime it builds raises ValueError or OverflowError for an impossible date.
         return None
-    if when is None:
-        return None
-    if when.tzinfo is None:
-        # HTTP-dates are always GMT; a zone-less parse means the sender wrote "-0000".
-        when = when.replace(tzinfo=UTC)
-    current = now or datetime.now(UTC)
-    if current.tzinfo is None:
-        current = current.replace(tzinfo=UTC)
-    return max(0.0, (when - current).total_seconds())
+    return min(max(0.0, delay), MAX_RETRY_AFTER_SECONDS)

@@ -257,7 +257,7 @@ class DeliverySource(Source):
                 "headers": storable_headers(result.headers),
                 "body": _body_text(result.body),
                 "truncated": result.truncated,
-                "error": storable_text(result.error or "", LAST_ERROR_CAP),
+                "error": storable_text(result.log_text, LAST_ERROR_CAP),
             },
         )
 

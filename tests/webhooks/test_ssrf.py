@@ -96,6 +96,13 @@ REFUSED_URLS = [
     "http://[64:ff9b::a9fe:a9fe]/",
     "http://[2002:a9fe:a9fe::1]/",
     "http://[2001::1]/",
+    # IPv4-translated (SIIT, RFC 2765/7915): loopback and the metadata address.
+    "https://[::ffff:0:7f00:1]/",
+    "https://[::ffff:0:127.0.0.1]/",
+    "http://[::ffff:0:a9fe:a9fe]/",
+    "http://[0:0:0:0:ffff:0:a9fe:a9fe]/",
+    # ISATAP interface identifier carrying loopback, under a public-looking prefix.
+    "http://[2606:4700::5efe:7f00:1]/",
     "http://[fd00:ec2::254]/",
     "http://[fe80::1%25eth0]/",
     "http://[ff02::1]/",
@@ -195,6 +202,20 @@ def test_non_canonical_ipv4_literals_refused_even_when_allowlisted(url):
         "ff0e::1",
         "2001:20::1",
         "2001:2f::1",
+        # IPv4-translated (SIIT): blocked whatever it carries, like NAT64.
+        "::ffff:0:7f00:1",
+        "::ffff:0:a9fe:a9fe",
+        "::ffff:0:a00:1",
+        "::ffff:0:808:808",
+        # Local-use NAT64 with the IPv4 address after a /48, /56 or /64 prefix.
+        "64:ff9b:1:7f00:0:100::",
+        "64:ff9b:1:0:7f:0:1::",
+        # ISATAP (RFC 5214): 0000:5efe or 0200:5efe, then an internal IPv4.
+        "2606:4700::5efe:7f00:1",
+        "2606:4700::200:5efe:a00:1",
+        "2606:4700::300:5efe:c0a8:101",
+        "2a00:1450::5efe:a9fe:a9fe",
+        "::5efe:7f00:1",
     ],
 )
 def test_blocked_addresses(address):
@@ -205,7 +226,16 @@ def test_blocked_addresses(address):
 
 @pytest.mark.parametrize(
     "address",
-    ["93.184.215.14", "8.8.8.8", "1.1.1.1", "::ffff:8.8.8.8", "2606:4700::6810:84e5", PUBLIC_V6],
+    [
+        "93.184.215.14",
+        "8.8.8.8",
+        "1.1.1.1",
+        "::ffff:8.8.8.8",
+        "2606:4700::6810:84e5",
+        PUBLIC_V6,
+        # An ISATAP identifier carrying a public IPv4 address is an ordinary host.
+        "2606:4700::200:5efe:808:808",
+    ],
 )
 def test_public_addresses_allowed(address):
     assert is_address_allowed(address, []) == (True, "")
@@ -231,6 +261,15 @@ def test_public_addresses_allowed(address):
         "2001:0:4136:e378:8000:63bf:5601:5601",
         # Teredo whose server (bits 32-63) is 169.254.169.254.
         "2001:0:a9fe:a9fe::1",
+        # IPv4-translated (SIIT).
+        "::ffff:0:a9fe:a9fe",
+        "::ffff:0:6464:64c8",
+        # Local NAT64 with 169.254.169.254 after a /48 and after a /64 prefix.
+        "64:ff9b:1:a9fe:a9:fe00::",
+        "64:ff9b:1:0:a9:fea9:fe00:0",
+        # ISATAP carrying the metadata address.
+        "2606:4700::200:5efe:a9fe:a9fe",
+        "2606:4700::5efe:6464:64c8",
     ],
 )
 def test_hard_deny_survives_allow_everything(address):
@@ -253,6 +292,38 @@ def test_hard_deny_survives_allow_everything(address):
 def test_hard_deny_urls_refused_even_when_allowlisted(url):
     with pytest.raises(UnsafeURLError, match="never allowed"):
         validate_url(url, allow_http=True, allow_networks=EVERYTHING)
+
+
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("64:ff9b::808:808", True),
+        ("64:ff9b::7f00:1", False),
+        ("64:ff9b::a00:1", False),
+        ("::ffff:0:808:808", True),
+        ("::ffff:0:7f00:1", False),
+        ("2002:808:808::1", True),
+        ("2002:c0a8:101::1", False),
+    ],
+)
+def test_allowlisted_ipv4_embedding_prefix_reaches_only_public_ipv4(address, allowed):
+    # An IPv6-only network allow-lists its NAT64 (or SIIT, 6to4) prefix to reach public
+    # receivers; that must not open the internal IPv4 addresses behind the translator.
+    prefixes = ["64:ff9b::/96", "::ffff:0:0:0/96", "2002::/16"]
+    verdict, reason = is_address_allowed(address, prefixes)
+    assert verdict is allowed
+    if not allowed:
+        assert "carrying" in reason
+    # Unless the IPv4 network is allow-listed too.
+    assert is_address_allowed(address, [*prefixes, "127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"])[
+        0
+    ]
+
+
+def test_ipv4_translated_reason_names_the_embedded_address():
+    allowed, reason = is_address_allowed("::ffff:0:7f00:1", [])
+    assert not allowed
+    assert "IPv4-translated" in reason and "127.0.0.1" in reason
 
 
 def test_teredo_client_is_decoded_by_xor():
@@ -443,6 +514,8 @@ def test_dns_rebinding_refused_at_connect_time(sentinel):
         "http://169.254.169.254/latest/meta-data/",
         "http://[fd00:ec2::254]/",
         "http://[::ffff:169.254.169.254]/",
+        "http://[::ffff:0:a9fe:a9fe]/",
+        "http://[2606:4700::200:5efe:a9fe:a9fe]/",
     ],
 )
 def test_transport_refuses_hard_deny_even_when_allowlisted(url):
@@ -450,3 +523,11 @@ def test_transport_refuses_hard_deny_even_when_allowlisted(url):
         result = t.post(url, b"{}", {})
     assert result.status_code is None
     assert "never allowed" in result.error
+
+
+@pytest.mark.parametrize("url", ["https://[::ffff:0:7f00:1]/", "http://[::ffff:0:a9fe:a9fe]/"])
+def test_transport_refuses_ipv4_translated_without_allowlist(url):
+    with WebhookTransport(allow_http=True, deny_addresses=()) as transport:
+        result = transport.post(url, b"{}", {})
+    assert result.status_code is None
+    assert result.error.startswith("refused:") and "IPv4-translated" in result.error

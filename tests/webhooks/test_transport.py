@@ -11,8 +11,20 @@ import time
 from email.utils import format_datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from django_pgqueue.webhooks.transport import WebhookTransport, _watchdog, parse_retry_after
+from django_pgqueue.webhooks import breaker
+from django_pgqueue.webhooks.transport import (
+    MAX_RETRY_AFTER_SECONDS,
+    TransportResult,
+    WebhookTransport,
+    _watchdog,
+    parse_retry_after,
+)
+
+from .. import hostile as hostile_receiver
+from ..hostile import HostileReceiver
 
 LOOPBACK = ["127.0.0.0/8"]
 
@@ -590,10 +602,61 @@ NOW = datetime.datetime(2025, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
         (None, None),
         ("Wed, 99 Foo 2025 12:05:00 GMT", None),
         ("\uff11\uff12\uff10", None),  # full-width digits
+        ("9" * 400, MAX_RETRY_AFTER_SECONDS),  # float() of it overflows
+        ("9" * 5000, MAX_RETRY_AFTER_SECONDS),  # int() of it refuses (over 4,300 digits)
+        ("0" * 5000 + "7", 7.0),
+        ("31622401", MAX_RETRY_AFTER_SECONDS),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", MAX_RETRY_AFTER_SECONDS),
+        ("Mon, 01 Jan 0001 00:00:00 GMT", 0.0),
+        ("Wed, 01 Jan 99999 12:05:00 GMT", None),
+        ("Wed, 01 Jan 2025 99:99:99 GMT", None),
+        ("Wed, 01 Jan 2025 12:05:00 +99999", None),
+        ("12\x000", None),
+        ("\x00", None),
+        ("1e999", None),
+        ("inf", None),
+        ("nan", None),
+        (b"120", None),  # not text at all
+        (120, None),
     ],
 )
 def test_parse_retry_after(value, expected):
     assert parse_retry_after(value, now=NOW) == expected
+
+
+_HEADER_TEXT = st.one_of(
+    st.text(),
+    st.text(alphabet=st.characters(max_codepoint=255)),  # what http.client decodes
+    st.from_regex(r"\A\s*-?[0-9]{1,6000}\s*\Z"),
+    st.integers().map(str),
+    st.datetimes(timezones=st.just(datetime.UTC)).map(lambda d: format_datetime(d, usegmt=True)),
+    st.builds(
+        "{}, {:02d} {} {} {:02d}:{:02d}:{:02d} {}".format,
+        st.sampled_from(["Mon", "Wed", "Foo", ""]),
+        st.integers(-99, 999),
+        st.sampled_from(["Jan", "Dec", "Xyz"]),
+        st.integers(-(10**12), 10**12),
+        st.integers(-99, 999),
+        st.integers(-99, 999),
+        st.integers(-99, 999),
+        st.sampled_from(["GMT", "-0000", "+9999", "-2359", "UT", "\x00"]),
+    ),
+)
+
+
+@given(_HEADER_TEXT)
+def test_parse_retry_after_is_total(value):
+    # Whatever a receiver sends: None or a finite delay within the cap, never an exception.
+    delay = parse_retry_after(value, now=NOW)
+    assert delay is None or (isinstance(delay, float) and 0.0 <= delay <= MAX_RETRY_AFTER_SECONDS)
+
+
+@given(_HEADER_TEXT, st.sampled_from([429, 503, 500]))
+def test_retry_delay_honours_any_retry_after_within_the_cap(value, status_code):
+    conf = {"RETRY_SCHEDULE": [1, 5], "RETRY_JITTER": 0, "RETRY_AFTER_CAP": 3600.0}
+    result = TransportResult(status_code=status_code, headers={"Retry-After": value})
+    delay = breaker.retry_delay(1, 3, result, conf)
+    assert delay is not None and 1.0 <= delay <= 3600.0
 
 
 def test_parse_retry_after_defaults_to_current_time():
@@ -609,3 +672,91 @@ def test_parsed_addresses_are_ip_objects():
     transport = WebhookTransport(deny_addresses=["10.0.0.5"])
     assert transport.deny_addresses == (ipaddress.ip_address("10.0.0.5"),)
     transport.close()
+
+
+# --- stale kept-alive connections ---
+
+
+@pytest.fixture
+def hostile():
+    with HostileReceiver() as server:
+        yield server
+
+
+def _second_request(behaviour):
+    """Answer the first request of each connection; later ones get ``behaviour``."""
+    first = hostile_receiver.answer(200, [("Content-Type", "application/json")], b'{"ok":true}')
+
+    def route(exchange):
+        (first if exchange.request.index == 0 else behaviour)(exchange)
+
+    return route
+
+
+@pytest.mark.parametrize("closing", ["close", "reset"], ids=["fin", "rst"])
+def test_stale_kept_alive_connection_is_resent_once_on_a_fresh_one(hostile, transport, closing):
+    # The receiver closes the kept-alive connection as the next POST arrives, never
+    # having said "Connection: close": the same attempt resends on a new connection.
+    hostile.routes["/stale"] = _second_request(
+        hostile_receiver.reset() if closing == "reset" else lambda exchange: exchange.close()
+    )
+    first = transport.post(hostile.url("/stale"), b'{"n":1}', {})
+    assert first.ok and first.note is None and first.log_text == ""
+    second = transport.post(hostile.url("/stale"), b'{"n":2}', {})
+    assert second.ok and second.error is None
+    assert "kept-alive connection failed before any response" in second.note
+    assert second.log_text.startswith("note: ")
+    assert [(s.connection, s.index, s.body) for s in hostile.hits("/stale")] == [
+        (1, 0, b'{"n":1}'),
+        (1, 1, b'{"n":2}'),  # read, never answered
+        (2, 0, b'{"n":2}'),  # the resend, on a fresh connection
+    ]
+    # The fresh connection is kept alive as usual.
+    third = transport.post(hostile.url("/stale"), b'{"n":3}', {})
+    assert third.note is not None and hostile.connections == 3
+
+
+def test_fresh_connection_failing_is_never_resent(hostile, transport):
+    hostile.routes["/close"] = lambda exchange: exchange.close()
+    result = transport.post(hostile.url("/close"), b"{}", {})
+    assert result.error.startswith("connection error") and result.note is None
+    assert len(hostile.hits("/close")) == 1 and hostile.connections == 1
+
+
+def test_resend_failing_too_is_one_failed_attempt_with_the_note(hostile, transport):
+    # Only the first request ever is answered: the resend's fresh connection fails as well.
+    hostile.routes["/down"] = lambda exchange: (
+        hostile_receiver.answer()(exchange)
+        if exchange.request.connection == 1 and exchange.request.index == 0
+        else exchange.close()
+    )
+    assert transport.post(hostile.url("/down"), b"{}", {}).ok
+    result = transport.post(hostile.url("/down"), b"{}", {})
+    assert result.error.startswith("connection error") and result.note
+    assert result.log_text.startswith("connection error") and "(note: " in result.log_text
+    assert len(hostile.hits("/down")) == 3  # one answered, then exactly two tries
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [b"HTTP/1.1 2", b"H", b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 503 Busy\r\nRetry-Af"],
+    ids=["status-line", "one-byte", "interim-100", "headers"],
+)
+@pytest.mark.parametrize("then", ["close", "reset"])
+def test_no_resend_once_a_response_byte_arrived(hostile, transport, partial, then):
+    hostile.routes["/partial"] = _second_request(hostile_receiver.raw(partial, then=then))
+    assert transport.post(hostile.url("/partial"), b"{}", {}).ok
+    result = transport.post(hostile.url("/partial"), b"{}", {})
+    assert not result.ok and result.note is None
+    assert len(hostile.hits("/partial")) == 2 and hostile.connections == 1
+
+
+def test_no_resend_after_a_timeout_on_a_kept_alive_connection(hostile):
+    hostile.routes["/slow"] = _second_request(hostile_receiver.stall())
+    with WebhookTransport(
+        allow_http=True, allow_networks=LOOPBACK, deny_addresses=(), total_timeout=1.0
+    ) as transport:
+        assert transport.post(hostile.url("/slow"), b"{}", {}).ok
+        result = transport.post(hostile.url("/slow"), b"{}", {})
+    assert "deadline" in result.error or "timeout" in result.error
+    assert result.note is None and len(hostile.hits("/slow")) == 2
