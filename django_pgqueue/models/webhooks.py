@@ -186,6 +186,9 @@ class Endpoint(models.Model):
         return f"<Endpoint {self.pk}: {self.url}>"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        # A whole save (no update_fields from the caller) is an operator's or the
+        # project's edit, after which refused deliveries go at once (below).
+        whole_save = kwargs.get("update_fields") is None
         if (
             kwargs.get("update_fields") is None
             and not kwargs.get("force_insert")
@@ -205,7 +208,7 @@ class Endpoint(models.Model):
                 kwargs["update_fields"] = {*kwargs["update_fields"], "secret_ciphertext"}
         existed = self.pk is not None and not self._state.adding
         super().save(*args, **kwargs)
-        if existed and kwargs.get("update_fields") is None:
+        if existed and whole_save:
             from ..storage import retry_refused_deliveries
 
             retry_refused_deliveries(self.pk)
