@@ -117,10 +117,15 @@ def transport_from_settings(conf: Any) -> WebhookTransport:
     )
 
 
-def _body_text(raw: bytes) -> str:
-    # The transport bounds the body (RESPONSE_CAP); PostgreSQL text cannot hold
-    # NUL, which storable_text shows as the text "\x00".
-    return storable_text(raw.decode("utf-8", "replace"))
+def _body_text(raw: bytes, cap: int) -> tuple[str, bool]:
+    """The response body as stored, and whether it was cut here.
+
+    The transport bounds the body at ``cap`` bytes (RESPONSE_CAP); PostgreSQL text
+    cannot hold NUL, which storable_text shows as the four characters "\x00", so the
+    escaped text is cut at the cap again.
+    """
+    text = storable_text(raw.decode("utf-8", "replace"))
+    return text[:cap], len(text) > cap
 
 
 class DeliverySource(Source):
@@ -238,6 +243,7 @@ class DeliverySource(Source):
             last_error = storable_text(
                 f"attempt {item.attempts}: {breaker.describe_failure(result)}", LAST_ERROR_CAP
             )
+        body, cut = _body_text(result.body, conf["RESPONSE_CAP"])
         return Outcome(
             item.id,
             item.token,
@@ -255,8 +261,8 @@ class DeliverySource(Source):
                 # Whatever the receiver sent, escaped and bounded (storable.py): one
                 # hostile header must not fail the batch of outcomes it is written in.
                 "headers": storable_headers(result.headers),
-                "body": _body_text(result.body),
-                "truncated": result.truncated,
+                "body": body,
+                "truncated": result.truncated or cut,
                 "error": storable_text(result.log_text, LAST_ERROR_CAP),
             },
         )
