@@ -95,3 +95,7 @@ class TaskAborted(PgQueueError):
 
 class WorkerCrashed(PgQueueError):
     """Recorded when a task thread died without describing its attempt."""
+
+
+class UnknownApplication(PgQueueError, LookupError):
+    """``send_event(application=...)`` names no active application: nothing was sent."""

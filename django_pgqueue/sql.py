@@ -487,6 +487,7 @@ RETURNING t.id,
 # the attempt's outcome so an attempt is logged if and only if its outcome is.
 # ---------------------------------------------------------------------------------
 
+APPLICATION_TABLE = "pgqueue_application"
 ENDPOINT_TABLE = "pgqueue_endpoint"
 EVENT_TABLE = "pgqueue_event"
 DELIVERY_TABLE = "pgqueue_delivery"
@@ -507,27 +508,47 @@ _PARKED = "TIMESTAMPTZ '9999-01-01 00:00:00+00'"  # PARKED_AT, as SQL
 # nothing and returns no row; the caller then reads the first event. ``payload``
 # is parsed from the very text stored in ``body``, the bytes that get signed.
 INSERT_EVENT = f"""/* pgqueue:insert_event */
-INSERT INTO {EVENT_TABLE} (event_type, payload, body, msg_id, idempotency_key, created_at)
-VALUES (%s, %s::jsonb, %s, %s, %s, now())
+INSERT INTO {EVENT_TABLE} (
+    event_type, payload, body, msg_id, idempotency_key, application_id, channels, created_at)
+VALUES (%s, %s::jsonb, %s, %s, %s, %s, %s::jsonb, now())
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at
 """
 
-# One delivery per active endpoint subscribed to the event's type (an empty
-# ``event_types`` list subscribes to everything), in one set-based statement:
-# the cost is one round trip whatever the number of endpoints. A FIFO endpoint's
-# delivery gets its ordering key here ('' puts all of an endpoint's deliveries in
-# one line; a keyed endpoint's deliveries without a key are not ordered).
-INSERT_DELIVERIES = f"""/* pgqueue:fan_out */
+# The application ``send_event(application=uid)`` names, and whether it is active.
+SELECT_APPLICATION = f"""/* pgqueue:select_application */
+SELECT id, is_active FROM {APPLICATION_TABLE} WHERE uid = %s
+"""
+
+# One delivery per active endpoint subscribed to the event, in one set-based
+# statement: the cost is one round trip whatever the number of endpoints.
+# * Tenancy: the endpoints of the event's application, or the global ones
+#   (application NULL) for an event sent without one. The two shapes are two
+#   statements rather than ``IS NOT DISTINCT FROM`` (which no index answers): each
+#   is one range of ``pgq_ep_app_idx``, so the cost follows the endpoints of
+#   that application and not the number of applications.
+# * Type: an empty ``event_types`` subscribes to everything; otherwise it holds the
+#   type or one of its wildcards (``order.*``): the caller passes the type and its
+#   wildcards (routing.subscription_keys) and ``?|`` asks for any of them.
+# * Channels: an endpoint without channels takes every event; one with channels
+#   only events that carry one of them.
+# A FIFO endpoint's delivery gets its ordering key here ('' puts all of an
+# endpoint's deliveries in one line; a keyed endpoint's deliveries without a key
+# are not ordered).
+_FAN_OUT = f"""/* pgqueue:fan_out */
 INSERT INTO {DELIVERY_TABLE} (
     event_id, endpoint_id, status, priority, attempts, max_attempts, next_attempt_at,
     worker_id, last_error, errors, created_at, updated_at, ordering_key
 )
-SELECT %s, e.id, 'pending', 0, 0, %s, now(), '', '', '[]', now(), now(),
-       CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %s END
+SELECT %(event_id)s, e.id, 'pending', 0, 0, %(max_attempts)s, now(), '', '', '[]', now(),
+       now(), CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %(ordering_key)s END
 FROM {ENDPOINT_TABLE} AS e
-WHERE e.is_active AND (e.event_types = '[]'::jsonb OR e.event_types ? %s)
+WHERE e.is_active AND {{tenant}}
+  AND (e.event_types = '[]'::jsonb OR e.event_types ?| %(type_keys)s::text[])
+  AND (e.channels = '[]'::jsonb OR e.channels ?| %(channels)s::text[])
 """
+INSERT_DELIVERIES = _FAN_OUT.format(tenant="e.application_id IS NULL")
+INSERT_APPLICATION_DELIVERIES = _FAN_OUT.format(tenant="e.application_id = %(application_id)s")
 
 # Delivery ``d`` may go now as far as FIFO ordering goes: it has no ordering key,
 # or it is the head of its key (no older delivery of the key waiting or in flight)

@@ -40,6 +40,46 @@ class Ordering(models.TextChoices):
     KEY = "key", _("FIFO per ordering key")
 
 
+class Application(models.Model):
+    """One customer of a multi-tenant project (docs/multi-tenant.md).
+
+    ``uid`` is the project's own id for the customer (``"cust_42"``); events sent with
+    ``send_event(..., application="cust_42")`` reach only that application's endpoints.
+    """
+
+    uid = models.CharField(
+        max_length=255,
+        help_text=_("Your own id for this customer, e.g. 'cust_42' (what send_event takes)."),
+    )
+    name = models.CharField(max_length=255, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    is_active = models.BooleanField(
+        default=True, help_text=_("Events cannot be sent to an inactive application.")
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True, editable=False)
+
+    class Meta:
+        db_table = "pgqueue_application"
+        verbose_name = _("webhook application")
+        verbose_name_plural = _("webhook applications")
+        constraints = [
+            models.UniqueConstraint(fields=["uid"], name="pgq_app_uid_uniq"),
+            models.CheckConstraint(condition=~Q(uid=""), name="pgq_app_uid_set"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.uid
+
+    def clean(self) -> None:
+        from ..webhooks.routing import check_application_uid
+
+        try:
+            check_application_uid(self.uid)
+        except ValueError as exc:
+            raise ValidationError({"uid": str(exc)}) from None
+
+
 class Endpoint(models.Model):
     """A receiver URL, its signing secrets, the event types it wants and its breaker.
 
@@ -52,6 +92,19 @@ class Endpoint(models.Model):
     url = models.URLField(
         max_length=2048, help_text=_("Where events are POSTed (https unless ALLOW_HTTP).")
     )
+    # No index of its own: pgq_ep_app_idx answers the fan-out and the lookups.
+    application = models.ForeignKey(
+        Application,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="endpoints",
+        db_index=False,
+        help_text=_(
+            "The customer this endpoint belongs to: it receives only that application's "
+            "events. Empty: a global endpoint, receiving events sent without an application."
+        ),
+    )
     secret_ciphertext = models.TextField(
         db_column="secret", editable=False, default="", help_text=_("Encrypted signing secret.")
     )
@@ -62,7 +115,17 @@ class Endpoint(models.Model):
         help_text=_("Encrypted secrets still signing during a rotation, with their expiry."),
     )
     event_types = models.JSONField(
-        default=list, blank=True, help_text=_("Event types to receive; empty receives all.")
+        default=list,
+        blank=True,
+        help_text=_("Event types to receive ('order.*' for a family); empty receives all."),
+    )
+    channels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_(
+            "Channels to receive: only events carrying one of them. Empty receives every "
+            "event whatever its channels."
+        ),
     )
     headers = models.JSONField(
         default=dict, blank=True, help_text=_("Extra HTTP headers sent with every delivery.")
@@ -174,6 +237,13 @@ class Endpoint(models.Model):
                 condition=~Q(secret_ciphertext__startswith="whsec_"),  # noqa: S106
                 name="pgq_ep_secret_encrypted",
             ),
+        ]
+        indexes = [
+            # The endpoints of one application (or the global ones, application NULL):
+            # the fan-out reads one range of it, so its cost follows that application's
+            # endpoints, not the number of applications (docs/multi-tenant.md, "Cost").
+            # Also the portal's lists, the admin filter and the cascades.
+            models.Index(fields=["application", "id"], name="pgq_ep_app_idx"),
         ]
         permissions = [
             ("manage_endpoint", "Can rotate secrets, enable and disable webhook endpoints"),
@@ -291,10 +361,16 @@ class Endpoint(models.Model):
             validate_custom_headers(self.headers or {})
         except ValueError as exc:
             errors["headers"] = str(exc)
-        if not isinstance(self.event_types, list) or not all(
-            isinstance(t, str) and t for t in self.event_types
-        ):
-            errors["event_types"] = "Give a list of event type names, or an empty list for all."
+        from ..webhooks.routing import check_channels, check_subscriptions
+
+        try:
+            check_subscriptions(self.event_types)
+        except ValueError as exc:
+            errors["event_types"] = str(exc)
+        try:
+            check_channels(self.channels, name="channels")
+        except ValueError as exc:
+            errors["channels"] = str(exc)
         if errors:
             raise ValidationError(errors)
 
@@ -307,6 +383,18 @@ class Event(models.Model):
     """
 
     event_type = models.CharField(max_length=255)
+    application = models.ForeignKey(
+        Application,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="events",
+        db_index=False,
+        help_text=_("The customer the event was sent for (empty: global endpoints)."),
+    )
+    channels = models.JSONField(
+        default=list, blank=True, help_text=_("Channels the event was sent on.")
+    )
     payload = models.JSONField()
     body = models.TextField(editable=False, help_text=_("The exact JSON sent (signed bytes)."))
     msg_id = models.CharField(max_length=64, editable=False)
@@ -328,6 +416,10 @@ class Event(models.Model):
             # Constraints rather than unique=True: no extra LIKE indexes to maintain.
             models.UniqueConstraint(fields=["msg_id"], name="pgq_evt_msg_id_uniq"),
             models.UniqueConstraint(fields=["idempotency_key"], name="pgq_evt_idem_key_uniq"),
+        ]
+        indexes = [
+            # An application's events, newest first (the portal, the admin filter).
+            models.Index(fields=["application", "-id"], name="pgq_evt_app_idx"),
         ]
 
     def __str__(self) -> str:
