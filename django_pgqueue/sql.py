@@ -842,7 +842,7 @@ WITH v AS (
     FROM v, {ENDPOINT_TABLE} AS ep
     WHERE d.id = v.id AND d.locked_by = v.token AND d.locked_until IS NOT NULL
       AND ep.id = d.endpoint_id
-    RETURNING d.id, d.endpoint_id
+    RETURNING d.id, d.endpoint_id, d.status
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (
         delivery_id, attempt, started_at, duration_ms, status_code, response_headers,
@@ -870,7 +870,7 @@ WITH v AS (
 ), decided AS (
     -- Whether to deactivate, read from the endpoint's snapshot: failing_since only
     -- moves on the first failure and on a success, so a stale read is harmless.
-    SELECT s.*, old.breaker_state AS old_state, s.gone OR (
+    SELECT s.*, old.breaker_state AS old_state, old.is_active AS was_active, s.gone OR (
                NOT s.succeeded AND COALESCE(
                    old.failing_since <= now() - make_interval(secs => %(disable_after)s),
                    false)) AS disable
@@ -917,15 +917,18 @@ WITH v AS (
     FROM decided AS s
     WHERE e.id = s.endpoint_id
     RETURNING e.id, e.breaker_state, e.open_until, s.old_state <> 'open' AS opened_now,
-              s.old_state
+              s.old_state, s.was_active AND s.disable AS disabled_now
 ), deferred AS (
     UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = b.open_until, updated_at = now()
     FROM breaker AS b
     WHERE b.breaker_state = 'open' AND b.opened_now AND d.endpoint_id = b.id
       AND d.status IN ('pending', 'failed') AND d.next_attempt_at < b.open_until
 )
--- Each written id, with its endpoint's circuit before and after (for the metrics).
-SELECT done.id, done.endpoint_id, b.old_state, b.breaker_state
+-- Each written id, with its endpoint's circuit before and after (for the metrics),
+-- its new status and whether this statement disabled its endpoint (for the
+-- operational signals, webhooks/operational.py).
+SELECT done.id, done.endpoint_id, b.old_state, b.breaker_state, done.status,
+       COALESCE(b.disabled_now, false)
 FROM done LEFT JOIN breaker AS b ON b.id = done.endpoint_id
 """
 

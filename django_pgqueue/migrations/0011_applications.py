@@ -18,6 +18,7 @@ class Migration(migrations.Migration):
             name="channels",
             field=models.JSONField(
                 blank=True,
+                db_default=models.Value([], output_field=models.JSONField()),
                 default=list,
                 help_text="Channels to receive: only events carrying one of them. Empty receives every event whatever its channels.",
             ),
@@ -26,7 +27,10 @@ class Migration(migrations.Migration):
             model_name="event",
             name="channels",
             field=models.JSONField(
-                blank=True, default=list, help_text="Channels the event was sent on."
+                blank=True,
+                db_default=models.Value([], output_field=models.JSONField()),
+                default=list,
+                help_text="Channels the event was sent on.",
             ),
         ),
         migrations.AlterField(

@@ -121,6 +121,7 @@ class Endpoint(models.Model):
     )
     channels = models.JSONField(
         default=list,
+        db_default=models.Value([], output_field=models.JSONField()),
         blank=True,
         help_text=_(
             "Channels to receive: only events carrying one of them. Empty receives every "
@@ -256,12 +257,8 @@ class Endpoint(models.Model):
         return f"<Endpoint {self.pk}: {self.url}>"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        if (
-            kwargs.get("update_fields") is None
-            and not kwargs.get("force_insert")
-            and not self._state.adding
-            and self.pk
-        ):
+        full_save = kwargs.get("update_fields") is None
+        if full_save and not kwargs.get("force_insert") and not self._state.adding and self.pk:
             kwargs["update_fields"] = [
                 f.name
                 for f in self._meta.concrete_fields
@@ -275,7 +272,9 @@ class Endpoint(models.Model):
                 kwargs["update_fields"] = {*kwargs["update_fields"], "secret_ciphertext"}
         existed = self.pk is not None and not self._state.adding
         super().save(*args, **kwargs)
-        if existed and kwargs.get("update_fields") is None:
+        # A full save (the admin's, the portal's), not one naming its fields: the
+        # update_fields filled in above must not hide it.
+        if existed and full_save:
             from ..storage import retry_refused_deliveries
 
             retry_refused_deliveries(self.pk)
@@ -392,8 +391,12 @@ class Event(models.Model):
         db_index=False,
         help_text=_("The customer the event was sent for (empty: global endpoints)."),
     )
+    # A database default too: rows written by older code or raw SQL carry none.
     channels = models.JSONField(
-        default=list, blank=True, help_text=_("Channels the event was sent on.")
+        default=list,
+        db_default=models.Value([], output_field=models.JSONField()),
+        blank=True,
+        help_text=_("Channels the event was sent on."),
     )
     payload = models.JSONField()
     body = models.TextField(editable=False, help_text=_("The exact JSON sent (signed bytes)."))
