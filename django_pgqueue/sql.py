@@ -439,9 +439,11 @@ ORDER BY queue_name, status
 
 # The webhook half of the dashboard in one pass: every endpoint (its switch and
 # circuit) with its deliveries per state, the oldest due time and lapsed leases.
-# LEFT JOIN so an endpoint without deliveries still shows.
+# LEFT JOIN so an endpoint without deliveries still shows. The application's uid
+# (a subquery by primary key) groups the endpoints that are not delivering.
 DELIVERY_OVERVIEW = """/* pgqueue:delivery_overview */
 SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reason,
+       (SELECT a.uid FROM pgqueue_application AS a WHERE a.id = e.application_id),
        d.status, count(d.id),
        min(d.next_attempt_at) FILTER (
            WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()),

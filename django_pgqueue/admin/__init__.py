@@ -7,12 +7,20 @@ not set its own ``index_template``.
 
 from django.contrib import admin
 
+from .applications import ApplicationAdmin
 from .deliveries import DeliveryAdmin, EventAdmin
 from .endpoints import EndpointAdmin
 from .jobs import JobAdmin
 from .schedules import ScheduleAdmin
 
-__all__ = ["DeliveryAdmin", "EndpointAdmin", "EventAdmin", "JobAdmin", "ScheduleAdmin"]
+__all__ = [
+    "ApplicationAdmin",
+    "DeliveryAdmin",
+    "EndpointAdmin",
+    "EventAdmin",
+    "JobAdmin",
+    "ScheduleAdmin",
+]
 
 if admin.site.index_template is None:
     admin.site.index_template = "admin/django_pgqueue/index.html"

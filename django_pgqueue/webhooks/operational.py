@@ -125,7 +125,7 @@ def _on_dead(sender: Any, delivery: Any, **kwargs: Any) -> None:
             "last_error": delivery.last_error,
             "event_type": delivery.event.event_type,
             "msg_id": delivery.event.msg_id,
-            **{k: v for k, v in endpoint_payload(delivery.endpoint).items()},
+            **endpoint_payload(delivery.endpoint),
         },
     )
 
