@@ -61,7 +61,7 @@ def test_changelists_filter_by_application(
 
 
 def test_dashboard_groups_endpoints_not_delivering_by_application(admin_client, two_customers):
-    _a, _b, ea, eb, eg = two_customers
+    _a, _b, ea, _eb, eg = two_customers
     Endpoint.objects.filter(pk__in=[ea.pk, eg.pk]).update(
         is_active=False, disabled_reason="410 Gone"
     )
