@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.db.models import Count
 from django.urls import reverse
@@ -25,7 +27,7 @@ class ApplicationAdmin(admin.ModelAdmin):
         return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
 
     @admin.display(description=_("endpoints"), ordering="endpoint_count")
-    def endpoints(self, obj: Application) -> str:
+    def endpoints(self, obj: Any) -> str:
         url = reverse(f"{self.admin_site.name}:django_pgqueue_endpoint_changelist")
         query = urlencode({"application": obj.uid})
         return format_html('<a href="{}?{}">{}</a>', url, query, obj.endpoint_count)

@@ -20,7 +20,7 @@ class ListField(forms.CharField):
             return "\n".join(value)
         return value
 
-    def to_python(self, value: Any) -> list[str]:
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
         text = super().to_python(value) or ""
         return [item.strip() for item in text.replace(",", "\n").splitlines() if item.strip()]
 

@@ -90,7 +90,9 @@ def _delivery(application: Application, pk: int) -> Delivery:
     )
 
 
-def _render(request: HttpRequest, template: str, application: Application, **context: Any):
+def _render(
+    request: HttpRequest, template: str, application: Application, **context: Any
+) -> TemplateResponse:
     return TemplateResponse(
         request,
         f"django_pgqueue/portal/{template}",
@@ -108,7 +110,9 @@ def endpoint_list(request: HttpRequest, application: Application) -> HttpRespons
     return _render(request, "endpoint_list.html", application, endpoints=endpoints)
 
 
-def _save_form(request: HttpRequest, application: Application, endpoint: Endpoint):
+def _save_form(
+    request: HttpRequest, application: Application, endpoint: Endpoint
+) -> tuple[HttpResponse | None, EndpointForm]:
     form = EndpointForm(request.POST or None, instance=endpoint)
     # The application is the portal's, set before validation and never a field.
     form.instance.application = application

@@ -111,7 +111,7 @@ def send_event(
     check_idempotency_key(idempotency_key)
     check_idempotency_key(ordering_key, "ordering_key")
     channel_list = check_channels(channels)
-    uid = getattr(application, "uid", application)
+    uid: Any = getattr(application, "uid", application)
     if uid is not None:
         check_application_uid(uid)
     conf = get_settings()
