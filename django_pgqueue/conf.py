@@ -52,6 +52,11 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     # function (request, application) -> bool allowing the portal's pages.
     "PORTAL_APPLICATION": None,
     "PORTAL_PERMISSION": "django_pgqueue.portal.views.default_permission",
+    # The event type catalogue: {"order.paid": {"description": ..., "schema": {...}}}
+    # (docs/multi-tenant.md). With VALIDATE_EVENT_TYPES, send_event refuses types not
+    # declared here and payloads their schema refuses.
+    "EVENT_TYPES": {},
+    "VALIDATE_EVENT_TYPES": False,
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -257,6 +262,12 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
             raise ImproperlyConfigured(
                 f"{prefix}[{key!r}] must be None or a non-empty string, got {merged[key]!r}"
             )
+    from .webhooks.catalogue import parse_catalogue
+
+    merged["EVENT_TYPES"] = parse_catalogue(merged["EVENT_TYPES"], f"{prefix}['EVENT_TYPES']")
+    merged["VALIDATE_EVENT_TYPES"] = _bool(
+        f"{prefix}['VALIDATE_EVENT_TYPES']", merged["VALIDATE_EVENT_TYPES"]
+    )
     keys = merged["ENCRYPTION_KEYS"]
     if keys is not None and (
         not isinstance(keys, list | tuple) or not keys or not all(isinstance(k, str) for k in keys)

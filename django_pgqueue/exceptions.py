@@ -99,3 +99,8 @@ class WorkerCrashed(PgQueueError):
 
 class UnknownApplication(PgQueueError, LookupError):
     """``send_event(application=...)`` names no active application: nothing was sent."""
+
+
+class EventSchemaError(PgQueueError, ValueError):
+    """``send_event`` with validation: an undeclared event type, or a payload its
+    declared JSON Schema refuses. Nothing was sent."""

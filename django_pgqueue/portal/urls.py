@@ -22,4 +22,5 @@ urlpatterns = [
     path("endpoints/<int:pk>/test/", views.send_test, name="send_test"),
     path("deliveries/<int:pk>/", views.delivery_detail, name="delivery_detail"),
     path("deliveries/<int:pk>/replay/", views.delivery_replay, name="delivery_replay"),
+    path("event-types/", views.event_types, name="event_types"),
 ]

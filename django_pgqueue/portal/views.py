@@ -219,3 +219,21 @@ def delivery_replay(request: HttpRequest, application: Application, pk: int) -> 
     else:
         messages.info(request, _("This delivery is already waiting or being sent."))
     return HttpResponseRedirect(reverse("pgqueue_portal:delivery_detail", args=[delivery.pk]))
+
+
+@portal_view("view")
+def event_types(request: HttpRequest, application: Application) -> HttpResponse:
+    """The event type catalogue: what a customer may subscribe to, with its schema."""
+    import json
+
+    from ..webhooks.catalogue import catalogue
+
+    types = [
+        {
+            "name": t.name,
+            "description": t.description,
+            "schema": json.dumps(t.schema, indent=2) if t.schema else "",
+        }
+        for t in sorted(catalogue().values(), key=lambda t: t.name)
+    ]
+    return _render(request, "event_types.html", application, event_types=types)

@@ -17,6 +17,7 @@ from ..exceptions import PayloadNotJSON, UnknownApplication
 from ..notify import wake_workers
 from ..routers import warn_if_outside_queue_transaction
 from .breaker import max_attempts
+from .catalogue import validate_event
 from .routing import EVENT_TYPE_PATTERN, check_application_uid, check_channels, subscription_keys
 from .signing import new_message_id
 
@@ -82,6 +83,7 @@ def send_event(
     ordering_key: str | None = None,
     application: str | Application | None = None,
     channels: list[str] | tuple[str, ...] | None = None,
+    validate: bool | None = None,
     using: str | None = None,
 ) -> Event:
     """Record an event and queue one delivery per active endpoint subscribed to its type.
@@ -97,6 +99,8 @@ def send_event(
     (no application) receive it (docs/multi-tenant.md). ``channels`` narrows it to
     the endpoints that subscribe to one of them, plus those without channels.
     ``UnknownApplication`` (a LookupError) when no active application has that uid.
+    ``validate`` (default ``PGQUEUE["WEBHOOKS"]["VALIDATE_EVENT_TYPES"]``) checks the
+    type and payload against the event type catalogue: ``EventSchemaError``.
 
     Everything is checked before any SQL (docs/webhooks.md, "What send_event
     accepts"): ``ValueError`` for an event type or idempotency key outside their
@@ -117,6 +121,8 @@ def send_event(
     conf = get_settings()
     webhooks = conf.WEBHOOKS
     body = serialize_payload(payload)
+    if webhooks["VALIDATE_EVENT_TYPES"] if validate is None else validate:
+        validate_event(event_type, json.loads(body))
     alias = using or conf.DATABASE
     msg_id = new_message_id()
     warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=2)
