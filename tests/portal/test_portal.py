@@ -220,3 +220,27 @@ def test_pages_need_no_javascript(world):
     pk = world["cust_a"]["endpoint"].pk
     for url in (PORTAL, f"{PORTAL}endpoints/{pk}/", f"{PORTAL}endpoints/new/"):
         assert not re.search(r"<script", client.get(url).content.decode(), re.I)
+
+
+@pytest.mark.parametrize(
+    ("key", "path", "problem"),
+    [
+        ("PORTAL_APPLICATION", "testproject.demo.portal.missing", "does not import"),
+        ("PORTAL_PERMISSION", "django_pgqueue.portal.views.RECENT_DELIVERIES", "not a function"),
+    ],
+)
+def test_a_portal_hook_that_does_not_import_is_a_system_check_error(settings, key, path, problem):
+    from django_pgqueue.checks import check_portal
+
+    settings.PGQUEUE = {
+        **settings.PGQUEUE,
+        "WEBHOOKS": {**settings.PGQUEUE["WEBHOOKS"], key: path},
+    }
+    [error] = check_portal()
+    assert error.id == "django_pgqueue.E030" and problem in error.msg and key in error.msg
+
+
+def test_the_shipped_settings_pass_the_portal_check():
+    from django_pgqueue.checks import check_portal
+
+    assert check_portal() == []
