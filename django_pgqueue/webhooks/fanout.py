@@ -153,7 +153,16 @@ def send_event(
         row = cursor.fetchone()
         if row is None:
             # The key was used before (or by a transaction that just committed).
-            return Event.objects.using(alias).get(idempotency_key=idempotency_key)
+            first = Event.objects.using(alias).get(idempotency_key=idempotency_key)
+            if first.application_id != application_id:
+                # Keys are unique across the installation: never hand one customer
+                # another's event.
+                raise ValueError(
+                    f"idempotency_key {idempotency_key!r} was already used by an event of "
+                    f"another application; nothing was sent. Prefix keys with the "
+                    f"application's uid to keep them apart."
+                )
+            return first
         event_id, created_at = row
         cursor.execute(
             sql.INSERT_DELIVERIES if application_id is None else sql.INSERT_APPLICATION_DELIVERIES,

@@ -177,3 +177,12 @@ def test_an_application_receiver_gets_its_events_end_to_end(receiver, make_endpo
     run_worker()
     assert [r.body for r in receiver.hits("/a")] == [b'{"for":"a"}']
     assert [r.body for r in receiver.hits("/b")] == [b'{"for":"b"}']
+
+
+def test_an_idempotency_key_of_another_application_is_refused_not_returned(tenants):
+    first = send_event("order.paid", {"id": 1}, application="cust_a", idempotency_key="k-1")
+    assert send_event("order.paid", {"id": 1}, application="cust_a", idempotency_key="k-1") == first
+    for other in ("cust_b", None):
+        with pytest.raises(ValueError, match="another application"):
+            send_event("order.paid", {"id": 1}, application=other, idempotency_key="k-1")
+    assert Event.objects.count() == 1
