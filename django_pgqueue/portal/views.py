@@ -149,12 +149,21 @@ def endpoint_detail(request: HttpRequest, application: Application, pk: int) -> 
     )
 
 
+#: ``disabled_reason`` of an endpoint the customer disabled in the portal.
+DISABLED_IN_PORTAL = "Disabled by the customer in the webhook portal."
+
+
 def _endpoint_operation(operation: str, done: str) -> View:
     @portal_view("change")
     @require_POST
     def view(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
         endpoint = _endpoint(application, pk)
-        storage.apply_endpoint_operation(operation, [endpoint.pk])
+        result = storage.apply_endpoint_operation(operation, [endpoint.pk])
+        if operation == "disable" and result.changed:
+            # The operator operation's reason, told apart for the admin and the portal.
+            Endpoint.objects.filter(pk=endpoint.pk, is_active=False).update(
+                disabled_reason=DISABLED_IN_PORTAL
+            )
         messages.success(request, done)
         return _to_endpoint(endpoint)
 

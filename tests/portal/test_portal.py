@@ -110,7 +110,8 @@ def test_disable_enable_rotate_and_test_event(world):
     endpoint = world["cust_a"]["endpoint"]
     old_secret = endpoint.secret
     client.post(f"{PORTAL}endpoints/{endpoint.pk}/disable/")
-    assert not Endpoint.objects.get(pk=endpoint.pk).is_active
+    disabled = Endpoint.objects.get(pk=endpoint.pk)
+    assert not disabled.is_active and "by the customer" in disabled.disabled_reason
     client.post(f"{PORTAL}endpoints/{endpoint.pk}/enable/")
     assert Endpoint.objects.get(pk=endpoint.pk).is_active
     rotated = client.post(f"{PORTAL}endpoints/{endpoint.pk}/rotate/").content.decode()
