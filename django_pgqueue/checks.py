@@ -265,3 +265,37 @@ PGQUEUE_BACKEND = "django_pgqueue.backend.PgQueueBackend"
 def _framework_checks_registered(module: str) -> bool:
     registered = checks.registry.registry.registered_checks
     return any(getattr(check, "__module__", None) == module for check in registered)
+
+
+@checks.register(checks.Tags.compatibility)
+def check_portal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E030: PORTAL_APPLICATION or PORTAL_PERMISSION does not import to a callable."""
+    from django.utils.module_loading import import_string
+
+    from .conf import validate
+
+    try:
+        conf = validate(getattr(settings, "PGQUEUE", None))
+    except ImproperlyConfigured:
+        return []  # E001 reports it
+    errors: list[checks.CheckMessage] = []
+    for key in ("PORTAL_APPLICATION", "PORTAL_PERMISSION"):
+        path = conf.WEBHOOKS[key]
+        if path is None:
+            continue
+        try:
+            found = import_string(path)
+        except ImportError as exc:
+            problem = f"does not import ({exc})"
+        else:
+            if callable(found):
+                continue
+            problem = "is not a function"
+        errors.append(
+            checks.Error(
+                f"PGQUEUE['WEBHOOKS'][{key!r}] = {path!r} {problem}.",
+                hint=f"Give the dotted path of a function: {docs_url('multi-tenant')}",
+                id="django_pgqueue.E030",
+            )
+        )
+    return errors

@@ -44,6 +44,19 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     # Most deliveries of one endpoint in flight at once across all workers, unless
     # the endpoint sets its own; None = no limit (see docs/webhooks.md, "Fairness").
     "MAX_IN_FLIGHT": None,
+    # Uid of an application of the project's own that receives the operational
+    # events (endpoint disabled, breaker opened, delivery dead); None = signals only.
+    "OPERATIONAL_APPLICATION": None,
+    # The customer portal (docs/multi-tenant.md): dotted paths to a function of the
+    # request returning the current Application (or its uid, or None), and to a
+    # function (request, application) -> bool allowing the portal's pages.
+    "PORTAL_APPLICATION": None,
+    "PORTAL_PERMISSION": "django_pgqueue.portal.views.default_permission",
+    # The event type catalogue: {"order.paid": {"description": ..., "schema": {...}}}
+    # (docs/multi-tenant.md). With VALIDATE_EVENT_TYPES, send_event refuses types not
+    # declared here and payloads their schema refuses.
+    "EVENT_TYPES": {},
+    "VALIDATE_EVENT_TYPES": False,
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -244,6 +257,17 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
     cap = merged["MAX_IN_FLIGHT"]
     if cap is not None:
         merged["MAX_IN_FLIGHT"] = _positive_int(f"{prefix}['MAX_IN_FLIGHT']", cap)
+    for key in ("OPERATIONAL_APPLICATION", "PORTAL_APPLICATION", "PORTAL_PERMISSION"):
+        if merged[key] is not None and (not isinstance(merged[key], str) or not merged[key]):
+            raise ImproperlyConfigured(
+                f"{prefix}[{key!r}] must be None or a non-empty string, got {merged[key]!r}"
+            )
+    from .webhooks.catalogue import parse_catalogue
+
+    merged["EVENT_TYPES"] = parse_catalogue(merged["EVENT_TYPES"], f"{prefix}['EVENT_TYPES']")
+    merged["VALIDATE_EVENT_TYPES"] = _bool(
+        f"{prefix}['VALIDATE_EVENT_TYPES']", merged["VALIDATE_EVENT_TYPES"]
+    )
     keys = merged["ENCRYPTION_KEYS"]
     if keys is not None and (
         not isinstance(keys, list | tuple) or not keys or not all(isinstance(k, str) for k in keys)

@@ -95,3 +95,12 @@ class TaskAborted(PgQueueError):
 
 class WorkerCrashed(PgQueueError):
     """Recorded when a task thread died without describing its attempt."""
+
+
+class UnknownApplication(PgQueueError, LookupError):
+    """``send_event(application=...)`` names no active application: nothing was sent."""
+
+
+class EventSchemaError(PgQueueError, ValueError):
+    """``send_event`` with validation: an undeclared event type, or a payload its
+    declared JSON Schema refuses. Nothing was sent."""

@@ -439,9 +439,11 @@ ORDER BY queue_name, status
 
 # The webhook half of the dashboard in one pass: every endpoint (its switch and
 # circuit) with its deliveries per state, the oldest due time and lapsed leases.
-# LEFT JOIN so an endpoint without deliveries still shows.
+# LEFT JOIN so an endpoint without deliveries still shows. The application's uid
+# (a subquery by primary key) groups the endpoints that are not delivering.
 DELIVERY_OVERVIEW = """/* pgqueue:delivery_overview */
 SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reason,
+       (SELECT a.uid FROM pgqueue_application AS a WHERE a.id = e.application_id),
        d.status, count(d.id),
        min(d.next_attempt_at) FILTER (
            WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()),
@@ -487,6 +489,7 @@ RETURNING t.id,
 # the attempt's outcome so an attempt is logged if and only if its outcome is.
 # ---------------------------------------------------------------------------------
 
+APPLICATION_TABLE = "pgqueue_application"
 ENDPOINT_TABLE = "pgqueue_endpoint"
 EVENT_TABLE = "pgqueue_event"
 DELIVERY_TABLE = "pgqueue_delivery"
@@ -507,27 +510,47 @@ _PARKED = "TIMESTAMPTZ '9999-01-01 00:00:00+00'"  # PARKED_AT, as SQL
 # nothing and returns no row; the caller then reads the first event. ``payload``
 # is parsed from the very text stored in ``body``, the bytes that get signed.
 INSERT_EVENT = f"""/* pgqueue:insert_event */
-INSERT INTO {EVENT_TABLE} (event_type, payload, body, msg_id, idempotency_key, created_at)
-VALUES (%s, %s::jsonb, %s, %s, %s, now())
+INSERT INTO {EVENT_TABLE} (
+    event_type, payload, body, msg_id, idempotency_key, application_id, channels, created_at)
+VALUES (%s, %s::jsonb, %s, %s, %s, %s, %s::jsonb, now())
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at
 """
 
-# One delivery per active endpoint subscribed to the event's type (an empty
-# ``event_types`` list subscribes to everything), in one set-based statement:
-# the cost is one round trip whatever the number of endpoints. A FIFO endpoint's
-# delivery gets its ordering key here ('' puts all of an endpoint's deliveries in
-# one line; a keyed endpoint's deliveries without a key are not ordered).
-INSERT_DELIVERIES = f"""/* pgqueue:fan_out */
+# The application ``send_event(application=uid)`` names, and whether it is active.
+SELECT_APPLICATION = f"""/* pgqueue:select_application */
+SELECT id, is_active FROM {APPLICATION_TABLE} WHERE uid = %s
+"""
+
+# One delivery per active endpoint subscribed to the event, in one set-based
+# statement: the cost is one round trip whatever the number of endpoints.
+# * Tenancy: the endpoints of the event's application, or the global ones
+#   (application NULL) for an event sent without one. The two shapes are two
+#   statements rather than ``IS NOT DISTINCT FROM`` (which no index answers): each
+#   is one range of ``pgq_ep_app_idx``, so the cost follows the endpoints of
+#   that application and not the number of applications.
+# * Type: an empty ``event_types`` subscribes to everything; otherwise it holds the
+#   type or one of its wildcards (``order.*``): the caller passes the type and its
+#   wildcards (routing.subscription_keys) and ``?|`` asks for any of them.
+# * Channels: an endpoint without channels takes every event; one with channels
+#   only events that carry one of them.
+# A FIFO endpoint's delivery gets its ordering key here ('' puts all of an
+# endpoint's deliveries in one line; a keyed endpoint's deliveries without a key
+# are not ordered).
+_FAN_OUT = f"""/* pgqueue:fan_out */
 INSERT INTO {DELIVERY_TABLE} (
     event_id, endpoint_id, status, priority, attempts, max_attempts, next_attempt_at,
     worker_id, last_error, errors, created_at, updated_at, ordering_key
 )
-SELECT %s, e.id, 'pending', 0, 0, %s, now(), '', '', '[]', now(), now(),
-       CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %s END
+SELECT %(event_id)s, e.id, 'pending', 0, 0, %(max_attempts)s, now(), '', '', '[]', now(),
+       now(), CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %(ordering_key)s END
 FROM {ENDPOINT_TABLE} AS e
-WHERE e.is_active AND (e.event_types = '[]'::jsonb OR e.event_types ? %s)
+WHERE e.is_active AND {{tenant}}
+  AND (e.event_types = '[]'::jsonb OR e.event_types ?| %(type_keys)s::text[])
+  AND (e.channels = '[]'::jsonb OR e.channels ?| %(channels)s::text[])
 """
+INSERT_DELIVERIES = _FAN_OUT.format(tenant="e.application_id IS NULL")
+INSERT_APPLICATION_DELIVERIES = _FAN_OUT.format(tenant="e.application_id = %(application_id)s")
 
 # Delivery ``d`` may go now as far as FIFO ordering goes: it has no ordering key,
 # or it is the head of its key (no older delivery of the key waiting or in flight)
@@ -821,7 +844,7 @@ WITH v AS (
     FROM v, {ENDPOINT_TABLE} AS ep
     WHERE d.id = v.id AND d.locked_by = v.token AND d.locked_until IS NOT NULL
       AND ep.id = d.endpoint_id
-    RETURNING d.id, d.endpoint_id
+    RETURNING d.id, d.endpoint_id, d.status
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (
         delivery_id, attempt, started_at, duration_ms, status_code, response_headers,
@@ -849,7 +872,7 @@ WITH v AS (
 ), decided AS (
     -- Whether to deactivate, read from the endpoint's snapshot: failing_since only
     -- moves on the first failure and on a success, so a stale read is harmless.
-    SELECT s.*, old.breaker_state AS old_state, s.gone OR (
+    SELECT s.*, old.breaker_state AS old_state, old.is_active AS was_active, s.gone OR (
                NOT s.succeeded AND COALESCE(
                    old.failing_since <= now() - make_interval(secs => %(disable_after)s),
                    false)) AS disable
@@ -896,15 +919,18 @@ WITH v AS (
     FROM decided AS s
     WHERE e.id = s.endpoint_id
     RETURNING e.id, e.breaker_state, e.open_until, s.old_state <> 'open' AS opened_now,
-              s.old_state
+              s.old_state, s.was_active AND s.disable AS disabled_now
 ), deferred AS (
     UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = b.open_until, updated_at = now()
     FROM breaker AS b
     WHERE b.breaker_state = 'open' AND b.opened_now AND d.endpoint_id = b.id
       AND d.status IN ('pending', 'failed') AND d.next_attempt_at < b.open_until
 )
--- Each written id, with its endpoint's circuit before and after (for the metrics).
-SELECT done.id, done.endpoint_id, b.old_state, b.breaker_state
+-- Each written id, with its endpoint's circuit before and after (for the metrics),
+-- its new status and whether this statement disabled its endpoint (for the
+-- operational signals, webhooks/operational.py).
+SELECT done.id, done.endpoint_id, b.old_state, b.breaker_state, done.status,
+       COALESCE(b.disabled_now, false)
 FROM done LEFT JOIN breaker AS b ON b.id = done.endpoint_id
 """
 

@@ -103,6 +103,8 @@ class EndpointStats(QueueStats):
     breaker_state: str = "closed"
     open_until: datetime | None = None
     disabled_reason: str = ""
+    #: The uid of the endpoint's application (None: a global endpoint).
+    application: str | None = None
 
     @property
     def needs_attention(self) -> bool:
@@ -118,7 +120,7 @@ def delivery_overview() -> list[EndpointStats]:
         rows = cursor.fetchall()
     endpoints: dict[int, EndpointStats] = {}
     for (
-        endpoint_id, url, is_active, breaker_state, open_until, reason,
+        endpoint_id, url, is_active, breaker_state, open_until, reason, application,
         status, count, oldest_due, lapsed, now, due,
     ) in rows:  # fmt: skip
         stats = endpoints.setdefault(
@@ -131,6 +133,7 @@ def delivery_overview() -> list[EndpointStats]:
                 breaker_state=breaker_state,
                 open_until=open_until,
                 disabled_reason=reason,
+                application=application,
             ),
         )
         if status is not None:

@@ -291,7 +291,11 @@ def send_test_event(endpoint: Endpoint, sent_by: str = "") -> Delivery:
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True)
     with transaction.atomic(using=alias):
         event = Event.objects.using(alias).create(
-            event_type="pgqueue.test", payload=payload, body=body, msg_id=new_message_id()
+            event_type="pgqueue.test",
+            payload=payload,
+            body=body,
+            msg_id=new_message_id(),
+            application_id=endpoint.application_id,
         )
         delivery = Delivery.objects.using(alias).create(
             event=event, endpoint=endpoint, max_attempts=1

@@ -141,6 +141,8 @@ PGQUEUE = {
         "MAX_IN_FLIGHT": int(os.environ["PGQUEUE_WEBHOOK_MAX_IN_FLIGHT"])
         if os.environ.get("PGQUEUE_WEBHOOK_MAX_IN_FLIGHT")
         else None,
+        # The customer portal at /webhooks/: who the logged-in customer is.
+        "PORTAL_APPLICATION": "testproject.demo.portal.current_application",
     },
 }
 

@@ -1,4 +1,8 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    # The customer portal (docs/multi-tenant.md); PORTAL_APPLICATION is in settings.py.
+    path("webhooks/", include("django_pgqueue.portal.urls")),
+]

@@ -44,6 +44,7 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
         "--producers=2",
         "--n-webhooks=5",
         "--fair-events=1",
+        "--applications=50",
         f"--json={out}",
     )
     printed = capsys.readouterr().out
@@ -51,7 +52,7 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
     data = json.loads(out.read_text())
     workloads = {row["workload"] for row in data["rows"]}
     assert {"enqueue", "raw ceiling", "drain", "wake-up latency", "claim cost"} <= workloads
-    assert "enqueue + NOTIFY" in workloads
+    assert "enqueue + NOTIFY" in workloads and "tenant fan-out" in workloads
     for row in data["rows"]:
         assert row["values"], row
         assert all(v > 0 for v in row["values"]), row

@@ -7,6 +7,7 @@ not set its own ``index_template``.
 
 from django.contrib import admin
 
+from .applications import ApplicationAdmin
 from .deliveries import DeliveryAdmin, EventAdmin
 from .endpoints import EndpointAdmin
 from .jobs import JobAdmin
@@ -14,6 +15,7 @@ from .mq import MessageQueueAdmin
 from .schedules import ScheduleAdmin
 
 __all__ = [
+    "ApplicationAdmin",
     "DeliveryAdmin",
     "EndpointAdmin",
     "EventAdmin",

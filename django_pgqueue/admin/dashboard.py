@@ -53,6 +53,15 @@ def _rows(stats_list, changelist: str, **key) -> list[dict[str, Any]]:
     return rows
 
 
+def attention_by_application(stats_list: list[Any]) -> list[tuple[str | None, list[Any]]]:
+    """Endpoints not delivering, grouped by application (global ones first): one
+    customer with many broken endpoints reads as one problem."""
+    groups: dict[str | None, list[Any]] = {}
+    for stats in stats_list:
+        groups.setdefault(stats.application, []).append(stats)
+    return sorted(groups.items(), key=lambda item: (item[0] is not None, item[0] or ""))
+
+
 def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
     """Render the dashboard: one aggregated query for jobs, one for webhooks."""
     if not model_admin.has_view_permission(request):
@@ -81,6 +90,8 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         "changelist_url": changelist,
         "endpoints": endpoints,
         "workers": worker_overview(),
-        "attention": [row["stats"] for row in endpoints if row["stats"].needs_attention],
+        "attention": attention_by_application(
+            [row["stats"] for row in endpoints if row["stats"].needs_attention]
+        ),
     }
     return TemplateResponse(request, "admin/django_pgqueue/dashboard.html", context)

@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models.webhooks import Delivery, DeliveryAttempt, Event
 from .display import first_line, json_display, pretty_json
-from .filters import RecentValuesFilter, StatusFilter
+from .filters import RecentValuesFilter, StatusFilter, application_filter
 from .paginator import EstimatedCountPaginator
 from .queue_rows import QueueRowAdmin, operation_button
 
@@ -90,6 +90,7 @@ class DeliveryAdmin(QueueRowAdmin):
     list_select_related = ("event", "endpoint")
     list_filter = (
         StatusFilter,
+        application_filter("endpoint__application"),
         "endpoint",
         ("event__event_type", RecentValuesFilter),
         "created_at",
@@ -178,8 +179,21 @@ class DeliveryAdmin(QueueRowAdmin):
 class EventAdmin(admin.ModelAdmin):
     """Events are history: read-only, linked to their deliveries."""
 
-    list_display = ("id", "event_type", "msg_id", "idempotency_key", "created_at", "deliveries")
-    list_filter = (("event_type", RecentValuesFilter), "created_at")
+    list_display = (
+        "id",
+        "event_type",
+        "application",
+        "msg_id",
+        "idempotency_key",
+        "created_at",
+        "deliveries",
+    )
+    list_filter = (
+        application_filter("application"),
+        ("event_type", RecentValuesFilter),
+        "created_at",
+    )
+    list_select_related = ("application",)
     search_fields = ("event_type", "=idempotency_key", "=msg_id")
     show_full_result_count = False
     paginator = EstimatedCountPaginator
@@ -187,6 +201,8 @@ class EventAdmin(admin.ModelAdmin):
     fields = (
         "id",
         "event_type",
+        "application",
+        "channels",
         "msg_id",
         "idempotency_key",
         "created_at",

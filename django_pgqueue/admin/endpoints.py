@@ -30,6 +30,7 @@ from ..models.queue import Status
 from ..models.webhooks import BreakerState, Delivery, Endpoint
 from .audit import log_changes, report
 from .display import json_display
+from .filters import application_filter
 from .row_actions import RowActionsAdmin, row_action
 
 if TYPE_CHECKING:
@@ -145,6 +146,7 @@ class EndpointAdmin(RowActionsAdmin):
     list_display = (
         "id",
         "url",
+        "application",
         "is_active",
         "circuit",
         "consecutive_failures",
@@ -154,14 +156,18 @@ class EndpointAdmin(RowActionsAdmin):
         "rate",
         "secret_masked",
     )
-    list_filter = ("is_active", "breaker_state", "ordering")
+    list_filter = (application_filter("application"), "is_active", "breaker_state", "ordering")
+    list_select_related = ("application",)
+    autocomplete_fields = ("application",)
     search_fields = ("url", "description")
     ordering = ("id",)
     show_full_result_count = False
     fields = (
         "url",
+        "application",
         "description",
         "event_types",
+        "channels",
         "headers",
         "is_active",
         "max_in_flight",

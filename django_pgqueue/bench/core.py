@@ -46,6 +46,7 @@ WORKLOADS = (
     "claim_cost",
     "notify",
     "mq",
+    "tenant_fanout",
 )
 
 #: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
@@ -66,6 +67,22 @@ FROM pgqueue_delivery_attempt AS a
 JOIN pgqueue_delivery AS d ON d.id = a.delivery_id
 JOIN pgqueue_event AS ev ON ev.id = d.event_id
 WHERE a.attempt = 1 AND d.endpoint_id <> %s"""
+
+#: Multi-tenant fan-out: endpoints per application and events timed per run.
+TENANT_ENDPOINTS = 3
+TENANT_EVENTS = 200
+TENANT_WARM_UP = 20
+#: ``%s`` applications in one statement, then TENANT_ENDPOINTS endpoints each.
+TENANT_APPLICATIONS = f"""INSERT INTO {sql.APPLICATION_TABLE}
+    (uid, name, metadata, is_active, created_at, updated_at)
+SELECT 'bench_' || g, '', '{{}}', true, now(), now() FROM generate_series(1, %s) AS g"""  # noqa: S608 - identifiers are module constants
+TENANT_ENDPOINT_ROWS = f"""INSERT INTO {sql.ENDPOINT_TABLE} (
+    url, secret, previous_secrets, event_types, channels, headers, description, is_active,
+    disabled_reason, breaker_state, consecutive_failures, breaker_cooldown, rate_period,
+    ordering, created_at, updated_at, application_id)
+SELECT 'https://bench.invalid/' || a.id || '/' || n, 'not-used', '[]', '[]', '[]', '{{}}', '',
+       true, '', 'closed', 0, 0, 1, 'none', now(), now(), a.id
+FROM {sql.APPLICATION_TABLE} AS a, generate_series(1, %s) AS n"""  # noqa: S608 - identifiers are module constants
 
 #: Columns written by the raw single-row INSERT: the same row our enqueue writes.
 RAW_INSERT = f"""INSERT INTO {sql.JOB_TABLE} (
@@ -202,6 +219,7 @@ class Bench:
         n_notify: int = 4000,
         n_webhooks: int = 2000,
         fair_events: int = 10,
+        applications: int = 100_000,
         keep: bool = False,
         alias: str | None = None,
         out: Callable[[str], None] = print,
@@ -223,6 +241,7 @@ class Bench:
         self.n_notify = n_notify
         self.n_webhooks = n_webhooks
         self.fair_events = fair_events
+        self.applications = applications
         self.keep = keep
         #: Longest a drain may take before the run is abandoned.
         self.timeout = max(120.0, n_drain / 100)
@@ -872,6 +891,70 @@ class Bench:
                 f"{row.ref_values[rep]:.2f} ms without"
             )
         self.reset()
+
+    # multi-tenant fan-out ----------------------------------------------------------------
+
+    def fanout_times(self, applications: int) -> list[float]:
+        """``send_event(application=...)`` times (ms, each in its own transaction) with
+        ``applications`` applications of TENANT_ENDPOINTS endpoints each."""
+        from django.db import transaction
+
+        from ..webhooks.fanout import send_event
+
+        self.sql(
+            "TRUNCATE pgqueue_delivery_attempt, pgqueue_delivery, pgqueue_event, "
+            "pgqueue_endpoint, pgqueue_application CASCADE"
+        )
+        self.sql(TENANT_APPLICATIONS, [applications])
+        self.sql(TENANT_ENDPOINT_ROWS, [TENANT_ENDPOINTS])
+        # Hint bits, the visibility map and statistics settled, dirty pages written:
+        # the first events must not pay for the bulk load.
+        self.sql(f"VACUUM ANALYZE {sql.APPLICATION_TABLE}, {sql.ENDPOINT_TABLE}")
+        self.checkpoint()
+        uid = f"bench_{applications // 2 + 1}"
+        times = []
+        for i in range(TENANT_WARM_UP + TENANT_EVENTS):
+            t0 = time.perf_counter()
+            with transaction.atomic(using=self.alias):
+                send_event("order.paid", {"n": i}, application=uid, using=self.alias)
+            if i >= TENANT_WARM_UP:
+                times.append((time.perf_counter() - t0) * 1000)
+        if self.count_deliveries() != (TENANT_WARM_UP + TENANT_EVENTS) * TENANT_ENDPOINTS:
+            raise RuntimeError("tenant fan-out: a delivery is missing")
+        connections.close_all()
+        return times
+
+    def count_deliveries(self) -> int:
+        with self.conn() as conn:
+            return conn.execute(f"SELECT count(*) FROM {sql.DELIVERY_TABLE}").fetchone()[0]  # noqa: S608
+
+    def bench_tenant_fanout(self) -> None:
+        row = self.add(
+            Row(
+                "tenant fan-out",
+                f"median send_event to 1 of {self.applications:,} applications "
+                f"x {TENANT_ENDPOINTS} endpoints",
+                "ms",
+                reference="1 application",
+                better="lower",
+                target="≤ 1.5x one",
+                goal=1.5,
+            )
+        )
+        for rep in range(self.repeat):
+            # Alternate the order so drift on a shared machine favours neither.
+            sizes = (1, self.applications) if rep % 2 == 0 else (self.applications, 1)
+            for size in sizes:
+                median = statistics.median(self.fanout_times(size))
+                (row.ref_values if size == 1 else row.values).append(median)
+            self.out(
+                f"   rep {rep + 1}: {row.values[-1]:.2f} ms with {self.applications:,} "
+                f"applications, {row.ref_values[-1]:.2f} ms with 1"
+            )
+        self.sql(
+            "TRUNCATE pgqueue_delivery_attempt, pgqueue_delivery, pgqueue_event, "
+            "pgqueue_endpoint, pgqueue_application CASCADE"
+        )
 
     # 7. NOTIFY coalescing under concurrent producers ------------------------------------------
 

@@ -14,10 +14,20 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
 from .mq import MessageQueue
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
-from .webhooks import BreakerState, Delivery, DeliveryAttempt, Endpoint, Event, Ordering, RatePeriod
+from .webhooks import (
+    Application,
+    BreakerState,
+    Delivery,
+    DeliveryAttempt,
+    Endpoint,
+    Event,
+    Ordering,
+    RatePeriod,
+)
 from .workers import WorkerHeartbeat
 
 __all__ = [
+    "Application",
     "BreakerState",
     "CatchUp",
     "Delivery",

@@ -40,6 +40,46 @@ class Ordering(models.TextChoices):
     KEY = "key", _("FIFO per ordering key")
 
 
+class Application(models.Model):
+    """One customer of a multi-tenant project (docs/multi-tenant.md).
+
+    ``uid`` is the project's own id for the customer (``"cust_42"``); events sent with
+    ``send_event(..., application="cust_42")`` reach only that application's endpoints.
+    """
+
+    uid = models.CharField(
+        max_length=255,
+        help_text=_("Your own id for this customer, e.g. 'cust_42' (what send_event takes)."),
+    )
+    name = models.CharField(max_length=255, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    is_active = models.BooleanField(
+        default=True, help_text=_("Events cannot be sent to an inactive application.")
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True, editable=False)
+
+    class Meta:
+        db_table = "pgqueue_application"
+        verbose_name = _("webhook application")
+        verbose_name_plural = _("webhook applications")
+        constraints = [
+            models.UniqueConstraint(fields=["uid"], name="pgq_app_uid_uniq"),
+            models.CheckConstraint(condition=~Q(uid=""), name="pgq_app_uid_set"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.uid
+
+    def clean(self) -> None:
+        from ..webhooks.routing import check_application_uid
+
+        try:
+            check_application_uid(self.uid)
+        except ValueError as exc:
+            raise ValidationError({"uid": str(exc)}) from None
+
+
 class Endpoint(models.Model):
     """A receiver URL, its signing secrets, the event types it wants and its breaker.
 
@@ -52,6 +92,19 @@ class Endpoint(models.Model):
     url = models.URLField(
         max_length=2048, help_text=_("Where events are POSTed (https unless ALLOW_HTTP).")
     )
+    # No index of its own: pgq_ep_app_idx answers the fan-out and the lookups.
+    application = models.ForeignKey(
+        Application,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="endpoints",
+        db_index=False,
+        help_text=_(
+            "The customer this endpoint belongs to: it receives only that application's "
+            "events. Empty: a global endpoint, receiving events sent without an application."
+        ),
+    )
     secret_ciphertext = models.TextField(
         db_column="secret", editable=False, default="", help_text=_("Encrypted signing secret.")
     )
@@ -62,7 +115,18 @@ class Endpoint(models.Model):
         help_text=_("Encrypted secrets still signing during a rotation, with their expiry."),
     )
     event_types = models.JSONField(
-        default=list, blank=True, help_text=_("Event types to receive; empty receives all.")
+        default=list,
+        blank=True,
+        help_text=_("Event types to receive ('order.*' for a family); empty receives all."),
+    )
+    channels = models.JSONField(
+        default=list,
+        db_default=models.Value([], output_field=models.JSONField()),
+        blank=True,
+        help_text=_(
+            "Channels to receive: only events carrying one of them. Empty receives every "
+            "event whatever its channels."
+        ),
     )
     headers = models.JSONField(
         default=dict, blank=True, help_text=_("Extra HTTP headers sent with every delivery.")
@@ -175,6 +239,13 @@ class Endpoint(models.Model):
                 name="pgq_ep_secret_encrypted",
             ),
         ]
+        indexes = [
+            # The endpoints of one application (or the global ones, application NULL):
+            # the fan-out reads one range of it, so its cost follows that application's
+            # endpoints, not the number of applications (docs/multi-tenant.md, "Cost").
+            # Also the portal's lists, the admin filter and the cascades.
+            models.Index(fields=["application", "id"], name="pgq_ep_app_idx"),
+        ]
         permissions = [
             ("manage_endpoint", "Can rotate secrets, enable and disable webhook endpoints"),
         ]
@@ -186,15 +257,8 @@ class Endpoint(models.Model):
         return f"<Endpoint {self.pk}: {self.url}>"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        # A whole save (no update_fields from the caller) is an operator's or the
-        # project's edit, after which refused deliveries go at once (below).
-        whole_save = kwargs.get("update_fields") is None
-        if (
-            kwargs.get("update_fields") is None
-            and not kwargs.get("force_insert")
-            and not self._state.adding
-            and self.pk
-        ):
+        full_save = kwargs.get("update_fields") is None
+        if full_save and not kwargs.get("force_insert") and not self._state.adding and self.pk:
             kwargs["update_fields"] = [
                 f.name
                 for f in self._meta.concrete_fields
@@ -208,7 +272,9 @@ class Endpoint(models.Model):
                 kwargs["update_fields"] = {*kwargs["update_fields"], "secret_ciphertext"}
         existed = self.pk is not None and not self._state.adding
         super().save(*args, **kwargs)
-        if existed and whole_save:
+        # A full save (the admin's, the portal's), not one naming its fields: the
+        # update_fields filled in above must not hide it.
+        if existed and full_save:
             from ..storage import retry_refused_deliveries
 
             retry_refused_deliveries(self.pk)
@@ -294,10 +360,16 @@ class Endpoint(models.Model):
             validate_custom_headers(self.headers or {})
         except ValueError as exc:
             errors["headers"] = str(exc)
-        if not isinstance(self.event_types, list) or not all(
-            isinstance(t, str) and t for t in self.event_types
-        ):
-            errors["event_types"] = "Give a list of event type names, or an empty list for all."
+        from ..webhooks.routing import check_channels, check_subscriptions
+
+        try:
+            check_subscriptions(self.event_types)
+        except ValueError as exc:
+            errors["event_types"] = str(exc)
+        try:
+            check_channels(self.channels, name="channels")
+        except ValueError as exc:
+            errors["channels"] = str(exc)
         if errors:
             raise ValidationError(errors)
 
@@ -310,6 +382,22 @@ class Event(models.Model):
     """
 
     event_type = models.CharField(max_length=255)
+    application = models.ForeignKey(
+        Application,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="events",
+        db_index=False,
+        help_text=_("The customer the event was sent for (empty: global endpoints)."),
+    )
+    # A database default too: rows written by older code or raw SQL carry none.
+    channels = models.JSONField(
+        default=list,
+        db_default=models.Value([], output_field=models.JSONField()),
+        blank=True,
+        help_text=_("Channels the event was sent on."),
+    )
     payload = models.JSONField()
     body = models.TextField(editable=False, help_text=_("The exact JSON sent (signed bytes)."))
     msg_id = models.CharField(max_length=64, editable=False)
@@ -331,6 +419,10 @@ class Event(models.Model):
             # Constraints rather than unique=True: no extra LIKE indexes to maintain.
             models.UniqueConstraint(fields=["msg_id"], name="pgq_evt_msg_id_uniq"),
             models.UniqueConstraint(fields=["idempotency_key"], name="pgq_evt_idem_key_uniq"),
+        ]
+        indexes = [
+            # An application's events, newest first (the portal, the admin filter).
+            models.Index(fields=["application", "-id"], name="pgq_evt_app_idx"),
         ]
 
     def __str__(self) -> str:

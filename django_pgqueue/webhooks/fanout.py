@@ -13,19 +13,20 @@ from django.db import connections, transaction
 from .. import sql
 from ..conf import get_settings
 from ..contract import check_json_document
-from ..exceptions import PayloadNotJSON
+from ..exceptions import PayloadNotJSON, UnknownApplication
 from ..notify import wake_workers
 from ..routers import warn_if_outside_queue_transaction
 from .breaker import max_attempts
+from .catalogue import validate_event
+from .routing import EVENT_TYPE_PATTERN, check_application_uid, check_channels, subscription_keys
 from .signing import new_message_id
 
 if TYPE_CHECKING:
-    from ..models import Event
+    from ..models import Application, Event
+
+__all__ = ["EVENT_TYPE_PATTERN", "IDEMPOTENCY_KEY_PATTERN", "send_event"]
 
 
-#: What an event type may be: a letter or digit, then letters, digits and ``_ . : / -``
-#: (``order.paid``, ``invoice:created``, ``orders/create``), 255 characters at most.
-EVENT_TYPE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,254}")
 #: What an idempotency key may be: 1 to 255 visible ASCII characters (no spaces or
 #: control characters), e.g. ``order-42-paid`` or a UUID.
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"[!-~]{1,255}")
@@ -80,6 +81,9 @@ def send_event(
     *,
     idempotency_key: str | None = None,
     ordering_key: str | None = None,
+    application: str | Application | None = None,
+    channels: list[str] | tuple[str, ...] | None = None,
+    validate: bool | None = None,
     using: str | None = None,
 ) -> Event:
     """Record an event and queue one delivery per active endpoint subscribed to its type.
@@ -89,6 +93,14 @@ def send_event(
     returns the first Event and creates nothing (also across concurrent transactions).
     ``ordering_key`` (an order id, say) puts the event in that key's FIFO line on
     endpoints that order per key; elsewhere it is ignored.
+
+    ``application`` (an uid like ``"cust_42"``, or an ``Application``) sends the
+    event to that application's endpoints only; without it, only global endpoints
+    (no application) receive it (docs/multi-tenant.md). ``channels`` narrows it to
+    the endpoints that subscribe to one of them, plus those without channels.
+    ``UnknownApplication`` (a LookupError) when no active application has that uid.
+    ``validate`` (default ``PGQUEUE["WEBHOOKS"]["VALIDATE_EVENT_TYPES"]``) checks the
+    type and payload against the event type catalogue: ``EventSchemaError``.
 
     Everything is checked before any SQL (docs/webhooks.md, "What send_event
     accepts"): ``ValueError`` for an event type or idempotency key outside their
@@ -102,25 +114,72 @@ def send_event(
     check_event_type(event_type)
     check_idempotency_key(idempotency_key)
     check_idempotency_key(ordering_key, "ordering_key")
+    channel_list = check_channels(channels)
+    uid: Any = getattr(application, "uid", application)
+    if uid is not None:
+        check_application_uid(uid)
     conf = get_settings()
     webhooks = conf.WEBHOOKS
     body = serialize_payload(payload)
+    if webhooks["VALIDATE_EVENT_TYPES"] if validate is None else validate:
+        validate_event(event_type, json.loads(body))
     alias = using or conf.DATABASE
     msg_id = new_message_id()
     warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=2)
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(sql.INSERT_EVENT, [event_type, body, body, msg_id, idempotency_key])
+        application_id = None
+        if uid is not None:
+            cursor.execute(sql.SELECT_APPLICATION, [uid])
+            found = cursor.fetchone()
+            if found is None or not found[1]:
+                state = "no application" if found is None else "the application is inactive"
+                raise UnknownApplication(
+                    f"send_event(application={uid!r}): {state} with that uid; nothing was "
+                    f"sent. Create it (Application.objects.create(uid={uid!r})) or activate it."
+                )
+            application_id = found[0]
+        cursor.execute(
+            sql.INSERT_EVENT,
+            [
+                event_type,
+                body,
+                body,
+                msg_id,
+                idempotency_key,
+                application_id,
+                json.dumps(channel_list),
+            ],
+        )
         row = cursor.fetchone()
         if row is None:
             # The key was used before (or by a transaction that just committed).
-            return Event.objects.using(alias).get(idempotency_key=idempotency_key)
+            first = Event.objects.using(alias).get(idempotency_key=idempotency_key)
+            if first.application_id != application_id:
+                # Keys are unique across the installation: never hand one customer
+                # another's event.
+                raise ValueError(
+                    f"idempotency_key {idempotency_key!r} was already used by an event of "
+                    f"another application; nothing was sent. Prefix keys with the "
+                    f"application's uid to keep them apart."
+                )
+            return first
         event_id, created_at = row
         cursor.execute(
-            sql.INSERT_DELIVERIES, [event_id, max_attempts(webhooks), ordering_key, event_type]
+            sql.INSERT_DELIVERIES if application_id is None else sql.INSERT_APPLICATION_DELIVERIES,
+            {
+                "event_id": event_id,
+                "max_attempts": max_attempts(webhooks),
+                "ordering_key": ordering_key,
+                "type_keys": subscription_keys(event_type),
+                "channels": channel_list,
+                "application_id": application_id,
+            },
         )
         queued = cursor.rowcount
     event = Event(
         id=event_id,
+        application_id=application_id,
+        channels=channel_list,
         event_type=event_type,
         payload=json.loads(body),
         body=body,

@@ -34,7 +34,7 @@ from ..tracing import outgoing_headers, traced_delivery
 from ..worker import hooks
 from ..worker.runner import Outcome, describe_exception
 from ..worker.sources import Source, array_literal, text_array_literal
-from . import breaker
+from . import breaker, operational
 from .crypto import SecretDecryptionError, decrypt_active_secrets
 from .signing import build_headers
 from .transport import TransportResult, WebhookTransport
@@ -340,9 +340,13 @@ class DeliverySource(Source):
             **breaker.breaker_params(get_settings().WEBHOOKS),
         }
         rows = _COMPLETE.fetchall(conn, params)
-        if breaker_observers:
-            changes = {(r[1], r[2], r[3]) for r in rows if r[2] is not None and r[2] != r[3]}
-            for _endpoint, old, new in changes:
-                for observer in breaker_observers:
-                    observer(old, new)
+        changes = {(r[1], r[2], r[3]) for r in rows if r[2] is not None and r[2] != r[3]}
+        for _endpoint, old, new in changes:
+            for observer in breaker_observers:
+                observer(old, new)
+        operational.announce(
+            opened={endpoint for endpoint, old, new in changes if new == "open" != old},
+            disabled={r[1] for r in rows if r[5]},
+            dead=[r[0] for r in rows if r[4] == "dead"],
+        )
         return {row[0] for row in rows}

@@ -5,10 +5,15 @@ first requests and one that is dead (always 500). Events fan out to all three; a
 worker drains them with a short retry schedule and cool-down so the whole story fits
 in a few seconds: retries succeed on the flaky one, the dead one trips its circuit
 breaker and its deliveries end in the dead-letter queue.
+
+Two customers (applications ``demo_acme`` and ``demo_globex``) each have a verifying
+receiver of their own and get their own orders: each receiver only ever sees its own
+customer's events, and the global receivers none of them (docs/multi-tenant.md).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +23,7 @@ from django.db.models import Count
 from django.test import override_settings
 
 from django_pgqueue import send_event
-from django_pgqueue.models import Delivery, DeliveryAttempt, Endpoint
+from django_pgqueue.models import Application, Delivery, DeliveryAttempt, Endpoint
 from django_pgqueue.worker import Worker
 from testproject.demo import receivers
 
@@ -28,6 +33,9 @@ EVENTS = 20
 #: The dead receiver only subscribes to refunds, so its story stays short.
 REFUNDS = 2
 FLAKY_FAILURES = 6
+#: The demo's customers (application uids) and the orders each gets.
+CUSTOMERS = ("demo_acme", "demo_globex")
+CUSTOMER_EVENTS = 3
 
 #: Fast settings for the demo drain only: retries within a second, a short breaker.
 DEMO_WEBHOOKS = {
@@ -49,6 +57,7 @@ class DemoState:
 def start(out: Any) -> DemoState:
     """Start the receivers and create their endpoints (events are sent in ``finish``)."""
     Endpoint.objects.filter(description=DESCRIPTION).delete()
+    Application.objects.filter(uid__in=CUSTOMERS).delete()
     receiver = receivers.Receiver()
     endpoints = {
         name: Endpoint.objects.create(
@@ -56,6 +65,15 @@ def start(out: Any) -> DemoState:
         )
         for name, types in (("verifying", []), ("flaky", []), ("dead", ["order.refunded"]))
     }
+    for uid in CUSTOMERS:
+        customer = Application.objects.create(uid=uid, name=uid.removeprefix("demo_").title())
+        endpoints[uid] = Endpoint.objects.create(
+            url=receiver.url(f"/{uid}"),
+            description=DESCRIPTION,
+            application=customer,
+            event_types=["order.*"],
+        )
+        receiver.routes[f"/{uid}"] = receivers.verifying(endpoints[uid].secret)
     receiver.routes["/verifying"] = receivers.verifying(endpoints["verifying"].secret)
     receiver.routes["/flaky"] = receivers.flaky(FLAKY_FAILURES)
     receiver.routes["/dead"] = receivers.status(500)
@@ -72,6 +90,9 @@ def finish(state: DemoState, out: Any, timeout: float = 60) -> str:
                 send_event("order.paid", {"order_id": i, "amount_cents": 1000 + i})
             for i in range(REFUNDS):
                 send_event("order.refunded", {"order_id": i})
+            for uid in CUSTOMERS:
+                for i in range(CUSTOMER_EVENTS):
+                    send_event("order.paid", {"customer": uid, "order_id": i}, application=uid)
             _drain(state, timeout)
             seconds = time.monotonic() - started
         return _summary(state, seconds)
@@ -111,6 +132,11 @@ def counts(state: DemoState) -> dict[str, Any]:
             "attempts": DeliveryAttempt.objects.filter(delivery__in=rows).count(),
             "verified": sum(1 for r in state.receiver.hits(f"/{name}") if r.verified),
             "breaker": endpoint.breaker_state,
+            # Whose events this receiver saw (the "customer" of each payload).
+            "customers": sorted(
+                {json.loads(r.body).get("customer", "") for r in state.receiver.hits(f"/{name}")}
+                - {""}
+            ),
         }
     return result
 
@@ -122,10 +148,12 @@ def _summary(state: DemoState, seconds: float) -> str:
     ]
     for name, c in counts(state).items():
         line = (
-            f"  {name:<9} succeeded {c['succeeded']:>3}  retried {c['retried']:>3}  "
+            f"  {name:<11} succeeded {c['succeeded']:>3}  retried {c['retried']:>3}  "
             f"dead {c['dead']:>3}  attempts {c['attempts']:>3}  breaker {c['breaker']}"
         )
-        if name == "verifying":
+        if name == "verifying" or name in CUSTOMERS:
             line += f"  (signatures verified: {c['verified']})"
+        if name in CUSTOMERS:
+            line += f"  saw the events of: {', '.join(c['customers']) or 'nobody'}"
         lines.append(line)
     return "\n".join(lines)

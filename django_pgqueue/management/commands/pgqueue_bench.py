@@ -126,6 +126,12 @@ class Command(BaseCommand):
             default=10,
             help="Events per healthy endpoint in the many-endpoints-one-slow run (default 10).",
         )
+        parser.add_argument(
+            "--applications",
+            type=positive_int,
+            default=100_000,
+            help="Applications (3 endpoints each) of the tenant fan-out run (default 100000).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         bench = Bench(
@@ -142,6 +148,7 @@ class Command(BaseCommand):
             n_notify=options["n_notify"],
             n_webhooks=options["n_webhooks"],
             fair_events=options["fair_events"],
+            applications=options["applications"],
             keep=options["keep"],
             out=self.stdout.write,
         )

@@ -1,0 +1,33 @@
+"""Applications: one per customer of a multi-tenant project (docs/multi-tenant.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Count
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.translation import gettext_lazy as _
+
+from ..models.webhooks import Application
+
+
+@admin.register(Application)
+class ApplicationAdmin(admin.ModelAdmin):
+    list_display = ("uid", "name", "is_active", "endpoints", "created_at")
+    list_filter = ("is_active",)
+    search_fields = ("=uid", "name")
+    ordering = ("uid",)
+    show_full_result_count = False
+    fields = ("uid", "name", "metadata", "is_active")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
+
+    @admin.display(description=_("endpoints"), ordering="endpoint_count")
+    def endpoints(self, obj: Any) -> str:
+        url = reverse(f"{self.admin_site.name}:django_pgqueue_endpoint_changelist")
+        query = urlencode({"application": obj.uid})
+        return format_html('<a href="{}?{}">{}</a>', url, query, obj.endpoint_count)
