@@ -16,6 +16,7 @@ import psycopg
 from django.db import connections
 from psycopg.types.json import JsonbLoader
 
+from . import sql
 from .conf import get_settings
 
 # Keepalives make a half-open TCP connection fail within about a minute instead
@@ -82,6 +83,11 @@ def connect(
     # psycopg prepares a statement after it ran prepare_threshold times; None
     # disables it (needed behind PgBouncer < 1.21 in transaction mode).
     conn.prepare_threshold = 2 if prepare else None
+    if prepare:
+        # Prepared, but planned for the table as it is at each run: a generic plan
+        # cached while the table was empty scans all of it once it has grown (sql.py,
+        # "Plans and table growth"). Unprepared statements are planned afresh anyway.
+        conn.execute(sql.PLAN_EVERY_RUN)
     conn.adapters.register_loader("jsonb", FastJsonbLoader)
     return conn
 
