@@ -74,10 +74,14 @@ WHERE task_path = %s AND unique_key = %s AND status IN ('pending', 'in_progress'
 # Reserve ids for a bulk enqueue. ``INSERT ... RETURNING`` does not promise to
 # return rows in input order, so ids are drawn first and written explicitly: the
 # caller then knows which result belongs to which argument list, and the same
-# rows can go through COPY for large batches.
+# rows can go through COPY for large batches. One row holding an array (in draw
+# order, which keeps a batch's jobs FIFO) rather than a row per id: decoding
+# thousands of rows, each with its own timestamp, cost more than the COPY itself.
 RESERVE_JOB_IDS = f"""/* pgqueue:reserve_ids */
-SELECT nextval(pg_get_serial_sequence('{JOB_TABLE}', 'id')), now()
-FROM generate_series(1, %s)
+SELECT ARRAY(
+    SELECT nextval(pg_get_serial_sequence('{JOB_TABLE}', 'id'))
+    FROM generate_series(1, %s) ORDER BY 1
+), now()
 """
 
 # Bulk enqueue of many jobs of one task in one statement (arrays, not a VALUES
@@ -93,12 +97,14 @@ SELECT t.id, 'pending', %s, 0, %s, COALESCE(%s, now()), '', '', '[]', now(), now
 FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS t(id, a, k)
 """
 
-# The same rows through COPY, for large batches (several times faster than an
-# INSERT). ``next_attempt_at`` and timestamps are filled in by the caller's values.
+# The same rows through COPY (text format), for large batches (several times
+# faster than an INSERT). The columns that differ per row come first and the rest
+# are the same in every row, so the caller formats that tail once per batch and
+# each row is its id, its arguments and the tail (backend.copy_line).
 COPY_JOBS = f"""COPY {JOB_TABLE} (
-    id, status, priority, attempts, max_attempts, next_attempt_at, worker_id,
-    last_error, errors, created_at, updated_at, task_path, queue_name, backend,
-    args, kwargs, worker_ids
+    id, args, kwargs, status, priority, attempts, max_attempts, next_attempt_at,
+    worker_id, last_error, errors, created_at, updated_at, task_path, queue_name,
+    backend, worker_ids
 ) FROM STDIN"""
 
 # Claim up to ``limit`` jobs in one statement.
