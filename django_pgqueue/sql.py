@@ -135,8 +135,8 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (
 #   assumes a tenth of the due rows; joining a CTE of that size makes it hash the
 #   whole table (a sequential scan per claim: 40 ms at 20,000 rows, growing with
 #   history). ``unnest`` of a parameter-sized array is estimated at 100 rows,
-#   which keeps the join a primary-key lookup per claimed row, custom or generic
-#   plan alike.
+#   which keeps the join a primary-key lookup per claimed row, as long as the
+#   plan is made for the table's actual size (see "Plans and table growth").
 CLAIM_JOBS = f"""/* pgqueue:claim */
 WITH lapsed AS MATERIALIZED (
     SELECT id, attempts >= max_attempts OR abort_requested_at IS NOT NULL AS exhausted
@@ -285,31 +285,6 @@ SELECT count(*) FROM (
 
 # ---- Plans and table growth ------------------------------------------------------
 #
-# The worker's connections prepare statements (psycopg, after two runs), and
-# PostgreSQL then may keep one *generic* plan per statement. A generic plan made
-# while the table was empty (a new or freshly truncated or pruned table, its
-# statistics saying "no rows") stays cached as the table grows: for a join of
-# ``unnest(ids)`` with the table it is a hash join over a Seq Scan, once per
-# statement, and a completion then reads the whole table (seconds per batch at
-# 100,000 rows, the worker busy at 100 % CPU with no wait event). No statement
-# shape avoids it: with the table estimated at zero pages, a scan of "all" of it
-# costs nothing, so the planner takes it over any index lookup; ``id = ANY(ids)``
-# or a LATERAL lookup become a Seq Scan with a filter just the same.
-#
-# So the statements that write rows by primary key (COMPLETE_JOBS,
-# COMPLETE_DELIVERIES, EXTEND_LEASES and its variants, READ_OUTCOMES) are never
-# prepared: each run is planned for the table as it is, from its actual size on
-# disk (PostgreSQL reads it at planning time, whatever the statistics say), which
-# is a primary-key lookup per row. Planning them costs tens of microseconds per
-# *batch*. The claims keep their prepared plans: their sources read their partial
-# indexes in order and join back through ``unnest`` (see CLAIM_JOBS), a plan that
-# stays an index lookup whatever the statistics said. tests/test_plans.py runs
-# each of these statements on an empty analysed table under
-# ``plan_cache_mode = force_generic_plan``, grows the table to 20,000 rows and
-# checks that the next run scans none of it.
-
-# ---- Plans and table growth ------------------------------------------------------
-#
 # The worker's connections prepare statements (psycopg, after two runs), and after
 # five runs PostgreSQL may settle on one *generic* plan per statement. A generic
 # plan made while the table was empty (a new, truncated or freshly pruned table,
@@ -328,13 +303,16 @@ SELECT count(*) FROM (
 # statistics say, and then chooses the primary-key and partial-index lookups.
 # So the worker's connections that prepare statements set ``plan_cache_mode`` to
 # ``force_custom_plan`` (PLAN_EVERY_RUN): statements stay prepared (parsed and
-# rewritten once), and only the planning is redone, tens of microseconds per
-# statement, which claims and completions pay per batch, not per job. Connections
-# without prepared statements (PgBouncer) send unnamed statements, planned afresh
-# at every run anyway. tests/test_plans.py runs the worker's claim, completion and
-# lease statements (jobs and deliveries) enough times on an empty analysed table
-# for a generic plan to be chosen, grows the table to 20,000 rows and checks that
-# the next runs scan none of it.
+# rewritten once), and only the planning is redone: about 0.2 ms for a
+# completion, which claims and completions pay per batch, not per job. Connections
+# without prepared statements (PgBouncer before 1.21) send unnamed statements,
+# planned afresh at every run anyway; behind PgBouncer 1.21+ in transaction mode
+# the SET reaches one server connection only, and the others keep PostgreSQL's
+# default (set ``plan_cache_mode`` on the server or the role there).
+# tests/test_plans.py runs the worker's claim, completion and lease statements
+# (jobs and deliveries) enough times on an empty analysed table for a generic plan
+# to be chosen, grows the table to 20,000 rows and checks that the next runs scan
+# none of it.
 PLAN_EVERY_RUN = "/* pgqueue:plan_every_run */ SET plan_cache_mode = force_custom_plan"
 
 # Write the outcomes of a batch of attempts in one statement (coalesced
