@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -478,7 +479,7 @@ class PgQueueBackend(BaseTaskBackend):
         results = bulk.results_for(
             calls, ids, created_at, lambda a, k: self._new_result(task, a, k)
         )
-        if task_enqueued.has_listeners(type(self)):
+        if _enqueued_wanted():
             for result in results:
                 task_enqueued.send(type(self), task_result=result)
         return results
@@ -644,6 +645,25 @@ def task_errors(errors: Any) -> list[TaskError]:
         )
         for e in errors or []
     ]
+
+
+_enqueued_gate: Any = None
+
+
+def _enqueued_wanted() -> bool:
+    """Whether sending ``task_enqueued`` would do anything (worker/runner.py's SignalGate).
+
+    The framework's own receiver logs each enqueue at DEBUG; a bulk enqueue skips
+    thousands of signals when that is the only receiver and its record would be
+    dropped. Any other receiver, or a handler that writes DEBUG, and every result
+    is sent as before.
+    """
+    global _enqueued_gate
+    if _enqueued_gate is None:
+        from .worker.runner import SignalGate  # the worker's modules import this one
+
+        _enqueued_gate = SignalGate(task_enqueued)
+    return bool(_enqueued_gate.wanted(logging.DEBUG))
 
 
 def get_backend_for(task: Task) -> PgQueueBackend:

@@ -150,6 +150,22 @@ def test_task_enqueued_signal():
     assert seen == [result.id]
 
 
+@pytest.mark.parametrize("count", [3, 2500])
+def test_task_enqueued_signal_for_every_job_of_a_bulk_enqueue(count):
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.id)
+
+    results = enqueue_many(tasks.add, [((1, 1), {})] * count)  # no receiver of ours
+    task_enqueued.connect(receiver)
+    try:
+        results = enqueue_many(tasks.add, [((1, 1), {})] * count)
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [r.id for r in results]
+
+
 def test_enqueue_is_one_insert():
     from django.db import connection
 
