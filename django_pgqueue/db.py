@@ -16,7 +16,6 @@ import psycopg
 from django.db import connections
 from psycopg.types.json import JsonbLoader
 
-from . import sql
 from .conf import get_settings
 
 # Keepalives make a half-open TCP connection fail within about a minute instead
@@ -83,13 +82,17 @@ def connect(
     # psycopg prepares a statement after it ran prepare_threshold times; None
     # disables it (needed behind PgBouncer < 1.21 in transaction mode).
     conn.prepare_threshold = 2 if prepare else None
-    if prepare:
-        # Prepared, but planned for the table as it is at each run: a generic plan
-        # cached while the table was empty scans all of it once it has grown (sql.py,
-        # "Plans and table growth"). Unprepared statements are planned afresh anyway.
-        conn.execute(sql.PLAN_EVERY_RUN)
     conn.adapters.register_loader("jsonb", FastJsonbLoader)
     return conn
+
+
+def fetch_unprepared(conn: psycopg.Connection, statement: str, params: Any) -> list[Any]:
+    """Rows of ``statement``, planned for the table as it is now (never a cached plan).
+
+    For the worker's statements that read or write queue rows (sql.py, "Plans and
+    table growth").
+    """
+    return conn.execute(statement, params, prepare=False).fetchall()
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -136,10 +139,12 @@ class PositionalStatement:
     the result only for statements up to 4 KiB, so a longer one (the delivery claim and
     completion) paid a full parse of its text on every run. A raw cursor sends the
     converted text as is (and psycopg still prepares it server-side after its second
-    run, with the connection's prepare threshold).
+    run, with the connection's prepare threshold). ``prepare=False`` never prepares
+    it (sql.py, "Plans and table growth").
     """
 
-    def __init__(self, query: str) -> None:
+    def __init__(self, query: str, *, prepare: bool | None = None) -> None:
+        self.prepare = prepare
         names: list[str] = []
 
         def number(match: re.Match[str]) -> str:
@@ -154,5 +159,5 @@ class PositionalStatement:
 
     def fetchall(self, conn: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with psycopg.RawCursor(conn) as cursor:
-            cursor.execute(self.query, [params[name] for name in self.names])
+            cursor.execute(self.query, [params[name] for name in self.names], prepare=self.prepare)
             return cursor.fetchall()

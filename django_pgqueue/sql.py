@@ -285,8 +285,8 @@ SELECT count(*) FROM (
 
 # ---- Plans and table growth ------------------------------------------------------
 #
-# The worker's connections prepare statements (psycopg, after two runs), and after
-# five runs PostgreSQL may settle on one *generic* plan per statement. A generic
+# psycopg prepares a statement after its second run, and after five runs
+# PostgreSQL may settle on one *generic* plan per prepared statement. A generic
 # plan made while the table was empty (a new, truncated or freshly pruned table,
 # its statistics saying "no rows") stays cached as the table grows, until an
 # ANALYZE happens to invalidate it: for a join of ``unnest(ids)`` with the table it
@@ -301,19 +301,19 @@ SELECT count(*) FROM (
 # index scan. What is robust is planning each run for the table as it is:
 # PostgreSQL reads the table's actual size at planning time whatever its
 # statistics say, and then chooses the primary-key and partial-index lookups.
-# So the worker's connections that prepare statements set ``plan_cache_mode`` to
-# ``force_custom_plan`` (PLAN_EVERY_RUN): statements stay prepared (parsed and
-# rewritten once), and only the planning is redone: about 0.2 ms for a
-# completion, which claims and completions pay per batch, not per job. Connections
-# without prepared statements (PgBouncer before 1.21) send unnamed statements,
-# planned afresh at every run anyway; behind PgBouncer 1.21+ in transaction mode
-# the SET reaches one server connection only, and the others keep PostgreSQL's
-# default (set ``plan_cache_mode`` on the server or the role there).
-# tests/test_plans.py runs the worker's claim, completion and lease statements
-# (jobs and deliveries) enough times on an empty analysed table for a generic plan
-# to be chosen, grows the table to 20,000 rows and checks that the next runs scan
-# none of it.
-PLAN_EVERY_RUN = "/* pgqueue:plan_every_run */ SET plan_cache_mode = force_custom_plan"
+# ``plan_cache_mode = force_custom_plan`` would do that, but it is session state,
+# which a transaction pooler does not keep (tests/faults/test_static.py).
+#
+# So the worker's statements that find queue rows (CLAIM_JOBS, CLAIM_DELIVERIES,
+# ATOMIC_DUE, COMPLETE_JOBS, COMPLETE_DELIVERIES, EXTEND_LEASES and its variants,
+# READ_OUTCOMES) are sent unprepared (db.fetch_unprepared, PositionalStatement's
+# ``prepare=False``): parsed and planned at every run, about 0.2 ms for a
+# completion and more for a claim, paid per batch rather than per job. The
+# worker's other statements (heartbeats, ``--burst``'s checks) and the enqueue
+# INSERT stay prepared under PREPARED_STATEMENTS. tests/test_plans.py runs the
+# worker's claim, completion and lease code (jobs and deliveries) enough times on
+# an empty analysed table for a generic plan to be chosen, grows the table to
+# 20,000 rows and checks that the next runs scan none of it.
 
 # Write the outcomes of a batch of attempts in one statement (coalesced
 # completions). ``unnest`` turns parallel arrays into rows, so one round trip

@@ -20,6 +20,7 @@ import pytest
 
 from django_pgqueue import sql
 from django_pgqueue.db import connect
+from django_pgqueue.worker.atomic import AtomicJobSource
 from django_pgqueue.worker.runner import Outcome, TaskRunner
 from django_pgqueue.worker.sources import JobSource
 
@@ -105,6 +106,17 @@ def test_job_claim_does_not_scan_a_grown_table(conn):
     claimed: list[Any] = []
     assert seq_scans(conn, sql.JOB_TABLE, lambda: claimed.extend(source.claim(conn, params))) == 0
     assert len(claimed) == 10
+
+
+def test_atomic_due_count_does_not_scan_a_grown_table(conn):
+    source = AtomicJobSource("plan-test")
+    params = {"all_queues": True, "queues": [], "limit": 10}
+    conn.execute(f"ANALYZE {sql.JOB_TABLE}")
+    for _ in range(WARM_UP):
+        assert source.claim(conn, params) == []
+    grow(conn, FILL_JOBS, sql.JOB_TABLE)
+
+    assert seq_scans(conn, sql.JOB_TABLE, lambda: source.claim(conn, params)) == 0
 
 
 FILL_DELIVERIES = f"""WITH ev AS (
