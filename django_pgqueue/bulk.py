@@ -126,7 +126,7 @@ def results_for(
     set_field = object.__setattr__
     shared: list[tuple[str, Any]] = []
     own: list[tuple[str, Any]] = []
-    fresh: Callable[[], tuple[Any, Any]] = tuple
+    fresh: Callable[[], tuple[Any, Any]] = _no_call_yet
     for item, (job_id, first) in enumerate(zip(ids, calls.first, strict=True)):
         if first == item:
             made = new_result(*calls.calls[item])
@@ -148,6 +148,10 @@ def results_for(
         set_field(made, "enqueued_at", enqueued_at)
         results.append(made)
     return results
+
+
+def _no_call_yet() -> tuple[Any, Any]:  # a placeholder, never called
+    raise AssertionError("the first call of a batch always makes its own result")
 
 
 #: Fields results_for sets per row.
