@@ -86,15 +86,6 @@ def connect(
     return conn
 
 
-def fetch_unprepared(conn: psycopg.Connection, statement: str, params: Any) -> list[Any]:
-    """Rows of ``statement``, planned for the table as it is now (never a cached plan).
-
-    For the worker's statements that read or write queue rows (sql.py, "Plans and
-    table growth").
-    """
-    return conn.execute(statement, params, prepare=False).fetchall()
-
-
 def is_connection_error(exc: BaseException) -> bool:
     """True for errors after which the connection must be replaced (not a SQL bug)."""
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
@@ -139,12 +130,10 @@ class PositionalStatement:
     the result only for statements up to 4 KiB, so a longer one (the delivery claim and
     completion) paid a full parse of its text on every run. A raw cursor sends the
     converted text as is (and psycopg still prepares it server-side after its second
-    run, with the connection's prepare threshold). ``prepare=False`` never prepares
-    it (sql.py, "Plans and table growth").
+    run, with the connection's prepare threshold).
     """
 
-    def __init__(self, query: str, *, prepare: bool | None = None) -> None:
-        self.prepare = prepare
+    def __init__(self, query: str) -> None:
         names: list[str] = []
 
         def number(match: re.Match[str]) -> str:
@@ -159,5 +148,5 @@ class PositionalStatement:
 
     def fetchall(self, conn: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with psycopg.RawCursor(conn) as cursor:
-            cursor.execute(self.query, [params[name] for name in self.names], prepare=self.prepare)
+            cursor.execute(self.query, [params[name] for name in self.names])
             return cursor.fetchall()

@@ -21,6 +21,18 @@ import datetime as dt
 
 JOB_TABLE = "pgqueue_job"
 
+# PLAN_EACH_RUN: see "Plans and table growth" below.
+_COSTLY_IN_A_GENERIC_PLAN = "(SELECT count(*) FROM generate_series(1, 1000000000)) > 0"
+
+
+def _plan_each_run(guard: str) -> str:
+    """PLAN_EACH_RUN on ``guard``, a condition true for every value the worker passes."""
+    return f"({guard} OR {_COSTLY_IN_A_GENERIC_PLAN})"
+
+
+_IDS_GIVEN = _plan_each_run("cardinality(%(ids)s::bigint[]) >= 0")
+_LIMIT_GIVEN = _plan_each_run("%(limit)s >= 0")
+
 #: Columns a worker needs to run a claimed job.
 _CLAIM_RETURNING = """
     j.id, j.status, j.locked_by, j.attempts, j.max_attempts, j.task_path,
@@ -189,7 +201,7 @@ UPDATE {JOB_TABLE} AS j SET
                       ELSE j.last_error END,
     updated_at = now()
 FROM picked, unnest(picked.ids, picked.exhausted, picked.lapsed) AS p(id, exhausted, lapsed)
-WHERE j.id = p.id
+WHERE j.id = p.id AND {_LIMIT_GIVEN}
 RETURNING {_CLAIM_RETURNING}
 """
 
@@ -281,6 +293,7 @@ SELECT count(*) FROM (
       AND (%(all_queues)s OR queue_name = ANY(%(queues)s))
     LIMIT %(limit)s
 ) AS due
+WHERE {_LIMIT_GIVEN}
 """
 
 # ---- Plans and table growth ------------------------------------------------------
@@ -301,20 +314,24 @@ SELECT count(*) FROM (
 # index scan. What is robust is planning each run for the table as it is:
 # PostgreSQL reads the table's actual size at planning time whatever its
 # statistics say, and then chooses the primary-key and partial-index lookups.
-# ``plan_cache_mode = force_custom_plan`` would do that, but it is session state,
-# which a transaction pooler does not keep (tests/faults/test_static.py).
+# ``SET plan_cache_mode = force_custom_plan`` is session state, which transaction
+# poolers do not keep (tests/faults/test_static.py); sending the statements
+# unprepared re-parses a claim at every run (1-4 ms on a loaded 2-core machine,
+# which drained 20 times slower).
 #
-# So the worker's statements that find queue rows (CLAIM_JOBS, CLAIM_DELIVERIES,
-# ATOMIC_DUE, COMPLETE_JOBS, COMPLETE_DELIVERIES, EXTEND_LEASES and its variants,
-# READ_OUTCOMES) are sent unprepared (db.fetch_unprepared, PositionalStatement's
-# ``prepare=False``): parsed and planned at every run, about 0.2 ms for a
-# completion and more for a claim, paid per batch rather than per job. The
-# worker's other statements (heartbeats, ``--burst``'s checks) and the enqueue
-# INSERT stay prepared under PREPARED_STATEMENTS. tests/test_plans.py runs the
-# worker's claim, completion and lease code (jobs and deliveries) enough times on
-# an empty analysed table for a generic plan to be chosen, grows the table to
-# 20,000 rows and checks that the next runs scan none of it.
-
+# So the worker's statements that find queue rows carry PLAN_EACH_RUN: a condition
+# that is true by a parameter (``cardinality(ids) >= 0``, ``limit >= 0``) OR an
+# aggregate over a billion-row ``generate_series``. A custom plan sees the
+# parameter's value, folds the condition to true and drops the aggregate; the
+# generic plan cannot, and carries the aggregate's cost. PostgreSQL compares the
+# two and keeps making custom plans (``pg_prepared_statements.generic_plans``
+# stays 0): the statements stay prepared (parsed once), and only the planning is
+# redone, about 0.2 ms for a completion, paid per batch. Even if a generic plan
+# ran, ``OR`` would not evaluate the aggregate, its left side being true.
+# tests/test_plans.py runs the worker's claim, completion and lease code (jobs and
+# deliveries) enough times on an empty analysed table for a generic plan to be
+# chosen, grows the table to 20,000 rows and checks that the next runs scan none
+# of it.
 # Write the outcomes of a batch of attempts in one statement (coalesced
 # completions). ``unnest`` turns parallel arrays into rows, so one round trip
 # completes a whole batch whatever its size.
@@ -357,6 +374,7 @@ FROM unnest(
     %(delays)s::float8[], %(errors)s::text[], %(last_errors)s::text[], %(refunds)s::int[]
 ) AS v(id, token, status, result, delay, error, last_error, refund)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
+  AND {_IDS_GIVEN}
 RETURNING j.id
 """
 
@@ -364,7 +382,8 @@ RETURNING j.id
 # flight) the worker asks what the rows hold: a row whose ``locked_by`` is still
 # its token and whose status is no longer in_progress was written by it.
 READ_OUTCOMES = f"""/* pgqueue:read_outcomes */
-SELECT id, status, locked_by FROM {JOB_TABLE} WHERE id = ANY(%(ids)s::bigint[])
+SELECT id, status, locked_by FROM {JOB_TABLE}
+WHERE id = ANY(%(ids)s::bigint[]) AND {_IDS_GIVEN}
 """
 
 # Extend the leases of every row this process still holds, guarded by token like
@@ -375,6 +394,7 @@ UPDATE {JOB_TABLE} AS j SET
     locked_until = now() + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS v(id, token)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
+  AND {_IDS_GIVEN}
 RETURNING j.id
 """
 
@@ -658,7 +678,7 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
            d.attempts AS old_attempt, d.worker_id AS old_worker,
            d.last_attempted_at AS old_started
     FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
-    WHERE d.status = 'in_progress' AND d.locked_until < now()
+    WHERE d.status = 'in_progress' AND d.locked_until < now() AND {_LIMIT_GIVEN}
     ORDER BY d.locked_until
     LIMIT %(limit)s
     FOR UPDATE OF d SKIP LOCKED
@@ -858,7 +878,7 @@ WITH v AS (
         updated_at = now()
     FROM v, {ENDPOINT_TABLE} AS ep
     WHERE d.id = v.id AND d.locked_by = v.token AND d.locked_until IS NOT NULL
-      AND ep.id = d.endpoint_id
+      AND ep.id = d.endpoint_id AND {_IDS_GIVEN}
     RETURNING d.id, d.endpoint_id
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (

@@ -89,10 +89,8 @@ class ClaimedDelivery:
 
 
 # Both are longer than psycopg's 4 KiB query cache (see PositionalStatement).
-# Never prepared: a plan cached while the table was small would scan all of it
-# once it has grown (sql.py, "Plans and table growth").
-_CLAIM = PositionalStatement(sql.CLAIM_DELIVERIES, prepare=False)
-_COMPLETE = PositionalStatement(sql.COMPLETE_DELIVERIES, prepare=False)
+_CLAIM = PositionalStatement(sql.CLAIM_DELIVERIES)
+_COMPLETE = PositionalStatement(sql.COMPLETE_DELIVERIES)
 
 
 def _literal(value: object) -> str:

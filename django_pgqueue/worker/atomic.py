@@ -35,7 +35,7 @@ from django.db import close_old_connections, connections, transaction
 from .. import sql
 from ..backend import _json
 from ..conf import get_settings
-from ..db import fetch_unprepared, is_connection_error
+from ..db import is_connection_error
 from ..models.queue import Status
 from ..storable import make_outcome_storable
 from .runner import ClaimedJob, Outcome, TaskRunner, _error_entry, _exception_path
@@ -78,7 +78,7 @@ class AtomicJobSource(Source):
     # -- claiming (slots) ------------------------------------------------------------
 
     def claim(self, conn: Any, params: dict[str, Any]) -> list[AtomicSlot]:
-        due = fetch_unprepared(conn, sql.ATOMIC_DUE, params)[0][0]
+        due = conn.execute(sql.ATOMIC_DUE, params).fetchone()[0]
         self._params = {k: params[k] for k in ("all_queues", "queues")}
         return [AtomicSlot(next(self._ids), uuid.uuid4()) for _ in range(due)]
 

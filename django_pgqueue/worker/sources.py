@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from django.utils import timezone
 
 from .. import sql
-from ..db import fetch_unprepared
 from ..models.queue import Status
 from .runner import ClaimedJob, Outcome, TaskRunner
 
@@ -103,7 +102,7 @@ class Source(ABC):
 
     def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
         """Current (status, locked_by) of rows, to settle an ambiguous commit."""
-        rows = fetch_unprepared(conn, self.read_outcomes_sql, {"ids": ids})
+        rows = conn.execute(self.read_outcomes_sql, {"ids": ids}).fetchall()
         return {row[0]: (row[1], row[2]) for row in rows}
 
     def extend_leases(
@@ -122,7 +121,7 @@ class Source(ABC):
             "ids": array_literal([str(i) for i in ids]),
             "tokens": array_literal([str(t) for t in tokens]),
         }
-        return fetch_unprepared(conn, self.extend_leases_sql, params)
+        return conn.execute(self.extend_leases_sql, params).fetchall()
 
     def describe(self, item: Any) -> str:
         return str(getattr(item, "task_path", self.name))
@@ -163,7 +162,7 @@ class JobSource(Source):
         self.runner = runner
 
     def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
-        rows = fetch_unprepared(conn, sql.CLAIM_JOBS, params)
+        rows = conn.execute(sql.CLAIM_JOBS, params).fetchall()
         return [ClaimedJob.from_row(r) for r in rows]
 
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
@@ -218,7 +217,7 @@ class JobSource(Source):
             "last_errors": text_array_literal([o.last_error for o in batch]),
             "refunds": array_literal([str(int(o.refund)) for o in batch]),
         }
-        return {row[0] for row in fetch_unprepared(conn, sql.COMPLETE_JOBS, params)}
+        return {row[0] for row in conn.execute(sql.COMPLETE_JOBS, params).fetchall()}
 
 
 def array_literal(items: list[str]) -> str:
