@@ -89,6 +89,10 @@ def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     ).fetchone() == ("succeeded",)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: the claims keep PostgreSQL's plan cache (sql.py, 'Plans and table growth')",
+)
 def test_job_claim_does_not_scan_a_grown_table(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
     params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
@@ -108,6 +112,10 @@ def test_job_claim_does_not_scan_a_grown_table(conn):
     assert len(claimed) == 10
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: the claims keep PostgreSQL's plan cache (sql.py, 'Plans and table growth')",
+)
 def test_atomic_due_count_does_not_scan_a_grown_table(conn):
     source = AtomicJobSource("plan-test")
     params = {"all_queues": True, "queues": [], "limit": 10}
