@@ -21,17 +21,6 @@ import datetime as dt
 
 JOB_TABLE = "pgqueue_job"
 
-# PLAN_EACH_RUN: see "Plans and table growth" below.
-_COSTLY_IN_A_GENERIC_PLAN = "(SELECT count(*) FROM generate_series(1, 1000000000)) > 0"
-
-
-def _plan_each_run(guard: str) -> str:
-    """PLAN_EACH_RUN on ``guard``, a condition true for every value the worker passes."""
-    return f"({guard} OR {_COSTLY_IN_A_GENERIC_PLAN})"
-
-
-_IDS_GIVEN = _plan_each_run("cardinality(%(ids)s::bigint[]) >= 0")
-
 #: Columns a worker needs to run a claimed job.
 _CLAIM_RETURNING = """
     j.id, j.status, j.locked_by, j.attempts, j.max_attempts, j.task_path,
@@ -317,22 +306,16 @@ SELECT count(*) FROM (
 # unprepared re-parses a claim at every run (1-4 ms on a loaded 2-core machine,
 # which drained 20 times slower).
 #
-# So the worker's statements that find rows by id (COMPLETE_JOBS,
-# COMPLETE_DELIVERIES, EXTEND_LEASES and its variants, READ_OUTCOMES) carry
-# PLAN_EACH_RUN: ``cardinality(ids) >= 0`` (true for every call) OR an aggregate
-# over a billion-row ``generate_series``. A custom plan sees the parameter's value,
-# folds the condition to true and drops the aggregate; the generic plan cannot, and
-# carries the aggregate's cost. PostgreSQL compares the two and keeps making custom
-# plans (``pg_prepared_statements.generic_plans`` stays 0): the statements stay
-# prepared (parsed once) and only the planning is redone, about 0.2 ms per batch.
-# Even if a generic plan ran, ``OR`` would not evaluate the aggregate.
-# The claims do not carry it: planning CLAIM_JOBS at every run made a drain on a
-# loaded 2-core machine 30 times slower (small batches, a millisecond of planning
-# each), so a claim planned on an empty table can still scan a grown one until the
-# next ANALYZE (tests/test_plans.py marks it as a known failure).
-# tests/test_plans.py runs the completion and lease code (jobs and deliveries)
-# enough times on an empty analysed table for a generic plan to be chosen, grows
-# the table to 20,000 rows and checks that the next runs scan none of it.
+# Not solved yet: the worker's statements keep PostgreSQL's plan cache, so the
+# hazard above is still there until the next ANALYZE (tests/test_plans.py holds
+# it as known failures). Tried and measured: making PostgreSQL plan the completion
+# and the lease extension at every run (a condition a custom plan folds away and a
+# generic plan must cost as a billion-row aggregate) is pooler-safe, but a custom
+# plan sees each batch's real size and, for batches of hundreds, hashes a Seq Scan
+# of the table on its own: pgqueue_bench's drain fell from ~9,000 to ~400 jobs/s.
+# Planning the claim at every run costs a millisecond per small batch. The next
+# step is both: per-run plans with the arrays' sizes hidden from the planner
+# (``unnest`` of sub-selects, estimated at the generic plan's 10 rows).
 
 # Write the outcomes of a batch of attempts in one statement (coalesced
 # completions). ``unnest`` turns parallel arrays into rows, so one round trip
@@ -376,7 +359,6 @@ FROM unnest(
     %(delays)s::float8[], %(errors)s::text[], %(last_errors)s::text[], %(refunds)s::int[]
 ) AS v(id, token, status, result, delay, error, last_error, refund)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
-  AND {_IDS_GIVEN}
 RETURNING j.id
 """
 
@@ -385,7 +367,7 @@ RETURNING j.id
 # its token and whose status is no longer in_progress was written by it.
 READ_OUTCOMES = f"""/* pgqueue:read_outcomes */
 SELECT id, status, locked_by FROM {JOB_TABLE}
-WHERE id = ANY(%(ids)s::bigint[]) AND {_IDS_GIVEN}
+WHERE id = ANY(%(ids)s::bigint[])
 """
 
 # Extend the leases of every row this process still holds, guarded by token like
@@ -396,7 +378,6 @@ UPDATE {JOB_TABLE} AS j SET
     locked_until = now() + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS v(id, token)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
-  AND {_IDS_GIVEN}
 RETURNING j.id
 """
 
@@ -880,7 +861,7 @@ WITH v AS (
         updated_at = now()
     FROM v, {ENDPOINT_TABLE} AS ep
     WHERE d.id = v.id AND d.locked_by = v.token AND d.locked_until IS NOT NULL
-      AND ep.id = d.endpoint_id AND {_IDS_GIVEN}
+      AND ep.id = d.endpoint_id
     RETURNING d.id, d.endpoint_id
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (

@@ -30,6 +30,9 @@ NOBODY = uuid.UUID(int=0)
 #: default ``plan_cache_mode``) switches to a generic plan after five custom ones.
 WARM_UP = 8
 
+#: Not solved yet (sql.py, "Plans and table growth"): these fail on purpose until it is.
+KNOWN = pytest.mark.xfail(strict=True, reason="worker statements keep the plan cache")
+
 
 @pytest.fixture
 def conn(transactional_db: None) -> Iterator[psycopg.Connection]:
@@ -66,6 +69,7 @@ FILL_JOBS = f"""INSERT INTO {sql.JOB_TABLE} (
 FROM generate_series(1, %(n)s)"""
 
 
+@KNOWN
 def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
     miss = Outcome(job_id=1, token=NOBODY, status="succeeded", result_json="null")
@@ -89,10 +93,7 @@ def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     ).fetchone() == ("succeeded",)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the claims keep PostgreSQL's plan cache (sql.py, 'Plans and table growth')",
-)
+@KNOWN
 def test_job_claim_does_not_scan_a_grown_table(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
     params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
@@ -112,10 +113,7 @@ def test_job_claim_does_not_scan_a_grown_table(conn):
     assert len(claimed) == 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the claims keep PostgreSQL's plan cache (sql.py, 'Plans and table growth')",
-)
+@KNOWN
 def test_atomic_due_count_does_not_scan_a_grown_table(conn):
     source = AtomicJobSource("plan-test")
     params = {"all_queues": True, "queues": [], "limit": 10}
@@ -141,6 +139,7 @@ INSERT INTO {sql.DELIVERY_TABLE} (
 FROM ev"""
 
 
+@KNOWN
 def test_delivery_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     from django_pgqueue.models import Endpoint
     from django_pgqueue.webhooks.worker import DeliverySource
