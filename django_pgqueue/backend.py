@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -20,7 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils.module_loading import import_string
 
-from . import sql
+from . import bulk, sql
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -426,28 +427,38 @@ class PgQueueBackend(BaseTaskBackend):
         self._raise_if_misconfigured()
         self.validate_task(task)
         conf = get_settings()
-        items = [(tuple(a), dict(k)) for a, k in arguments]
-        if not items:
-            return []
         if (
             getattr(task, "unique", False)
             or getattr(task, "unique_key", None) is not None
             or getattr(task, "atomic", False)
         ):
+            items = [(tuple(a), dict(k)) for a, k in arguments]
             with transaction.atomic(using=conf.DATABASE):
                 return [self.enqueue(task, a, k) for a, k in items]
-        encoded = [serialize_arguments(task, a, k, conf, item=i) for i, (a, k) in enumerate(items)]
-        results = [self._new_result(task, a, k) for a, k in items]
+        # Every call is checked before any SQL (bulk.py: repeated argument objects
+        # are checked and serialised once).
+        calls = bulk.encode_calls(
+            arguments, lambda a, k, item: serialize_arguments(task, a, k, conf, item=item)
+        )
+        count = len(calls.encoded)
+        if not count:
+            return []
         db = conf.DATABASE
         max_attempts = self.max_attempts_for(task)
         warn_if_outside_queue_transaction(db, "enqueue_many()", stacklevel=3)
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            cursor.execute(sql.RESERVE_JOB_IDS, [len(items)])
-            reserved = cursor.fetchall()
-            ids = [row[0] for row in reserved]
-            created_at = reserved[0][1]
-            if len(items) >= COPY_THRESHOLD:
-                self._copy_rows(cursor, task, ids, encoded, max_attempts, created_at)
+            cursor.execute(sql.RESERVE_JOB_IDS, [count])
+            ids, created_at = cursor.fetchone()
+            if count >= COPY_THRESHOLD:
+                shared = (
+                    "pending", task.priority, 0, max_attempts,
+                    (task.run_after or created_at).isoformat(), "", "", "[]",
+                    created_at.isoformat(), created_at.isoformat(), task.module_path,
+                    task.queue_name, self.alias, "[]",
+                )  # fmt: skip
+                with cursor.cursor.copy(sql.COPY_JOBS) as copy:  # Django's psycopg cursor
+                    for chunk in bulk.copy_chunks(ids, calls.encoded, shared):
+                        copy.write(chunk)
             else:
                 cursor.execute(
                     sql.INSERT_JOBS,
@@ -459,52 +470,19 @@ class PgQueueBackend(BaseTaskBackend):
                         task.queue_name,
                         self.alias,
                         ids,
-                        [a for a, _ in encoded],
-                        [k for _, k in encoded],
+                        [a for a, _ in calls.encoded],
+                        [k for _, k in calls.encoded],
                     ],
                 )
             if task.run_after is None:
                 wake_workers(db)
-        for job_id, result in zip(ids, results, strict=True):
-            _written(result, job_id, created_at)
-        for result in results:
-            task_enqueued.send(type(self), task_result=result)
+        results = bulk.results_for(
+            calls, ids, created_at, lambda a, k: self._new_result(task, a, k)
+        )
+        if _enqueued_wanted():
+            for result in results:
+                task_enqueued.send(type(self), task_result=result)
         return results
-
-    def _copy_rows(
-        self,
-        cursor: Any,
-        task: Task,
-        ids: list[int],
-        encoded: list[tuple[str, str]],
-        max_attempts: int,
-        created_at: datetime,
-    ) -> None:
-        due = task.run_after or created_at
-        raw = cursor.cursor  # the psycopg cursor behind Django's wrapper
-        with raw.copy(sql.COPY_JOBS) as copy:
-            for job_id, (args_json, kwargs_json) in zip(ids, encoded, strict=True):
-                copy.write_row(
-                    (
-                        job_id,
-                        "pending",
-                        task.priority,
-                        0,
-                        max_attempts,
-                        due,
-                        "",
-                        "",
-                        "[]",
-                        created_at,
-                        created_at,
-                        task.module_path,
-                        task.queue_name,
-                        self.alias,
-                        args_json,
-                        kwargs_json,
-                        "[]",
-                    )
-                )
 
     def _new_result(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """The READY result of a job about to be written; ``_written`` fills in its row."""
@@ -667,6 +645,25 @@ def task_errors(errors: Any) -> list[TaskError]:
         )
         for e in errors or []
     ]
+
+
+_enqueued_gate: Any = None
+
+
+def _enqueued_wanted() -> bool:
+    """Whether sending ``task_enqueued`` would do anything (worker/runner.py's SignalGate).
+
+    The framework's own receiver logs each enqueue at DEBUG; a bulk enqueue skips
+    thousands of signals when that is the only receiver and its record would be
+    dropped. Any other receiver, or a handler that writes DEBUG, and every result
+    is sent as before.
+    """
+    global _enqueued_gate
+    if _enqueued_gate is None:
+        from .worker.runner import SignalGate  # the worker's modules import this one
+
+        _enqueued_gate = SignalGate(task_enqueued)
+    return bool(_enqueued_gate.wanted(logging.DEBUG))
 
 
 def get_backend_for(task: Task) -> PgQueueBackend:

@@ -74,10 +74,14 @@ WHERE task_path = %s AND unique_key = %s AND status IN ('pending', 'in_progress'
 # Reserve ids for a bulk enqueue. ``INSERT ... RETURNING`` does not promise to
 # return rows in input order, so ids are drawn first and written explicitly: the
 # caller then knows which result belongs to which argument list, and the same
-# rows can go through COPY for large batches.
+# rows can go through COPY for large batches. One row holding an array (in draw
+# order, which keeps a batch's jobs FIFO) rather than a row per id: decoding
+# thousands of rows, each with its own timestamp, cost more than the COPY itself.
 RESERVE_JOB_IDS = f"""/* pgqueue:reserve_ids */
-SELECT nextval(pg_get_serial_sequence('{JOB_TABLE}', 'id')), now()
-FROM generate_series(1, %s)
+SELECT ARRAY(
+    SELECT nextval(pg_get_serial_sequence('{JOB_TABLE}', 'id'))
+    FROM generate_series(1, %s) ORDER BY 1
+), now()
 """
 
 # Bulk enqueue of many jobs of one task in one statement (arrays, not a VALUES
@@ -93,12 +97,14 @@ SELECT t.id, 'pending', %s, 0, %s, COALESCE(%s, now()), '', '', '[]', now(), now
 FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS t(id, a, k)
 """
 
-# The same rows through COPY, for large batches (several times faster than an
-# INSERT). ``next_attempt_at`` and timestamps are filled in by the caller's values.
+# The same rows through COPY (text format), for large batches (several times
+# faster than an INSERT). The columns that differ per row come first and the rest
+# are the same in every row, so the caller formats that tail once per batch and
+# each row is its id, its arguments and the tail (backend.copy_line).
 COPY_JOBS = f"""COPY {JOB_TABLE} (
-    id, status, priority, attempts, max_attempts, next_attempt_at, worker_id,
-    last_error, errors, created_at, updated_at, task_path, queue_name, backend,
-    args, kwargs, worker_ids
+    id, args, kwargs, status, priority, attempts, max_attempts, next_attempt_at,
+    worker_id, last_error, errors, created_at, updated_at, task_path, queue_name,
+    backend, worker_ids
 ) FROM STDIN"""
 
 # Claim up to ``limit`` jobs in one statement.
@@ -129,8 +135,8 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (
 #   assumes a tenth of the due rows; joining a CTE of that size makes it hash the
 #   whole table (a sequential scan per claim: 40 ms at 20,000 rows, growing with
 #   history). ``unnest`` of a parameter-sized array is estimated at 100 rows,
-#   which keeps the join a primary-key lookup per claimed row, custom or generic
-#   plan alike.
+#   which keeps the join a primary-key lookup per claimed row, as long as the
+#   plan is made for the table's actual size (see "Plans and table growth").
 CLAIM_JOBS = f"""/* pgqueue:claim */
 WITH lapsed AS MATERIALIZED (
     SELECT id, attempts >= max_attempts OR abort_requested_at IS NOT NULL AS exhausted
@@ -277,6 +283,40 @@ SELECT count(*) FROM (
 ) AS due
 """
 
+# ---- Plans and table growth ------------------------------------------------------
+#
+# psycopg prepares a statement after its second run, and after five runs
+# PostgreSQL may settle on one *generic* plan per prepared statement. A generic
+# plan made while the table was empty (a new, truncated or freshly pruned table,
+# its statistics saying "no rows") stays cached as the table grows, until an
+# ANALYZE happens to invalidate it: for a join of ``unnest(ids)`` with the table it
+# is a hash join over a Seq Scan, and every completion then reads the whole table
+# (seconds per batch at 100,000 rows, the worker at 100 % CPU with no wait event).
+# The claim's sources become a Seq Scan and a sort the same way.
+#
+# No statement shape avoids it: with the table estimated at zero pages a scan of
+# all of it costs nothing, so the planner prefers it to any index lookup
+# (``id = ANY(ids)`` or a LATERAL lookup become a Seq Scan with a filter just the
+# same), and ``enable_seqscan = off`` only turns the hash join's input into a full
+# index scan. What is robust is planning each run for the table as it is:
+# PostgreSQL reads the table's actual size at planning time whatever its
+# statistics say, and then chooses the primary-key and partial-index lookups.
+# ``SET plan_cache_mode = force_custom_plan`` is session state, which transaction
+# poolers do not keep (tests/faults/test_static.py); sending the statements
+# unprepared re-parses a claim at every run (1-4 ms on a loaded 2-core machine,
+# which drained 20 times slower).
+#
+# Not solved yet: the worker's statements keep PostgreSQL's plan cache, so the
+# hazard above is still there until the next ANALYZE (tests/test_plans.py holds
+# it as known failures). Tried and measured: making PostgreSQL plan the completion
+# and the lease extension at every run (a condition a custom plan folds away and a
+# generic plan must cost as a billion-row aggregate) is pooler-safe, but a custom
+# plan sees each batch's real size and, for batches of hundreds, hashes a Seq Scan
+# of the table on its own: pgqueue_bench's drain fell from ~9,000 to ~400 jobs/s.
+# Planning the claim at every run costs a millisecond per small batch. The next
+# step is both: per-run plans with the arrays' sizes hidden from the planner
+# (``unnest`` of sub-selects, estimated at the generic plan's 10 rows).
+
 # Write the outcomes of a batch of attempts in one statement (coalesced
 # completions). ``unnest`` turns parallel arrays into rows, so one round trip
 # completes a whole batch whatever its size.
@@ -326,7 +366,8 @@ RETURNING j.id
 # flight) the worker asks what the rows hold: a row whose ``locked_by`` is still
 # its token and whose status is no longer in_progress was written by it.
 READ_OUTCOMES = f"""/* pgqueue:read_outcomes */
-SELECT id, status, locked_by FROM {JOB_TABLE} WHERE id = ANY(%(ids)s::bigint[])
+SELECT id, status, locked_by FROM {JOB_TABLE}
+WHERE id = ANY(%(ids)s::bigint[])
 """
 
 # Extend the leases of every row this process still holds, guarded by token like

@@ -150,6 +150,22 @@ def test_task_enqueued_signal():
     assert seen == [result.id]
 
 
+@pytest.mark.parametrize("count", [3, 2500])
+def test_task_enqueued_signal_for_every_job_of_a_bulk_enqueue(count):
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.id)
+
+    results = enqueue_many(tasks.add, [((1, 1), {})] * count)  # no receiver of ours
+    task_enqueued.connect(receiver)
+    try:
+        results = enqueue_many(tasks.add, [((1, 1), {})] * count)
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [r.id for r in results]
+
+
 def test_enqueue_is_one_insert():
     from django.db import connection
 
@@ -177,6 +193,39 @@ def test_enqueue_many_is_all_or_nothing():
         enqueue_many(tasks.add, [((1, 2), {})] * 10)
         raise RuntimeError
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("count", [3, 2500])  # INSERT path and COPY path
+def test_enqueue_many_of_one_call_repeated_stores_each_row_and_independent_results(count):
+    args = ('back\\slash\ttab\nnewline "quoted" é', [1, {"k": None}])
+    kwargs = {"b": "\\N"}
+    results = enqueue_many(tasks.add, [(args, kwargs)] * count)
+    ids = [int(r.id) for r in results]
+    assert ids == sorted(ids) and len(set(ids)) == count  # FIFO within the batch
+    stored = list(Job.objects.filter(pk__in=ids).values_list("args", "kwargs").distinct())
+    assert stored == [([args[0], [1, {"k": None}]], {"b": "\\N"})]
+    assert all(r.args == [args[0], [1, {"k": None}]] and r.kwargs == kwargs for r in results)
+    results[0].args[1][1]["k"] = "changed"
+    results[0].kwargs["b"] = "changed"
+    results[0].errors.append("x")
+    assert results[1].args[1][1]["k"] is None and results[-1].kwargs == kwargs
+    assert results[1].errors == [] and results[1].worker_ids == []
+
+
+def test_enqueue_many_checks_every_call_even_among_repeats():
+    good = ((1, 2), {})
+    with pytest.raises(ArgumentsNotJSON, match="item 3 of the bulk enqueue"):
+        enqueue_many(tasks.add, [good, good, good, ((1, object()), {}), good])
+    assert not Job.objects.exists()
+
+
+def test_enqueue_many_results_keep_the_frameworks_normalisation():
+    # Integer keys become strings in JSON; the result shows what was passed, as
+    # the framework's own constructor normalises it, for every repeated call.
+    kwargs = {"a": {1: "one"}}
+    results = enqueue_many(tasks.add, [((), kwargs)] * 3)
+    assert [r.kwargs for r in results] == [{"a": {1: "one"}}] * 3
+    assert results[1].kwargs is not results[2].kwargs
 
 
 def test_aenqueue_and_aget_result():

@@ -109,10 +109,19 @@ class Source(ABC):
         self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
     ) -> set[int]:
         """Extend leases guarded by token; return the ids still held."""
-        rows = conn.execute(
-            self.extend_leases_sql, {"lease": lease, "ids": ids, "tokens": tokens}
-        ).fetchall()
-        return {row[0] for row in rows}
+        return {row[0] for row in self._extend(conn, ids, tokens, lease)}
+
+    def _extend(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> list[tuple[Any, ...]]:
+        # Array literals, as in write_outcomes: every held row is in this statement,
+        # and psycopg's list dumper adapted each id and token one by one.
+        params = {
+            "lease": lease,
+            "ids": array_literal([str(i) for i in ids]),
+            "tokens": array_literal([str(t) for t in tokens]),
+        }
+        return conn.execute(self.extend_leases_sql, params).fetchall()
 
     def describe(self, item: Any) -> str:
         return str(getattr(item, "task_path", self.name))
@@ -188,9 +197,7 @@ class JobSource(Source):
     ) -> set[int]:
         """As :meth:`Source.extend_leases`; also reports rows an operator asked to abort
         (the same statement returns the flag, so noticing an abort costs no query)."""
-        rows = conn.execute(
-            self.extend_leases_sql, {"lease": lease, "ids": ids, "tokens": tokens}
-        ).fetchall()
+        rows = self._extend(conn, ids, tokens, lease)
         aborted = [row[0] for row in rows if row[1]]
         if aborted and self.on_abort is not None:
             self.on_abort(self.name, aborted)
