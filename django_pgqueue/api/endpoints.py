@@ -72,7 +72,7 @@ def _apply(endpoint: Endpoint, body: dict[str, Any]) -> None:
         ):
             errors[name] = [f"Expected {_type_name(types)}{' or null' if nullable else ''}."]
             continue
-        if name == "headers" and not all(isinstance(v, str) for v in value.values()):
+        if isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
             errors[name] = ["Header values must be strings."]
             continue
         setattr(endpoint, name, value)

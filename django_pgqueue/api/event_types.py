@@ -18,16 +18,16 @@ def list_event_types(request: HttpRequest, principal: Principal) -> HttpResponse
     recent = scoping.events(principal, request).order_by("-pk").values_list("event_type", flat=True)
     seen = set(recent[:RECENT_EVENTS])
     declared = catalogue()
-    data = [
-        {
-            "name": name,
-            "description": declared[name].description if name in declared else "",
-            "schema": dict(declared[name].schema)
-            if name in declared and declared[name].schema
-            else None,
-            "declared": name in declared,
-            "seen": name in seen,
-        }
-        for name in sorted(seen | set(declared))
-    ]
+    data = []
+    for name in sorted(seen | set(declared)):
+        entry = declared.get(name)
+        data.append(
+            {
+                "name": name,
+                "description": entry.description if entry else "",
+                "schema": dict(entry.schema) if entry and entry.schema else None,
+                "declared": entry is not None,
+                "seen": name in seen,
+            }
+        )
     return respond({"data": data})
