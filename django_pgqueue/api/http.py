@@ -21,7 +21,7 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -182,7 +182,11 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
     **url kwargs)."""
     allowed = ", ".join(sorted(methods))
 
+    # Never inside ATOMIC_REQUESTS' transaction: the rate-limit UPSERT would hold its
+    # row lock (serialising the key's requests) until the whole request ended, and the
+    # views commit before they answer.
     @csrf_exempt
+    @transaction.non_atomic_requests
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
         try:
             entry = methods.get(request.method or "")
