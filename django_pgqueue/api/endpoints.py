@@ -17,7 +17,15 @@ from .. import storage
 from ..conf import get_settings
 from ..models.webhooks import Endpoint, Ordering, RatePeriod
 from . import scoping
-from .http import ApiError, Principal, check_fields, paginate, read_json, respond
+from .http import (
+    ApiError,
+    Principal,
+    check_fields,
+    invalid_fields,
+    paginate,
+    read_json,
+    respond,
+)
 
 #: Fields a client may set on create and change, with the JSON type each takes.
 EDITABLE: dict[str, tuple[type | tuple[type, ...], bool]] = {
@@ -81,11 +89,7 @@ def _apply(endpoint: Endpoint, body: dict[str, Any]) -> None:
     if "ordering" in body and body["ordering"] not in Ordering.values:
         errors["ordering"] = [f"One of {', '.join(Ordering.values)}."]
     if errors:
-        raise ApiError(
-            "validation_error",
-            "; ".join(f"{name}: {msgs[0]}" for name, msgs in errors.items()),
-            errors=errors,
-        )
+        raise invalid_fields(errors)
     endpoint.full_clean(exclude=["secret_ciphertext", "previous_secrets"])
 
 
