@@ -5,4 +5,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # The customer portal (docs/multi-tenant.md); PORTAL_APPLICATION is in settings.py.
     path("webhooks/", include("django_pgqueue.portal.urls")),
+    # The HTTP API (docs/http-api.md).
+    path("webhooks/api/", include("django_pgqueue.api.urls")),
 ]
