@@ -47,6 +47,7 @@ WORKLOADS = (
     "notify",
     "mq",
     "tenant_fanout",
+    "ingest",
 )
 
 #: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
@@ -220,6 +221,9 @@ class Bench:
         n_webhooks: int = 2000,
         fair_events: int = 10,
         applications: int = 100_000,
+        n_ingest: int = 2000,
+        ingest_clients: list[int] | None = None,
+        ingest_workers: int = 4,
         keep: bool = False,
         alias: str | None = None,
         out: Callable[[str], None] = print,
@@ -242,6 +246,9 @@ class Bench:
         self.n_webhooks = n_webhooks
         self.fair_events = fair_events
         self.applications = applications
+        self.n_ingest = n_ingest
+        self.ingest_clients = ingest_clients or [8, 32]
+        self.ingest_workers = ingest_workers
         self.keep = keep
         #: Longest a drain may take before the run is abandoned.
         self.timeout = max(120.0, n_drain / 100)
@@ -1040,6 +1047,13 @@ class Bench:
         from .mq import bench_message_queues
 
         bench_message_queues(self)
+
+    # 9. the HTTP API's ingest on a real server (bench/ingest.py) -----------------------------
+
+    def bench_ingest(self) -> None:
+        from .ingest import bench_ingest
+
+        bench_ingest(self)
 
     # -- output ------------------------------------------------------------------------------
 
