@@ -24,7 +24,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from .server import Server, gunicorn_unavailable
+from .server import Server, api_server_unavailable
 
 if TYPE_CHECKING:
     from .core import Bench
@@ -37,22 +37,10 @@ WARM_UP = 20
 THREADS = 4
 
 
-def ingest_unavailable() -> str:
-    """Why the ingest workload cannot run here ("" when it can)."""
-    reason = gunicorn_unavailable()
-    if reason:
-        return reason
-    try:
-        import django_pgqueue.api.urls  # noqa: F401
-    except ImportError as exc:
-        return f"the HTTP API is not installed ({exc}); install the api extra"
-    return ""
-
-
 def bench_ingest(bench: Bench) -> None:
     from .core import Row, pctl
 
-    reason = ingest_unavailable()
+    reason = api_server_unavailable()
     if reason:
         bench.notes.append(f"ingest: skipped ({reason})")
         bench.out(f"   skipped: {reason}")
@@ -111,9 +99,7 @@ def bench_ingest(bench: Bench) -> None:
                         ("p50", pctl(latencies, 50)),
                         ("p99", pctl(latencies, 99)),
                     ):
-                        (row[name].values if side == "ours" else row[name].ref_values).append(
-                            value
-                        )
+                        (row[name].values if side == "ours" else row[name].ref_values).append(value)
                 row = rows[clients]
                 bench.out(
                     f"   rep {rep + 1}, {clients} clients: ours {row['rate'].values[-1]:,.0f}/s "

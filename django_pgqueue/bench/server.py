@@ -33,6 +33,18 @@ def gunicorn_unavailable() -> str:
     return ""
 
 
+def api_server_unavailable() -> str:
+    """Why the HTTP API cannot be served here by :class:`Server` ("" when it can)."""
+    reason = gunicorn_unavailable()
+    if reason:
+        return reason
+    try:
+        import django_pgqueue.api.urls  # noqa: F401
+    except ImportError as exc:
+        return f"the HTTP API is not installed ({exc}); install the api extra"
+    return ""
+
+
 def free_port() -> int:
     """A free loopback TCP port, as the kernel hands them out."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
