@@ -59,6 +59,20 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     "VALIDATE_EVENT_TYPES": False,
 }
 
+#: HTTP API defaults (``PGQUEUE["API"]``; docs/http-api.md).
+API_DEFAULTS: dict[str, Any] = {
+    # Requests per key per RATE_WINDOW seconds (a key may set its own); None = no limit.
+    "RATE_LIMIT": 1200,
+    "RATE_WINDOW": 60,
+    # Largest request body accepted, in bytes (a batch of events is one body).
+    "MAX_BODY_BYTES": 1024 * 1024,
+    # Most events in one POST /events/batch.
+    "MAX_BATCH": 100,
+    # Items per page of a list, unless the request asks for fewer or more (?limit=).
+    "PAGE_SIZE": 50,
+    "MAX_PAGE_SIZE": 500,
+}
+
 DEFAULTS: dict[str, Any] = {
     # Database alias that holds the queue tables; enqueue joins its transaction.
     "DATABASE": "default",
@@ -109,6 +123,8 @@ DEFAULTS: dict[str, Any] = {
     # see tracing.py). Off by default: an enqueue then writes the trace context too.
     "TRACING": False,
     "WEBHOOKS": {},
+    # The HTTP API (django_pgqueue.api): rate limit, body and page sizes.
+    "API": {},
     # Periodic tasks by name: {"task": dotted path, "cron": expression, optional
     # "timezone", "args", "kwargs", "queue_name", "catch_up"} (docs/periodic.md).
     "SCHEDULE": {},
@@ -166,6 +182,7 @@ class PgQueueSettings:
     SCHEDULE_GRACE_SECONDS: float = 60.0
     ATOMIC_TIMEOUT_SECONDS: float = 300.0
     RETENTION: Mapping[str, float | None] = field(default_factory=lambda: dict(RETENTION_DEFAULTS))
+    API: Mapping[str, Any] = field(default_factory=lambda: dict(API_DEFAULTS))
 
 
 def _positive_number(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -278,6 +295,35 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
     return merged
 
 
+def validate_api(raw: Any) -> dict[str, Any]:
+    """Merge ``PGQUEUE["API"]`` with its defaults and validate every value."""
+    prefix = "PGQUEUE['API']"
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(f"{prefix} must be a dict, got {raw!r}")
+    _check_keys(prefix, raw, API_DEFAULTS)
+    merged = {**API_DEFAULTS, **raw}
+    if merged["RATE_LIMIT"] is not None:
+        merged["RATE_LIMIT"] = _positive_int(f"{prefix}['RATE_LIMIT']", merged["RATE_LIMIT"])
+    for key in ("RATE_WINDOW", "MAX_BODY_BYTES", "MAX_BATCH", "PAGE_SIZE", "MAX_PAGE_SIZE"):
+        merged[key] = _positive_int(f"{prefix}[{key!r}]", merged[key])
+    if merged["RATE_WINDOW"] > 86400:
+        raise ImproperlyConfigured(
+            f"{prefix}['RATE_WINDOW'] must be at most 86400 seconds (a day), "
+            f"got {merged['RATE_WINDOW']!r}"
+        )
+    if merged["MAX_BATCH"] > 1000:
+        raise ImproperlyConfigured(
+            f"{prefix}['MAX_BATCH'] must be at most 1000 (one transaction holds the whole "
+            f"batch), got {merged['MAX_BATCH']!r}"
+        )
+    if merged["PAGE_SIZE"] > merged["MAX_PAGE_SIZE"]:
+        raise ImproperlyConfigured(
+            f"{prefix}['PAGE_SIZE'] ({merged['PAGE_SIZE']}) must not exceed "
+            f"{prefix}['MAX_PAGE_SIZE'] ({merged['MAX_PAGE_SIZE']})"
+        )
+    return merged
+
+
 def validate_retention(raw: Any) -> dict[str, float | None]:
     """Merge ``PGQUEUE["RETENTION"]`` with its defaults; every value in seconds or None."""
     if not isinstance(raw, Mapping):
@@ -375,6 +421,7 @@ def validate(raw: Any) -> PgQueueSettings:
             "PGQUEUE['ATOMIC_TIMEOUT_SECONDS']", merged["ATOMIC_TIMEOUT_SECONDS"]
         ),
         RETENTION=validate_retention(merged["RETENTION"]),
+        API=validate_api(merged["API"]),
     )
 
 

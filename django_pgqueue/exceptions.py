@@ -104,3 +104,8 @@ class UnknownApplication(PgQueueError, LookupError):
 class EventSchemaError(PgQueueError, ValueError):
     """``send_event`` with validation: an undeclared event type, or a payload its
     declared JSON Schema refuses. Nothing was sent."""
+
+
+class IdempotencyKeyConflict(PgQueueError, ValueError):
+    """``send_event``: the idempotency key was already used by an event of another
+    application. Nothing was sent."""

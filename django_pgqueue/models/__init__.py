@@ -11,6 +11,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
         "'django_pgqueue' is not in INSTALLED_APPS: add it, then run `manage.py migrate`."
     )
 
+from .api import ApiKey, ApiRateLimit, ApiScope
 from .mq import MessageQueue
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
@@ -27,6 +28,9 @@ from .webhooks import (
 from .workers import WorkerHeartbeat
 
 __all__ = [
+    "ApiKey",
+    "ApiRateLimit",
+    "ApiScope",
     "Application",
     "BreakerState",
     "CatchUp",

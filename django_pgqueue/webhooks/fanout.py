@@ -13,7 +13,7 @@ from django.db import connections, transaction
 from .. import sql
 from ..conf import get_settings
 from ..contract import check_json_document
-from ..exceptions import PayloadNotJSON, UnknownApplication
+from ..exceptions import IdempotencyKeyConflict, PayloadNotJSON, UnknownApplication
 from ..notify import wake_workers
 from ..routers import warn_if_outside_queue_transaction
 from .breaker import max_attempts
@@ -109,6 +109,31 @@ def send_event(
     ``PayloadTooLarge`` above ``PGQUEUE["WEBHOOKS"]["MAX_PAYLOAD_BYTES"]``. Nothing is
     written then, and the caller's transaction stays usable.
     """
+    return record_event(
+        event_type,
+        payload,
+        idempotency_key=idempotency_key,
+        ordering_key=ordering_key,
+        application=application,
+        channels=channels,
+        validate=validate,
+        using=using,
+    )[0]
+
+
+def record_event(
+    event_type: str,
+    payload: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    ordering_key: str | None = None,
+    application: str | Application | None = None,
+    channels: list[str] | tuple[str, ...] | None = None,
+    validate: bool | None = None,
+    using: str | None = None,
+) -> tuple[Event, int | None]:
+    """``send_event``, also returning how many deliveries it queued: None when the
+    idempotency key returned an earlier event (the HTTP API answers with both)."""
     from ..models import Event
 
     check_event_type(event_type)
@@ -125,7 +150,7 @@ def send_event(
         validate_event(event_type, json.loads(body))
     alias = using or conf.DATABASE
     msg_id = new_message_id()
-    warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=2)
+    warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=3)
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         application_id = None
         if uid is not None:
@@ -157,12 +182,12 @@ def send_event(
             if first.application_id != application_id:
                 # Keys are unique across the installation: never hand one customer
                 # another's event.
-                raise ValueError(
+                raise IdempotencyKeyConflict(
                     f"idempotency_key {idempotency_key!r} was already used by an event of "
                     f"another application; nothing was sent. Prefix keys with the "
                     f"application's uid to keep them apart."
                 )
-            return first
+            return first, None
         event_id, created_at = row
         cursor.execute(
             sql.INSERT_DELIVERIES if application_id is None else sql.INSERT_APPLICATION_DELIVERIES,
@@ -191,4 +216,4 @@ def send_event(
     event._state.db = alias
     if queued:
         wake_workers(alias)
-    return event
+    return event, queued

@@ -1,0 +1,139 @@
+"""``POST /events`` and ``POST /events/batch``: commit, then 202.
+
+The event and every delivery it fans out to are written by ``record_event`` (the
+code of ``send_event``) in one transaction; the answer is built only after that
+transaction has committed, so a 2xx always means "stored". With an idempotency key
+(field or ``Idempotency-Key`` header) a repeat of the same request gets the same
+answer and creates nothing; the event table's unique constraint on the key decides
+between concurrent repeats. The same key with another request is a 409.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+
+from ..conf import get_settings
+from ..exceptions import IdempotencyKeyConflict, PayloadTooLarge, UnknownApplication
+from ..models.webhooks import Delivery, Event
+from ..webhooks.fanout import record_event, serialize_payload
+from ..webhooks.routing import check_channels
+from .http import ApiError, Principal, check_fields, read_json, respond
+
+EVENT_FIELDS = (
+    "event_type",
+    "payload",
+    "application",
+    "channels",
+    "idempotency_key",
+    "ordering_key",
+)
+
+
+def _request_of(
+    body: Any, principal: Principal, header_key: str | None, where: str
+) -> dict[str, Any]:
+    """The keyword arguments of ``record_event`` for one event of the request."""
+    if not isinstance(body, dict):
+        raise ApiError("validation_error", f"{where}: an event must be a JSON object.")
+    check_fields(body, EVENT_FIELDS, required=("event_type", "payload"))
+    key = body.get("idempotency_key")
+    if header_key is not None:
+        if key is not None and key != header_key:
+            raise ApiError(
+                "validation_error",
+                "The Idempotency-Key header and the idempotency_key field differ; send one.",
+            )
+        key = header_key
+    application = body.get("application")
+    if principal.application_uid is not None:
+        if application is not None and application != principal.application_uid:
+            raise ApiError("forbidden", "This API key may only send events of its own application.")
+        application = principal.application_uid
+    return {
+        "event_type": body["event_type"],
+        "payload": body["payload"],
+        "application": application,
+        "channels": body.get("channels"),
+        "idempotency_key": key,
+        "ordering_key": body.get("ordering_key"),
+    }
+
+
+def _record(request: dict[str, Any], where: str) -> dict[str, Any]:
+    """Write one event (in the caller's transaction); its representation."""
+    try:
+        event, queued = record_event(**request)
+        if queued is None:
+            _check_same_request(event, request)
+            queued = Delivery.objects.using(get_settings().DATABASE).filter(event=event).count()
+    except IdempotencyKeyConflict:
+        raise ApiError(
+            "idempotency_conflict",
+            f"{where}: idempotency key {request['idempotency_key']!r} was already used for "
+            f"another request.",
+        ) from None
+    except UnknownApplication:
+        raise ApiError(
+            "validation_error",
+            f"{where}: no active application with uid {request['application']!r}.",
+            errors={"application": ["No active application with this uid."]},
+        ) from None
+    except PayloadTooLarge as exc:
+        raise ApiError("too_large", f"{where}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # send_event's checks, made before any SQL
+        raise ApiError("validation_error", f"{where}: {exc}") from None
+    return {
+        "id": event.pk,
+        "webhook_id": event.msg_id,
+        "event_type": event.event_type,
+        "application": request["application"],
+        "channels": list(event.channels),
+        "idempotency_key": event.idempotency_key,
+        "created_at": event.created_at,
+        "deliveries": queued,
+    }
+
+
+def _check_same_request(event: Event, request: dict[str, Any]) -> None:
+    """A repeat must be the same request: the same type, payload bytes and channels."""
+    same = (
+        event.event_type == request["event_type"]
+        and event.body == serialize_payload(request["payload"])
+        and list(event.channels) == check_channels(request["channels"])
+    )
+    if not same:
+        raise ApiError(
+            "idempotency_conflict",
+            f"Idempotency key {request['idempotency_key']!r} was used for a different "
+            f"request (event {event.msg_id}); use a new key for a new event.",
+        )
+
+
+def create_event(request: HttpRequest, principal: Principal) -> HttpResponse:
+    body = read_json(request, check_document=False)
+    event_request = _request_of(body, principal, request.headers.get("Idempotency-Key"), "event")
+    with transaction.atomic(using=get_settings().DATABASE):
+        result = _record(event_request, "event")
+    # Committed: only now may the client be told the event is stored.
+    return respond(result, status=202)
+
+
+def create_events(request: HttpRequest, principal: Principal) -> HttpResponse:
+    body = read_json(request, check_document=False)
+    check_fields(body, ("events",), required=("events",))
+    items = body["events"]
+    most = get_settings().API["MAX_BATCH"]
+    if not isinstance(items, list) or not 1 <= len(items) <= most:
+        raise ApiError(
+            "validation_error",
+            f"events must be a list of 1 to {most} events (PGQUEUE['API']['MAX_BATCH']).",
+        )
+    requests = [
+        _request_of(item, principal, None, f"events[{index}]") for index, item in enumerate(items)
+    ]
+    with transaction.atomic(using=get_settings().DATABASE):
+        results = [_record(item, f"events[{index}]") for index, item in enumerate(requests)]
+    return respond({"events": results}, status=202)

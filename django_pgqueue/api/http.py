@@ -1,0 +1,352 @@
+"""The API's HTTP plumbing: authentication, scopes, the rate limit, request bodies,
+RFC 9457 problem responses and cursor pagination.
+
+Every view is made by :func:`route`, which answers before the handler runs: 405 for a
+method the route has not, 401 without a valid key, 429 over the key's rate limit,
+403 without the scope. A handler raises :class:`ApiError` for anything the client
+got wrong; the bodies of all such answers are ``application/problem+json``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from ..conf import get_settings
+from ..contract import check_json_document
+from ..docs import docs_url
+from ..exceptions import PayloadNotJSON, PayloadTooLarge
+from . import sql
+from .keys import hash_key, split_key
+
+PROBLEM_TYPE = "application/problem+json"
+
+#: Titles of the problems the API answers with, by code (docs/http-api.md, "Errors").
+PROBLEMS: dict[str, tuple[int, str]] = {
+    "invalid_json": (400, "The request body is not valid JSON"),
+    "invalid_parameter": (400, "A query parameter is not valid"),
+    "unauthorized": (401, "A valid API key is required"),
+    "forbidden": (403, "This API key may not do that"),
+    "not_found": (404, "Not found"),
+    "method_not_allowed": (405, "Method not allowed"),
+    "idempotency_conflict": (409, "The idempotency key was used for another request"),
+    "conflict": (409, "The request conflicts with the current state"),
+    "too_large": (413, "The request body is too large"),
+    "unsupported_media_type": (415, "The request body must be application/json"),
+    "validation_error": (422, "The request is not valid"),
+    "rate_limited": (429, "Too many requests for this API key"),
+}
+
+
+class ApiError(Exception):
+    """A problem to answer with (``code`` is a key of ``PROBLEMS``)."""
+
+    def __init__(
+        self,
+        code: str,
+        detail: str,
+        *,
+        errors: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.errors = errors
+        self.headers = dict(headers or {})
+
+
+def problem(error: ApiError, request: HttpRequest | None = None) -> HttpResponse:
+    """The RFC 9457 response for ``error``."""
+    status, title = PROBLEMS[error.code]
+    body: dict[str, Any] = {
+        "type": docs_url("http-api", f"problem-{error.code.replace('_', '-')}"),
+        "title": title,
+        "status": status,
+        "detail": error.detail,
+        "code": error.code,
+    }
+    if request is not None:
+        body["instance"] = request.path
+    if error.errors:
+        body["errors"] = error.errors
+    response = HttpResponse(json.dumps(body), status=status, content_type=PROBLEM_TYPE)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
+
+
+def respond(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> HttpResponse:
+    """A JSON response (datetimes as ISO 8601)."""
+    response = HttpResponse(
+        json.dumps(data, cls=DjangoJSONEncoder), status=status, content_type="application/json"
+    )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def validation_error(exc: ValidationError) -> ApiError:
+    """A model's ValidationError as a 422 naming each field."""
+    if hasattr(exc, "error_dict"):
+        errors = {field: [str(m) for m in msgs] for field, msgs in exc.message_dict.items()}
+        detail = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in errors.items())
+        return ApiError("validation_error", detail, errors=errors)
+    return ApiError("validation_error", " ".join(exc.messages))
+
+
+# -- authentication ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The key a request came with: its scopes and, if any, its one application."""
+
+    key_id: int
+    scopes: frozenset[str]
+    application_id: int | None
+    application_uid: str | None
+
+
+def authenticate(request: HttpRequest) -> Principal:
+    """The request's key, checked and counted against its rate limit (one statement)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="pgqueue"'}
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(
+            "unauthorized", "Send the API key as 'Authorization: Bearer <key>'.", headers=challenge
+        )
+    key = key.strip()
+    prefix = split_key(key)
+    refused = ApiError(
+        "unauthorized", "The API key is not valid or was revoked.", headers=challenge
+    )
+    if prefix is None:
+        raise refused
+    conf = get_settings()
+    digest = hash_key(key)
+    with connections[conf.DATABASE].cursor() as cursor:
+        cursor.execute(
+            sql.AUTHENTICATE,
+            {
+                "prefix": prefix,
+                "key_hash": digest,
+                "window": float(conf.API["RATE_WINDOW"]),
+                "default_limit": conf.API["RATE_LIMIT"],
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise refused
+    key_id, stored_hash, scopes, application_id, application_uid, revoked_at, allowed, wait = row
+    # The decision is this constant-time comparison, not the lookup by prefix.
+    if not hmac.compare_digest(stored_hash, digest) or revoked_at is not None:
+        raise refused
+    if not allowed:
+        retry_after = max(1, math.ceil(wait or 1))
+        raise ApiError(
+            "rate_limited",
+            f"This key is over its rate limit; retry in {retry_after} second(s).",
+            headers={"Retry-After": str(retry_after)},
+        )
+    if isinstance(scopes, str):  # a driver without the jsonb loader
+        scopes = json.loads(scopes)
+    return Principal(key_id, frozenset(scopes), application_id, application_uid)
+
+
+# -- routes -----------------------------------------------------------------------------
+
+Handler = Callable[..., HttpResponse]
+
+
+def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
+    """A view serving ``METHOD=(scope, handler)``; the handler gets (request, principal,
+    **url kwargs)."""
+    allowed = ", ".join(sorted(methods))
+
+    @csrf_exempt
+    def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        try:
+            entry = methods.get(request.method or "")
+            if entry is None:
+                raise ApiError(
+                    "method_not_allowed",
+                    f"{request.method} is not allowed here; use {allowed}.",
+                    headers={"Allow": allowed},
+                )
+            scope, handler = entry
+            principal = authenticate(request)
+            if scope not in principal.scopes:
+                raise ApiError(
+                    "forbidden",
+                    f"This API key lacks the {scope!r} scope "
+                    f"(it has: {', '.join(sorted(principal.scopes))}).",
+                )
+            return handler(request, principal, **kwargs)
+        except ApiError as exc:
+            return problem(exc, request)
+        except ValidationError as exc:
+            return problem(validation_error(exc), request)
+
+    return view
+
+
+# -- request bodies ---------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_json(request: HttpRequest, *, check_document: bool = True) -> dict[str, Any]:
+    """The request's JSON object, within ``PGQUEUE["API"]["MAX_BODY_BYTES"]``.
+
+    With ``check_document`` the whole document also passes the storage contract
+    (``contract.check_json_document``: no NUL characters or lone surrogates, nesting
+    within ``MAX_JSON_DEPTH``), so nothing a handler stores can fail in PostgreSQL.
+    """
+    conf = get_settings()
+    limit = conf.API["MAX_BODY_BYTES"]
+    content_type = request.content_type or ""
+    if content_type != "application/json" and not content_type.endswith("+json"):
+        raise ApiError(
+            "unsupported_media_type",
+            f"Send the body as JSON with 'Content-Type: application/json', "
+            f"not {content_type or 'no content type'!r}.",
+        )
+    too_large = ApiError(
+        "too_large",
+        f"The request body is larger than {limit} bytes (PGQUEUE['API']['MAX_BODY_BYTES']).",
+    )
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        raise too_large
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise too_large from None
+    if len(raw) > limit:
+        raise too_large
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise ApiError("invalid_json", f"The body is not UTF-8: {exc}.") from None
+    except RecursionError:
+        raise ApiError("invalid_json", "The body is nested too deeply.") from None
+    except ValueError as exc:
+        raise ApiError("invalid_json", f"The body is not valid JSON: {exc}.") from None
+    if not isinstance(value, dict):
+        raise ApiError(
+            "invalid_json", f"The body must be a JSON object, got {type(value).__name__}."
+        )
+    if check_document:
+        try:
+            check_json_document(
+                value,
+                name="body",
+                max_bytes=limit,
+                # The body's own object and its fields' lists and objects come on top
+                # of the documents they carry.
+                max_depth=conf.MAX_JSON_DEPTH + 2,
+                error=PayloadNotJSON,
+            )
+        except PayloadTooLarge as exc:
+            raise ApiError("too_large", str(exc)) from None
+        except PayloadNotJSON as exc:
+            raise ApiError("validation_error", str(exc)) from None
+    return value
+
+
+def check_fields(
+    body: Mapping[str, Any], allowed: tuple[str, ...], required: tuple[str, ...] = ()
+) -> None:
+    """422 for an unknown or missing field, naming it."""
+    unknown = sorted(set(body) - set(allowed))
+    missing = [name for name in required if name not in body]
+    if unknown or missing:
+        errors = {name: ["Unknown field."] for name in unknown}
+        errors.update({name: ["This field is required."] for name in missing})
+        raise ApiError(
+            "validation_error",
+            "; ".join(f"{name}: {msgs[0]}" for name, msgs in errors.items())
+            + f" Fields are: {', '.join(allowed)}.",
+            errors=errors,
+        )
+
+
+# -- pagination -------------------------------------------------------------------------
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"id:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, value = text.partition(":")
+        if kind != "id":
+            raise ValueError(kind)
+        return int(value)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ApiError(
+            "invalid_parameter", "cursor is not one this API gave out (use next_cursor as is)."
+        ) from None
+
+
+def page_size(request: HttpRequest) -> int:
+    conf = get_settings().API
+    raw = request.GET.get("limit")
+    if raw is None:
+        return int(conf["PAGE_SIZE"])
+    if not raw.isdigit() or not 1 <= int(raw) <= conf["MAX_PAGE_SIZE"]:
+        raise ApiError(
+            "invalid_parameter", f"limit must be a number from 1 to {conf['MAX_PAGE_SIZE']}."
+        )
+    return int(raw)
+
+
+def paginate(
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    render: Callable[[Any], dict[str, Any]],
+    *,
+    newest_first: bool,
+) -> HttpResponse:
+    """One page of ``queryset`` by id, and the cursor of the next one.
+
+    Keyset pagination on the primary key: a page starts after the last id of the
+    previous one, so rows inserted meanwhile never shift a page (newest first: new
+    rows have higher ids than any cursor; oldest first: they come at the end).
+    """
+    limit = page_size(request)
+    cursor = request.GET.get("cursor")
+    if cursor:
+        after = decode_cursor(cursor)
+        queryset = queryset.filter(pk__lt=after) if newest_first else queryset.filter(pk__gt=after)
+    rows = list(queryset.order_by("-pk" if newest_first else "pk")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return respond(
+        {
+            "data": [render(row) for row in rows],
+            "next_cursor": encode_cursor(rows[-1].pk) if more else None,
+        }
+    )

@@ -1,0 +1,94 @@
+"""API keys: the command, hashing, revocation, scopes and the rate limit."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_pgqueue.api.keys import hash_key
+from django_pgqueue.models import ApiKey
+
+from .conftest import ApiClient, problem_of
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("api_conf")]
+
+
+def create(*args: str) -> str:
+    out = io.StringIO()
+    call_command("pgqueue_api_key", "create", *args, stdout=out)
+    return out.getvalue().strip().splitlines()[-1]
+
+
+def test_the_command_prints_the_key_once_and_stores_its_hash(tenants):
+    key = create(
+        "--name", "billing", "--scope", "send", "--scope", "read", "--application", "cust_a"
+    )
+    stored = ApiKey.objects.get()
+    assert key.startswith(f"pgq_{stored.prefix}_")
+    assert stored.key_hash == hash_key(key) and key not in str(stored.__dict__)
+    assert stored.scopes == ["read", "send"] and stored.application == tenants["a"]
+    response = ApiClient(key).post("events", {"event_type": "order.paid", "payload": {}})
+    assert response.status_code == 202 and response.json()["application"] == "cust_a"
+    out = io.StringIO()
+    call_command("pgqueue_api_key", "list", stdout=out)
+    assert f"pgq_{stored.prefix}\tbilling\tread,send\tcust_a" in out.getvalue()
+    assert key not in out.getvalue()
+
+
+def test_a_revoked_key_is_refused(tenants):
+    key = create("--name", "old", "--scope", "send")
+    call_command("pgqueue_api_key", "revoke", key[:16], stdout=io.StringIO())
+    problem_of(ApiClient(key).post("events", {"event_type": "a", "payload": {}}), 401)
+    with pytest.raises(CommandError):
+        call_command("pgqueue_api_key", "revoke", key[:16], stdout=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--name", "x", "--scope", "send", "--application", "nobody"),
+        ("--name", " ", "--scope", "send"),
+    ],
+)
+def test_the_command_refuses_bad_options(tenants, args):
+    with pytest.raises(CommandError):
+        create(*args)
+    assert not ApiKey.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "Bearer",
+        "Basic abc",
+        "Bearer pgq_",
+        "Bearer pgq_0123456789ab_wrong",
+        "Bearer nonsense",
+    ],
+)
+def test_requests_without_a_valid_key_are_401(tenants, api, header):
+    real = api("send").key
+    client = ApiClient(None)
+    headers = {} if header is None else {"Authorization": header}
+    body = problem_of(
+        client.post("events", {"event_type": "a", "payload": {}}, headers=headers), 401
+    )
+    assert "Bearer" in client.post("events", {}, headers=headers)["WWW-Authenticate"]
+    assert real not in body["detail"]
+
+
+def test_a_key_with_the_right_prefix_and_a_wrong_secret_is_401(tenants, api):
+    real = api("send").key
+    forged = real[:-4] + ("aaaa" if not real.endswith("aaaa") else "bbbb")
+    problem_of(ApiClient(forged).post("events", {"event_type": "a", "payload": {}}), 401)
+
+
+def test_the_openapi_document_is_served_and_says_3_1(client):
+    response = client.get("/webhooks/api/openapi.json")
+    assert response.status_code == 200
+    document = response.json()
+    assert document["openapi"].startswith("3.1.")
+    assert "/events" in document["paths"]
