@@ -7,6 +7,4 @@ urlpatterns = [
     # The HTTP API (docs/http-api.md): before the portal, whose prefix it shares.
     path("webhooks/api/", include("django_pgqueue.api.urls")),
     path("webhooks/", include("django_pgqueue.portal.urls")),
-    # The HTTP API (docs/http-api.md).
-    path("webhooks/api/", include("django_pgqueue.api.urls")),
 ]

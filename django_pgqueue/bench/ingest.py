@@ -116,7 +116,13 @@ def bench_ingest(bench: Bench) -> None:
 def create_api_key(bench: Bench) -> str:
     """A key with the send scope, made by the management command in the scratch database."""
     proc = subprocess.run(
-        [*bench._manage(), "pgqueue_api_key", "create", "--name", "bench", "--scope", "send"],
+        [
+            *bench._manage(),
+            *("pgqueue_api_key", "create", "--name", "bench", "--scope", "send"),
+            # The key's rate limit is checked on every request (one statement with the
+            # authentication), but set so high that it never refuses one here.
+            *("--rate-limit", "1000000000"),
+        ],
         env=bench.child_env(),
         capture_output=True,
         text=True,
