@@ -299,3 +299,27 @@ def check_portal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             )
         )
     return errors
+
+
+@checks.register(checks.Tags.compatibility)
+def check_api_body_limit(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W040: the HTTP API's MAX_BODY_BYTES is above Django's DATA_UPLOAD_MAX_MEMORY_SIZE,
+    which then refuses the larger bodies first."""
+    from .conf import validate
+
+    try:
+        limit = validate(getattr(settings, "PGQUEUE", None)).API["MAX_BODY_BYTES"]
+    except ImproperlyConfigured:
+        return []  # E001 reports it
+    django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if django_limit is None or limit <= django_limit:
+        return []
+    return [
+        checks.Warning(
+            f"PGQUEUE['API']['MAX_BODY_BYTES'] is {limit}, above DATA_UPLOAD_MAX_MEMORY_SIZE "
+            f"({django_limit}): bodies between the two are refused (413) by Django's limit.",
+            hint="Lower MAX_BODY_BYTES or raise DATA_UPLOAD_MAX_MEMORY_SIZE. "
+            + docs_url("http-api", "limits"),
+            id="django_pgqueue.W040",
+        )
+    ]

@@ -3,12 +3,13 @@ every PGQUEUE key appears in the documentation."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 from django.core.management import get_commands, load_command_class
 
-from django_pgqueue.conf import DEFAULTS, RETENTION_DEFAULTS, WEBHOOK_DEFAULTS
+from django_pgqueue.conf import API_DEFAULTS, DEFAULTS, RETENTION_DEFAULTS, WEBHOOK_DEFAULTS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 OURS = [name for name, app in get_commands().items() if app == "django_pgqueue"]
@@ -33,21 +34,30 @@ def all_docs() -> str:
 @pytest.mark.parametrize("name", sorted(OURS))
 def test_every_command_option_is_documented(name):
     parser = load_command_class("django_pgqueue", name).create_parser("manage.py", name)
-    options = {
-        option
-        for action in parser._actions
-        if action.help != "==SUPPRESS=="
-        for option in action.option_strings
-        if option.startswith("--")
-    } - DJANGO_OPTIONS
     text = all_docs()
     assert f"`{name}`" in (DOCS / "commands.md").read_text()
-    missing = sorted(option for option in options if f"`{option}" not in text)
+    # A subcommand's options are documented as `subcommand --option ...`.
+    missing = sorted(
+        f"{prefix}{option}"
+        for prefix, option in _options(parser)
+        if option not in DJANGO_OPTIONS and f"`{prefix}{option}" not in text
+    )
     assert not missing, f"{name}: undocumented options {missing}"
+
+
+def _options(parser, prefix=""):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                yield from _options(subparser, f"{prefix}{sub} ")
+        elif action.help != "==SUPPRESS==":
+            for option in action.option_strings:
+                if option.startswith("--") and option != "--help":
+                    yield prefix, option
 
 
 def test_every_setting_is_documented():
     text = (DOCS / "settings.md").read_text()
-    keys = [*DEFAULTS, *WEBHOOK_DEFAULTS, *RETENTION_DEFAULTS]
+    keys = [*DEFAULTS, *WEBHOOK_DEFAULTS, *RETENTION_DEFAULTS, *API_DEFAULTS]
     missing = [key for key in keys if f"`{key}`" not in text]
     assert not missing, f"settings.md does not document {missing}"

@@ -7,6 +7,7 @@ not set its own ``index_template``.
 
 from django.contrib import admin
 
+from .api_keys import ApiKeyAdmin
 from .applications import ApplicationAdmin
 from .deliveries import DeliveryAdmin, EventAdmin
 from .endpoints import EndpointAdmin
@@ -15,6 +16,7 @@ from .mq import MessageQueueAdmin
 from .schedules import ScheduleAdmin
 
 __all__ = [
+    "ApiKeyAdmin",
     "ApplicationAdmin",
     "DeliveryAdmin",
     "EndpointAdmin",

@@ -13,6 +13,7 @@ import base64
 import binascii
 import hmac
 import json
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -31,6 +32,8 @@ from ..docs import docs_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
 from . import sql
 from .keys import hash_key, split_key
+
+logger = logging.getLogger("django_pgqueue.api")
 
 PROBLEM_TYPE = "application/problem+json"
 
@@ -48,6 +51,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "unsupported_media_type": (415, "The request body must be application/json"),
     "validation_error": (422, "The request is not valid"),
     "rate_limited": (429, "Too many requests for this API key"),
+    "unavailable": (503, "The database is unavailable; retry"),
 }
 
 
@@ -201,6 +205,18 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
             return problem(exc, request)
         except ValidationError as exc:
             return problem(validation_error(exc), request)
+        except (OperationalError, InterfaceError):
+            # The connection failed (a restart, a failover): whether a write committed
+            # is unknown, so the client retries, with its idempotency key.
+            logger.warning("HTTP API: database unavailable", exc_info=True)
+            return problem(
+                ApiError(
+                    "unavailable",
+                    "The database could not be reached; retry with the same idempotency key.",
+                    headers={"Retry-After": "1"},
+                ),
+                request,
+            )
 
     return view
 

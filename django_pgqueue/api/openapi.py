@@ -265,6 +265,7 @@ _COMMON = {
     "401": "No valid API key.",
     "403": "The key lacks the scope, or the object belongs to another application.",
     "429": "Over the key's rate limit (see Retry-After).",
+    "503": "The database is unavailable; retry (with the same idempotency key).",
 }
 
 
@@ -285,7 +286,7 @@ def _problems(*codes: str) -> dict[str, Any]:
             "description": descriptions[code],
             "content": {PROBLEM: {"schema": _ref("Problem")}},
         }
-        if code == "429":
+        if code in ("429", "503"):
             response["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
         responses[code] = response
     return responses

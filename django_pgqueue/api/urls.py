@@ -7,14 +7,83 @@ object outside the key's application is a 404, as an id that does not exist.
 from django.urls import path
 from django.views.decorators.http import require_GET
 
-from . import events
+from . import applications, deliveries, endpoints, event_types, events
 from .http import route
 from .openapi import openapi_view
 
 app_name = "pgqueue_api"
 
+SEND, READ, MANAGE = "send", "read", "manage"
+
 urlpatterns = [
     path("openapi.json", require_GET(openapi_view), name="openapi"),
-    path("events", route(POST=("send", events.create_event)), name="events"),
-    path("events/batch", route(POST=("send", events.create_events)), name="events_batch"),
+    path("events", route(POST=(SEND, events.create_event)), name="events"),
+    path("events/batch", route(POST=(SEND, events.create_events)), name="events_batch"),
+    path(
+        "endpoints",
+        route(GET=(READ, endpoints.list_endpoints), POST=(MANAGE, endpoints.create_endpoint)),
+        name="endpoints",
+    ),
+    path(
+        "endpoints/<int:pk>",
+        route(
+            GET=(READ, endpoints.get_endpoint),
+            PATCH=(MANAGE, endpoints.update_endpoint),
+            DELETE=(MANAGE, endpoints.delete_endpoint),
+        ),
+        name="endpoint",
+    ),
+    path(
+        "endpoints/<int:pk>/rotate-secret",
+        route(POST=(MANAGE, endpoints.rotate_secret)),
+        name="endpoint_rotate_secret",
+    ),
+    path(
+        "endpoints/<int:pk>/enable",
+        route(POST=(MANAGE, endpoints.enable_endpoint)),
+        name="endpoint_enable",
+    ),
+    path(
+        "endpoints/<int:pk>/disable",
+        route(POST=(MANAGE, endpoints.disable_endpoint)),
+        name="endpoint_disable",
+    ),
+    path(
+        "endpoints/<int:pk>/test", route(POST=(MANAGE, endpoints.send_test)), name="endpoint_test"
+    ),
+    path(
+        "endpoints/<int:pk>/replay",
+        route(POST=(MANAGE, endpoints.replay_since)),
+        name="endpoint_replay",
+    ),
+    path("deliveries", route(GET=(READ, deliveries.list_deliveries)), name="deliveries"),
+    path(
+        "deliveries/replay",
+        route(POST=(MANAGE, deliveries.replay_deliveries)),
+        name="deliveries_replay",
+    ),
+    path("deliveries/<int:pk>", route(GET=(READ, deliveries.get_delivery)), name="delivery"),
+    path(
+        "deliveries/<int:pk>/replay",
+        route(POST=(MANAGE, deliveries.replay_delivery)),
+        name="delivery_replay",
+    ),
+    path("event-types", route(GET=(READ, event_types.list_event_types)), name="event_types"),
+    path(
+        "applications",
+        route(
+            GET=(READ, applications.list_applications),
+            POST=(MANAGE, applications.create_application),
+        ),
+        name="applications",
+    ),
+    path(
+        "applications/<path:uid>",
+        route(
+            GET=(READ, applications.get_application),
+            PATCH=(MANAGE, applications.update_application),
+            DELETE=(MANAGE, applications.delete_application),
+        ),
+        name="application",
+    ),
 ]

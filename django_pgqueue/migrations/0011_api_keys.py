@@ -7,50 +7,103 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgqueue', '0010_applications'),
+        ("django_pgqueue", "0010_applications"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Who or what uses this key.', max_length=255)),
-                ('prefix', models.CharField(editable=False, max_length=16)),
-                ('key_hash', models.CharField(editable=False, max_length=64)),
-                ('scopes', models.JSONField(default=list, help_text="What the key may do: 'send', 'read' and/or 'manage'.")),
-                ('rate_limit', models.PositiveIntegerField(blank=True, help_text="Requests per rate window for this key (empty: PGQUEUE['API']['RATE_LIMIT']).", null=True, validators=[django.core.validators.MinValueValidator(1)])),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('last_used_at', models.DateTimeField(blank=True, editable=False, help_text='Updated at most once a minute.', null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('application', models.ForeignKey(blank=True, help_text="Limit the key to this application's objects (empty: every application).", null=True, on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='django_pgqueue.application')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(help_text="Who or what uses this key.", max_length=255)),
+                ("prefix", models.CharField(editable=False, max_length=16)),
+                ("key_hash", models.CharField(editable=False, max_length=64)),
+                (
+                    "scopes",
+                    models.JSONField(
+                        default=list,
+                        help_text="What the key may do: 'send', 'read' and/or 'manage'.",
+                    ),
+                ),
+                (
+                    "rate_limit",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Requests per rate window for this key (empty: PGQUEUE['API']['RATE_LIMIT']).",
+                        null=True,
+                        validators=[django.core.validators.MinValueValidator(1)],
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "last_used_at",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="Updated at most once a minute.",
+                        null=True,
+                    ),
+                ),
+                ("revoked_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "application",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="Limit the key to this application's objects (empty: every application).",
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_keys",
+                        to="django_pgqueue.application",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API key',
-                'verbose_name_plural': 'API keys',
-                'db_table': 'pgqueue_api_key',
+                "verbose_name": "API key",
+                "verbose_name_plural": "API keys",
+                "db_table": "pgqueue_api_key",
             },
         ),
         migrations.CreateModel(
-            name='ApiRateLimit',
+            name="ApiRateLimit",
             fields=[
-                ('key', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='rate_state', serialize=False, to='django_pgqueue.apikey')),
-                ('tat', models.DateTimeField(help_text="When the key's allowance is full again.")),
+                (
+                    "key",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="rate_state",
+                        serialize=False,
+                        to="django_pgqueue.apikey",
+                    ),
+                ),
+                ("tat", models.DateTimeField(help_text="When the key's allowance is full again.")),
             ],
             options={
-                'verbose_name': 'API rate-limit state',
-                'verbose_name_plural': 'API rate-limit states',
-                'db_table': 'pgqueue_api_rate',
+                "verbose_name": "API rate-limit state",
+                "verbose_name_plural": "API rate-limit states",
+                "db_table": "pgqueue_api_rate",
             },
         ),
         migrations.AddConstraint(
-            model_name='apikey',
-            constraint=models.UniqueConstraint(fields=('prefix',), name='pgq_apikey_prefix_uniq'),
+            model_name="apikey",
+            constraint=models.UniqueConstraint(fields=("prefix",), name="pgq_apikey_prefix_uniq"),
         ),
         migrations.AddConstraint(
-            model_name='apikey',
-            constraint=models.CheckConstraint(condition=models.Q(('rate_limit__isnull', True), ('rate_limit__gte', 1), _connector='OR'), name='pgq_apikey_rate_pos'),
+            model_name="apikey",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("rate_limit__isnull", True), ("rate_limit__gte", 1), _connector="OR"
+                ),
+                name="pgq_apikey_rate_pos",
+            ),
         ),
     ]

@@ -1,0 +1,60 @@
+"""API keys of the HTTP API (docs/http-api.md): created here or by
+``pgqueue_api_key``; the key is shown once, after "Save"; only its hash is kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from ..api.keys import assign_new_key, check_scopes
+from ..models.api import ApiKey, ApiScope
+
+
+class ApiKeyForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(
+        choices=ApiScope.choices, widget=forms.CheckboxSelectMultiple, label=_("Scopes")
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("name", "scopes", "application", "rate_limit")
+
+    def clean_scopes(self) -> list[str]:
+        try:
+            return check_scopes(self.cleaned_data["scopes"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
+    list_display = ("name", "key_prefix", "scopes", "application", "last_used_at", "revoked_at")
+    list_filter = ("revoked_at", "application")
+    search_fields = ("name", "=prefix")
+    readonly_fields = ("key_prefix", "created_at", "last_used_at", "revoked_at")
+    actions = ["revoke"]
+
+    @admin.display(description=_("key"))
+    def key_prefix(self, obj: ApiKey) -> str:
+        return f"pgq_{obj.prefix}_…" if obj.prefix else "-"
+
+    def save_model(self, request: Any, obj: ApiKey, form: Any, change: bool) -> None:
+        if not change:
+            key = assign_new_key(obj)
+            super().save_model(request, obj, form, change)
+            messages.warning(
+                request,
+                _("The new API key is shown only now; store it: %(key)s") % {"key": key},
+            )
+            return
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description=_("Revoke the selected keys"), permissions=["change"])
+    def revoke(self, request: Any, queryset: Any) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, _("Revoked %(count)d key(s).") % {"count": count})

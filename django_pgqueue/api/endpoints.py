@@ -1,0 +1,187 @@
+"""``/endpoints``: list, create, read, change, delete; rotate the secret, enable,
+disable, send a test event, replay since a time.
+
+Every change goes through what the admin and the portal use: the model's
+``full_clean`` (the SSRF check of the URL, headers, subscriptions), ``save``,
+``rotate_secret``, and the operations of ``storage.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+
+from .. import storage
+from ..conf import get_settings
+from ..models.webhooks import Endpoint, Ordering, RatePeriod
+from . import scoping
+from .http import ApiError, Principal, check_fields, paginate, read_json, respond
+
+#: Fields a client may set on create and change, with the JSON type each takes.
+EDITABLE: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    # name: (types, nullable)
+    "url": (str, False),
+    "description": (str, False),
+    "event_types": (list, False),
+    "channels": (list, False),
+    "headers": (dict, False),
+    "max_in_flight": (int, True),
+    "rate_limit": (int, True),
+    "rate_period": (int, False),
+    "ordering": (str, False),
+}
+CREATE_ONLY = ("application", "secret")
+
+
+def render(endpoint: Endpoint) -> dict[str, Any]:
+    """An endpoint as the API shows it: never its secret, and only the names of its
+    headers (their values may be credentials of the receiver)."""
+    return {
+        "id": endpoint.pk,
+        "url": endpoint.url,
+        "application": endpoint.application.uid if endpoint.application else None,
+        "description": endpoint.description,
+        "event_types": endpoint.event_types,
+        "channels": endpoint.channels,
+        "header_names": sorted(endpoint.headers or {}),
+        "is_active": endpoint.is_active,
+        "disabled_at": endpoint.disabled_at,
+        "disabled_reason": endpoint.disabled_reason,
+        "breaker_state": endpoint.breaker_state,
+        "max_in_flight": endpoint.max_in_flight,
+        "rate_limit": endpoint.rate_limit,
+        "rate_period": endpoint.rate_period,
+        "ordering": endpoint.ordering,
+        "created_at": endpoint.created_at,
+        "updated_at": endpoint.updated_at,
+    }
+
+
+def _apply(endpoint: Endpoint, body: dict[str, Any]) -> None:
+    """Set the editable fields given in ``body``, each checked for its JSON type, then
+    the model's own validation (422 naming each field)."""
+    errors: dict[str, list[str]] = {}
+    for name, (types, nullable) in EDITABLE.items():
+        if name not in body:
+            continue
+        value = body[name]
+        if (value is None and not nullable) or (
+            value is not None and (isinstance(value, bool) or not isinstance(value, types))
+        ):
+            errors[name] = [f"Expected {_type_name(types)}{' or null' if nullable else ''}."]
+            continue
+        if isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
+            errors[name] = ["Header values must be strings."]
+            continue
+        setattr(endpoint, name, value)
+    if "rate_period" in body and body["rate_period"] not in RatePeriod.values:
+        errors["rate_period"] = [f"One of {', '.join(map(str, RatePeriod.values))}."]
+    if "ordering" in body and body["ordering"] not in Ordering.values:
+        errors["ordering"] = [f"One of {', '.join(Ordering.values)}."]
+    if errors:
+        raise ApiError(
+            "validation_error",
+            "; ".join(f"{name}: {msgs[0]}" for name, msgs in errors.items()),
+            errors=errors,
+        )
+    endpoint.full_clean(exclude=["secret_ciphertext", "previous_secrets"])
+
+
+def _type_name(types: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+    return " or ".join(names[t] for t in (types if isinstance(types, tuple) else (types,)))
+
+
+def _endpoint(principal: Principal, pk: int) -> Endpoint:
+    return scoping.get(scoping.endpoints(principal), "endpoint", pk=scoping.object_id(pk))
+
+
+def list_endpoints(request: HttpRequest, principal: Principal) -> HttpResponse:
+    return paginate(request, scoping.endpoints(principal, request), render, newest_first=False)
+
+
+def create_endpoint(request: HttpRequest, principal: Principal) -> HttpResponse:
+    body = read_json(request)
+    check_fields(body, (*EDITABLE, *CREATE_ONLY), required=("url",))
+    endpoint = Endpoint(application=scoping.own_application(principal, body.get("application")))
+    secret = body.get("secret")
+    if secret is not None:
+        try:
+            if not isinstance(secret, str):
+                raise ValueError("the secret must be a string such as whsec_...")
+            endpoint.secret = secret
+        except ValueError as exc:
+            raise ApiError(
+                "validation_error", f"secret: {exc}", errors={"secret": [str(exc)]}
+            ) from None
+    _apply(endpoint, body)
+    with transaction.atomic(using=get_settings().DATABASE):
+        endpoint.save(using=get_settings().DATABASE)
+    # The one answer that carries the secret; GET never does.
+    return respond({**render(endpoint), "secret": endpoint.secret}, status=201)
+
+
+def get_endpoint(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    return respond(render(_endpoint(principal, pk)))
+
+
+def update_endpoint(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    endpoint = _endpoint(principal, pk)
+    body = read_json(request)
+    check_fields(body, tuple(EDITABLE))
+    _apply(endpoint, body)
+    endpoint.save()
+    return respond(render(endpoint))
+
+
+def delete_endpoint(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    _endpoint(principal, pk).delete()
+    return HttpResponse(status=204)
+
+
+def rotate_secret(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    endpoint = _endpoint(principal, pk)
+    return respond({"secret": endpoint.rotate_secret()})
+
+
+def _operation(operation: str) -> Any:
+    def view(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+        endpoint = _endpoint(principal, pk)
+        storage.apply_endpoint_operation(operation, [endpoint.pk])
+        return respond(render(_endpoint(principal, pk)))
+
+    return view
+
+
+enable_endpoint = _operation("enable")
+disable_endpoint = _operation("disable")
+
+
+def send_test(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    endpoint = _endpoint(principal, pk)
+    delivery = storage.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
+    return respond(
+        {
+            "delivery_id": delivery.pk,
+            "event_id": delivery.event_id,
+            "webhook_id": delivery.event.msg_id,
+        },
+        status=202,
+    )
+
+
+def operation_result(result: storage.OperationResult) -> dict[str, Any]:
+    return {
+        "changed": sorted(result.changed),
+        "skipped": {str(pk): reason for pk, reason in sorted(result.skipped.items())},
+    }
+
+
+def replay_since(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    endpoint = _endpoint(principal, pk)
+    body = read_json(request)
+    check_fields(body, ("since",), required=("since",))
+    since = scoping.parse_time(body["since"], "since", code="validation_error")
+    return respond(operation_result(storage.replay_endpoint_deliveries(endpoint.pk, since)))

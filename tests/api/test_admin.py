@@ -1,0 +1,49 @@
+"""API keys in the admin: the key is shown once, after creation; the hash never."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.messages import get_messages
+
+from django_pgqueue.models import ApiKey
+
+from .conftest import ApiClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_key_created_in_the_admin_is_shown_once_and_works(admin_client, api_conf, tenants):
+    response = admin_client.post(
+        "/admin/django_pgqueue/apikey/add/",
+        {"name": "ops", "scopes": ["read"], "application": tenants["a"].pk, "rate_limit": ""},
+    )
+    assert response.status_code == 302, response.content[:2000]
+    shown = " ".join(str(m) for m in get_messages(response.wsgi_request))
+    key = re.search(r"pgq_[0-9a-f]{12}_\S+", shown).group(0)
+    stored = ApiKey.objects.get()
+    assert stored.scopes == ["read"] and stored.application == tenants["a"]
+    assert ApiClient(key).get("applications").json()["data"][0]["uid"] == "cust_a"
+    # The page after "Save" shows the key (the message); no later page does.
+    assert key.encode() in admin_client.get(response["Location"]).content
+    page = admin_client.get(f"/admin/django_pgqueue/apikey/{stored.pk}/change/")
+    assert page.status_code == 200
+    assert key.encode() not in page.content and stored.key_hash.encode() not in page.content
+    listing = admin_client.get("/admin/django_pgqueue/apikey/")
+    assert f"pgq_{stored.prefix}_".encode() in listing.content
+
+
+def test_keys_are_revoked_by_the_admin_action(admin_client, api, tenants):
+    client = api("read")
+    admin_client.post(
+        "/admin/django_pgqueue/apikey/",
+        {"action": "revoke", "_selected_action": [ApiKey.objects.get().pk]},
+    )
+    assert ApiKey.objects.get().revoked_at is not None
+    assert client.get("applications").status_code == 401
+
+
+def test_a_key_needs_a_scope(admin_client, tenants):
+    response = admin_client.post("/admin/django_pgqueue/apikey/add/", {"name": "none"})
+    assert response.status_code == 200 and not ApiKey.objects.exists()
