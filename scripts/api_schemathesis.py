@@ -10,7 +10,11 @@ It creates a scratch database beside DATABASE_URL's (``<name>_api``), migrates i
 makes an API key holding every scope, starts gunicorn (several worker processes)
 serving the test project on it, and runs ``st run`` on the API's ``openapi.json``
 with the checks ``not_a_server_error`` and ``response_schema_conformance``. The
-number of test cases per operation is bounded (``--max-examples``, default 25) to
+database is seeded first (applications, endpoints, events and their deliveries), and
+half of the generated ``{id}`` and ``{uid}`` path values are drawn from the seeded
+objects (a Schemathesis dictionary), so the operations on one object reach past
+their 404 to the real work and its 2xx responses. The
+number of test cases per operation is bounded (``--max-examples``, default 20) to
 keep the run within a couple of minutes. Afterwards the run's report must name every
 operation of the document, or the script fails. The server and the database are
 removed at the end (``--keep`` keeps the database). The exit status is Schemathesis'
@@ -41,6 +45,24 @@ from django_pgqueue.bench.server import Server  # noqa: E402
 
 MOUNT = "/webhooks/api"
 CHECKS = "not_a_server_error,response_schema_conformance"
+#: Made in the scratch database before the run; prints the ids and uids as JSON.
+SEED = """
+import json
+from django_pgqueue import send_event
+from django_pgqueue.models import Application, Delivery, Endpoint
+apps = [Application.objects.create(uid=uid, name=uid) for uid in ("st_acme", "st_globex")]
+endpoints = [
+    Endpoint.objects.create(
+        url=f"http://127.0.0.1:9/hook-{i}", application=apps[0] if i % 3 == 0 else None
+    )
+    for i in range(10)
+]
+for n in range(4):
+    send_event("order.paid", {"order_id": n})
+send_event("order.paid", {"order_id": 99}, application="st_acme")
+ids = [e.pk for e in endpoints] + list(Delivery.objects.values_list("pk", flat=True))
+print(json.dumps({"ids": sorted(set(ids)), "uids": [a.uid for a in apps]}))
+"""
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
@@ -82,25 +104,33 @@ def operations(document: dict) -> set[str]:
     }
 
 
-def tested_operations(report: Path) -> set[str]:
-    """``METHOD /path`` of every operation that the run's ndjson events say was tested:
-    a scenario that finished other than skipped, with requests recorded."""
-    seen: set[str] = set()
+def statuses(report: Path) -> dict[str, dict[int, int]]:
+    """``METHOD /path`` -> {HTTP status: responses} of every operation the run's ndjson
+    events say was tested (a scenario that finished other than skipped)."""
+    seen: dict[str, dict[int, int]] = {}
     for line in report.read_text().splitlines():
         try:
             event = json.loads(line).get("ScenarioFinished")
         except (ValueError, AttributeError):
             continue
-        if isinstance(event, dict) and event.get("status") != "skip":
-            recorder = event.get("recorder") or {}
-            if recorder.get("interactions") and isinstance(recorder.get("label"), str):
-                seen.add(recorder["label"])
+        if not isinstance(event, dict) or event.get("status") == "skip":
+            continue
+        recorder = event.get("recorder") or {}
+        label = recorder.get("label")
+        interactions = recorder.get("interactions") or {}
+        if not isinstance(label, str) or not interactions:
+            continue
+        counts = seen.setdefault(label, {})
+        for interaction in interactions.values():
+            status = ((interaction or {}).get("response") or {}).get("status_code")
+            if isinstance(status, int):
+                counts[status] = counts.get(status, 0) + 1
     return seen
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-examples", type=int, default=25)
+    parser.add_argument("--max-examples", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument("extra", nargs="*", help="more arguments for `st run`")
@@ -127,6 +157,17 @@ def main() -> int:
             *("--rate-limit", "1000000"),
         )
         key = key.strip().splitlines()[-1].strip()
+        seeded = json.loads(manage(url, "shell", "-c", SEED).strip().splitlines()[-1])
+        config = reports / "schemathesis.toml"
+        config.write_text(
+            "[dictionaries.ids]\n"
+            f"values = {json.dumps(seeded['ids'])}\n"
+            "[dictionaries.uids]\n"
+            f"values = {json.dumps(seeded['uids'])}\n"
+            "[parameters]\n"
+            '"path.id" = { dictionary = "ids", probability = 0.5 }\n'
+            '"path.uid" = { dictionary = "uids", probability = 0.5 }\n'
+        )
         server = Server(
             workers=args.workers,
             threads=2,
@@ -143,6 +184,8 @@ def main() -> int:
         ndjson = reports / "events.ndjson"
         argv = [
             st,
+            "--config-file",
+            str(config),
             "run",
             schema_url,
             "--url",
@@ -166,7 +209,11 @@ def main() -> int:
         ]
         say("$ " + " ".join(a if "Bearer" not in a else "Authorization: Bearer ***" for a in argv))
         code = subprocess.run(argv, cwd=reports, check=False).returncode
-        missing = sorted(declared - tested_operations(ndjson)) if ndjson.exists() else ["?"]
+        tested = statuses(ndjson) if ndjson.exists() else {}
+        for label in sorted(tested):
+            counts = ", ".join(f"{k}: {v}" for k, v in sorted(tested[label].items()))
+            print(f"    {label:<36} {counts}")
+        missing = sorted(declared - set(tested))
         if missing:
             say(f"operations Schemathesis did not test: {', '.join(missing)}")
             code = code or 1
