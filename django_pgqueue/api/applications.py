@@ -14,7 +14,15 @@ from django.http import HttpRequest, HttpResponse
 from ..conf import get_settings
 from ..models.webhooks import Application
 from . import scoping
-from .http import ApiError, Principal, check_fields, paginate, read_json, respond
+from .http import (
+    ApiError,
+    Principal,
+    check_fields,
+    invalid_fields,
+    paginate,
+    read_json,
+    respond,
+)
 
 EDITABLE: dict[str, type] = {"name": str, "metadata": dict, "is_active": bool}
 
@@ -37,11 +45,7 @@ def _apply(application: Application, body: dict[str, Any]) -> None:
         if name in body and type(body[name]) is not kind
     }
     if errors:
-        raise ApiError(
-            "validation_error",
-            "; ".join(f"{name}: {msgs[0]}" for name, msgs in errors.items()),
-            errors=errors,
-        )
+        raise invalid_fields(errors)
     for name in EDITABLE:
         if name in body:
             setattr(application, name, body[name])
@@ -68,9 +72,7 @@ def create_application(request: HttpRequest, principal: Principal) -> HttpRespon
     uid = body["uid"]
     application = Application(uid=uid if isinstance(uid, str) else "")
     if not isinstance(uid, str):
-        raise ApiError(
-            "validation_error", "uid: Expected a string.", errors={"uid": ["Expected a string."]}
-        )
+        raise invalid_fields({"uid": ["Expected a string."]})
     _apply(application, body)
     alias = get_settings().DATABASE
     try:

@@ -64,7 +64,7 @@ def list_deliveries(request: HttpRequest, principal: Principal) -> HttpResponse:
     return paginate(request, queryset, render, newest_first=True)
 
 
-def get_delivery(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def get_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     delivery = scoping.get(scoping.deliveries(principal), "delivery", pk=scoping.object_id(pk))
     attempts = [
         {
@@ -84,7 +84,7 @@ def get_delivery(request: HttpRequest, principal: Principal, pk: int) -> HttpRes
     )
 
 
-def replay_delivery(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def replay_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     delivery = scoping.get(scoping.deliveries(principal), "delivery", pk=scoping.object_id(pk))
     return respond(operation_result(storage.replay(Delivery, [delivery.pk])))
 

@@ -17,7 +17,15 @@ from .. import storage
 from ..conf import get_settings
 from ..models.webhooks import Endpoint, Ordering, RatePeriod
 from . import scoping
-from .http import ApiError, Principal, check_fields, paginate, read_json, respond
+from .http import (
+    ApiError,
+    Principal,
+    check_fields,
+    invalid_fields,
+    paginate,
+    read_json,
+    respond,
+)
 
 #: Fields a client may set on create and change, with the JSON type each takes.
 EDITABLE: dict[str, tuple[type | tuple[type, ...], bool]] = {
@@ -81,11 +89,7 @@ def _apply(endpoint: Endpoint, body: dict[str, Any]) -> None:
     if "ordering" in body and body["ordering"] not in Ordering.values:
         errors["ordering"] = [f"One of {', '.join(Ordering.values)}."]
     if errors:
-        raise ApiError(
-            "validation_error",
-            "; ".join(f"{name}: {msgs[0]}" for name, msgs in errors.items()),
-            errors=errors,
-        )
+        raise invalid_fields(errors)
     endpoint.full_clean(exclude=["secret_ciphertext", "previous_secrets"])
 
 
@@ -94,7 +98,7 @@ def _type_name(types: type | tuple[type, ...]) -> str:
     return " or ".join(names[t] for t in (types if isinstance(types, tuple) else (types,)))
 
 
-def _endpoint(principal: Principal, pk: int) -> Endpoint:
+def _endpoint(principal: Principal, pk: str) -> Endpoint:
     return scoping.get(scoping.endpoints(principal), "endpoint", pk=scoping.object_id(pk))
 
 
@@ -123,11 +127,11 @@ def create_endpoint(request: HttpRequest, principal: Principal) -> HttpResponse:
     return respond({**render(endpoint), "secret": endpoint.secret}, status=201)
 
 
-def get_endpoint(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def get_endpoint(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     return respond(render(_endpoint(principal, pk)))
 
 
-def update_endpoint(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def update_endpoint(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk)
     body = read_json(request)
     check_fields(body, tuple(EDITABLE))
@@ -136,18 +140,18 @@ def update_endpoint(request: HttpRequest, principal: Principal, pk: int) -> Http
     return respond(render(endpoint))
 
 
-def delete_endpoint(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def delete_endpoint(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     _endpoint(principal, pk).delete()
     return HttpResponse(status=204)
 
 
-def rotate_secret(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def rotate_secret(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk)
     return respond({"secret": endpoint.rotate_secret()})
 
 
 def _operation(operation: str) -> Any:
-    def view(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    def view(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
         endpoint = _endpoint(principal, pk)
         storage.apply_endpoint_operation(operation, [endpoint.pk])
         return respond(render(_endpoint(principal, pk)))
@@ -159,7 +163,7 @@ enable_endpoint = _operation("enable")
 disable_endpoint = _operation("disable")
 
 
-def send_test(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk)
     delivery = storage.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
     return respond(
@@ -179,7 +183,7 @@ def operation_result(result: storage.OperationResult) -> dict[str, Any]:
     }
 
 
-def replay_since(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+def replay_since(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk)
     body = read_json(request)
     check_fields(body, ("since",), required=("since",))

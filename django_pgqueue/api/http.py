@@ -21,7 +21,7 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -182,7 +182,11 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
     **url kwargs)."""
     allowed = ", ".join(sorted(methods))
 
+    # Never inside ATOMIC_REQUESTS' transaction: the rate-limit UPSERT would hold its
+    # row lock (serialising the key's requests) until the whole request ended, and the
+    # views commit before they answer.
     @csrf_exempt
+    @transaction.non_atomic_requests
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
         try:
             entry = methods.get(request.method or "")
@@ -290,21 +294,20 @@ def read_json(request: HttpRequest, *, check_document: bool = True) -> dict[str,
     return value
 
 
+def invalid_fields(errors: Mapping[str, list[str]], hint: str = "") -> ApiError:
+    """A 422 naming each field at fault with its first message."""
+    detail = "; ".join(f"{name}: {messages[0]}" for name, messages in errors.items())
+    return ApiError("validation_error", detail + hint, errors=errors)
+
+
 def check_fields(
     body: Mapping[str, Any], allowed: tuple[str, ...], required: tuple[str, ...] = ()
 ) -> None:
     """422 for an unknown or missing field, naming it."""
-    unknown = sorted(set(body) - set(allowed))
-    missing = [name for name in required if name not in body]
-    if unknown or missing:
-        errors = {name: ["Unknown field."] for name in unknown}
-        errors.update({name: ["This field is required."] for name in missing})
-        raise ApiError(
-            "validation_error",
-            "; ".join(f"{name}: {msgs[0]}" for name, msgs in errors.items())
-            + f" Fields are: {', '.join(allowed)}.",
-            errors=errors,
-        )
+    errors = {name: ["Unknown field."] for name in sorted(set(body) - set(allowed))}
+    errors.update({name: ["This field is required."] for name in required if name not in body})
+    if errors:
+        raise invalid_fields(errors, f" Fields are: {', '.join(allowed)}.")
 
 
 # -- pagination -------------------------------------------------------------------------

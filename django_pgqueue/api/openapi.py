@@ -348,8 +348,8 @@ def _paging() -> list[dict[str, Any]]:
 APPLICATION_FILTER = _query("application", KEY, "Only this application's objects (its uid).")
 
 
-def build_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document (paths are relative to the mount point)."""
+def build_document(base: str = "") -> dict[str, Any]:
+    """The OpenAPI 3.1 document; ``base`` is the mount point's path (the server URL)."""
     uid_param = {
         "name": "uid",
         "in": "path",
@@ -374,7 +374,7 @@ def build_document() -> dict[str, Any]:
                 "applications. Errors are RFC 9457 application/problem+json."
             ),
         },
-        "servers": [{"url": "."}],
+        "servers": [{"url": base or "/"}],
         "security": [{"bearerAuth": []}],
         "paths": {
             "/events": {
@@ -613,5 +613,6 @@ def build_document() -> dict[str, Any]:
 
 
 def openapi_view(request: HttpRequest) -> HttpResponse:
-    """``GET openapi.json``: public, like the documentation it is."""
-    return respond(build_document())
+    """``GET openapi.json``: public, like the documentation it is. Its server URL is
+    where the API is mounted, so tools call the right paths."""
+    return respond(build_document(request.path.rsplit("/", 1)[0]))

@@ -24,7 +24,9 @@ MAX_ID = 2**63 - 1
 
 
 def object_id(value: Any, name: str = "id") -> int:
-    """A path or body id; 404 for one no row can have."""
+    """A path id (digits) or body id (an integer); 404 for one no row can have."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
         raise ApiError("not_found", f"No object with {name} {value!r}.")
     return value
@@ -117,4 +119,9 @@ def parse_time(value: Any, name: str, *, code: str = "invalid_parameter") -> dat
             code,
             f"{name} must be an ISO 8601 date-time such as 2026-01-31T12:00:00Z, got {value!r}.",
         )
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # an offset that takes it past year 1 or 9999
+        raise ApiError(code, f"{name} is out of range, got {value!r}.") from None

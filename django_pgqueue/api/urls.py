@@ -1,7 +1,9 @@
 """The HTTP API's URLconf: ``path("webhooks/api/", include("django_pgqueue.api.urls"))``.
 
 Each route names the scope each of its methods needs (``http.route``); an id of an
-object outside the key's application is a 404, as an id that does not exist.
+object outside the key's application is a 404, as an id that does not exist. Ids
+are taken as strings and parsed by the views, so a malformed one is a problem+json
+404 like any other, not Django's HTML page.
 """
 
 from django.urls import path
@@ -25,7 +27,7 @@ urlpatterns = [
         name="endpoints",
     ),
     path(
-        "endpoints/<int:pk>",
+        "endpoints/<str:pk>",
         route(
             GET=(READ, endpoints.get_endpoint),
             PATCH=(MANAGE, endpoints.update_endpoint),
@@ -34,25 +36,25 @@ urlpatterns = [
         name="endpoint",
     ),
     path(
-        "endpoints/<int:pk>/rotate-secret",
+        "endpoints/<str:pk>/rotate-secret",
         route(POST=(MANAGE, endpoints.rotate_secret)),
         name="endpoint_rotate_secret",
     ),
     path(
-        "endpoints/<int:pk>/enable",
+        "endpoints/<str:pk>/enable",
         route(POST=(MANAGE, endpoints.enable_endpoint)),
         name="endpoint_enable",
     ),
     path(
-        "endpoints/<int:pk>/disable",
+        "endpoints/<str:pk>/disable",
         route(POST=(MANAGE, endpoints.disable_endpoint)),
         name="endpoint_disable",
     ),
     path(
-        "endpoints/<int:pk>/test", route(POST=(MANAGE, endpoints.send_test)), name="endpoint_test"
+        "endpoints/<str:pk>/test", route(POST=(MANAGE, endpoints.send_test)), name="endpoint_test"
     ),
     path(
-        "endpoints/<int:pk>/replay",
+        "endpoints/<str:pk>/replay",
         route(POST=(MANAGE, endpoints.replay_since)),
         name="endpoint_replay",
     ),
@@ -62,9 +64,9 @@ urlpatterns = [
         route(POST=(MANAGE, deliveries.replay_deliveries)),
         name="deliveries_replay",
     ),
-    path("deliveries/<int:pk>", route(GET=(READ, deliveries.get_delivery)), name="delivery"),
+    path("deliveries/<str:pk>", route(GET=(READ, deliveries.get_delivery)), name="delivery"),
     path(
-        "deliveries/<int:pk>/replay",
+        "deliveries/<str:pk>/replay",
         route(POST=(MANAGE, deliveries.replay_delivery)),
         name="delivery_replay",
     ),

@@ -11,7 +11,8 @@ import pytest
 from django.test import Client
 
 from django_pgqueue.api.keys import create_key
-from django_pgqueue.models import Application, Endpoint
+from django_pgqueue.models import Application, Delivery, Endpoint, Status
+from django_pgqueue.webhooks.fanout import send_event
 
 from ..webhooks.conftest import FAST_WEBHOOKS
 
@@ -100,6 +101,17 @@ def tenants(transactional_db: None) -> dict[str, Any]:
         "ep_b": Endpoint.objects.create(url="https://127.0.0.1:9/b", application=b),
         "ep_global": Endpoint.objects.create(url="https://127.0.0.1:9/g"),
     }
+
+
+@pytest.fixture
+def world(api_conf, tenants):
+    """Each application has an event delivered (dead) to its endpoint."""
+    send_event("a.order", {"n": 1}, application="cust_a")
+    send_event("b.secret", {"n": 2}, application="cust_b")
+    Delivery.objects.update(status=Status.DEAD, finished_at="2026-01-01T00:00:00Z")
+    tenants["dlv_a"] = Delivery.objects.get(endpoint=tenants["ep_a"])
+    tenants["dlv_b"] = Delivery.objects.get(endpoint=tenants["ep_b"])
+    return tenants
 
 
 def problem_of(response: Any, status: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from django.db import connections
+from django.test.utils import CaptureQueriesContext
 
 from django_pgqueue.models import Delivery, Event
 
@@ -15,11 +16,39 @@ from .conftest import problem_of
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _committed_deliveries(event_id: int) -> list[int]:
+    """The event's deliveries as another connection sees them: committed rows only."""
+    seen: list[int] = []
+
+    def read() -> None:
+        try:
+            seen.extend(Delivery.objects.filter(event_id=event_id).values_list("pk", flat=True))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join()
+    return seen
+
+
 def test_an_event_and_all_its_deliveries_exist_when_the_202_comes(api, tenants):
     client = api("send")
-    response = client.post("events", {"event_type": "order.paid", "payload": {"id": 1}})
+    with CaptureQueriesContext(connections["default"]) as queries:
+        response = client.post("events", {"event_type": "order.paid", "payload": {"id": 1}})
     assert response.status_code == 202, response.content
+    # The hot path: the key with its rate limit, then the event and its fan-out in one
+    # transaction, committed before the answer; no savepoints.
+    statements = [q["sql"].split("*/")[0].strip("/* ") for q in queries.captured_queries]
+    assert not [s for s in statements if "SAVEPOINT" in s]
+    # Django logs BEGIN and COMMIT on some versions only.
+    assert [s for s in statements if s not in ("BEGIN", "COMMIT")] == [
+        "pgqueue:api_authenticate",
+        "pgqueue:insert_event",
+        "pgqueue:fan_out",
+    ]
     body = response.json()
+    assert len(_committed_deliveries(body["id"])) == body["deliveries"] == 1
     event = Event.objects.get(pk=body["id"])
     assert body["webhook_id"] == event.msg_id
     assert body["deliveries"] == 1  # the one global endpoint

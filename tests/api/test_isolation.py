@@ -11,7 +11,6 @@ from django.urls import URLPattern
 from django_pgqueue.api import urls
 from django_pgqueue.api.openapi import build_document
 from django_pgqueue.models import Application, Delivery, Endpoint, Status
-from django_pgqueue.webhooks.fanout import send_event
 
 from .conftest import ApiClient, problem_of
 
@@ -62,21 +61,10 @@ def test_the_route_table_covers_every_documented_operation_and_url():
     }
     assert tested == documented
     patterns = {str(p.pattern) for p in urls.urlpatterns if isinstance(p, URLPattern)}
-    routed = {p.replace("<int:pk>", "{x}").replace("<path:uid>", "{x}") for p in patterns} - {
+    routed = {p.replace("<str:pk>", "{x}").replace("<path:uid>", "{x}") for p in patterns} - {
         "openapi.json"
     }
     assert routed == {p for _, p in documented}
-
-
-@pytest.fixture
-def world(api_conf, tenants):
-    """Each application has an event delivered (dead) to its endpoint."""
-    send_event("a.order", {"n": 1}, application="cust_a")
-    send_event("b.secret", {"n": 2}, application="cust_b")
-    Delivery.objects.update(status=Status.DEAD, finished_at="2026-01-01T00:00:00Z")
-    tenants["dlv_a"] = Delivery.objects.get(endpoint=tenants["ep_a"])
-    tenants["dlv_b"] = Delivery.objects.get(endpoint=tenants["ep_b"])
-    return tenants
 
 
 def _fill(value, world):

@@ -201,7 +201,9 @@ def test_a_delivery_shows_its_attempts_and_replays(api, tenants):
     assert again == {"changed": [], "skipped": {str(delivery.pk): "is pending"}}
     bulk = client.post("deliveries/replay", {"ids": [delivery.pk, 10**30]})
     assert bulk.status_code == 200 and bulk.json()["skipped"][str(10**30)] == "not found"
-    problem_of(client.get("deliveries/99999999999999999999"), 404)
+    for bad in ("99999999999999999999", "0", "-1", "abc", "1e3", "\u0661"):
+        problem_of(client.get(f"deliveries/{bad}"), 404)
+        problem_of(client.post(f"endpoints/{bad}/enable"), 404)
 
 
 def test_applications_are_created_changed_and_deleted(api, tenants):
@@ -239,6 +241,11 @@ def test_event_types_are_the_declared_and_the_seen(api, settings, tenants):
     assert data["order.paid"]["schema"] == {"type": "object"}
     assert not data["order.shipped"]["seen"] and not data["user.created"]["declared"]
     assert Event.objects.count() == 2
+
+
+def test_the_document_names_the_mount_point_as_its_server(client):
+    document = client.get("/webhooks/api/openapi.json").json()
+    assert document["servers"] == [{"url": "/webhooks/api"}]
 
 
 def test_a_method_a_route_has_not_is_a_405_problem(api, tenants):

@@ -1,0 +1,81 @@
+"""The OpenAPI document is valid and the API answers as it says: every operation's
+answers (successes and problems) have a documented status and match its schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from django_pgqueue.api.openapi import build_document
+
+from .conftest import ApiClient
+from .test_isolation import ROUTES, _path
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DOCUMENT = build_document("/webhooks/api")
+
+
+def _validate(schema: dict, value: object) -> None:
+    root = {"components": DOCUMENT["components"], **schema}
+    Draft202012Validator(root).validate(value)
+
+
+def test_every_schema_is_a_valid_json_schema():
+    for name, schema in DOCUMENT["components"]["schemas"].items():
+        Draft202012Validator.check_schema(schema), name
+    assert DOCUMENT["openapi"] == "3.1.0"
+    ids = [op["operationId"] for item in DOCUMENT["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids))
+
+
+def _template(path: str) -> str:
+    return "/" + path.replace("{ep}", "{id}").replace("{dlv}", "{id}").replace("{app}", "{uid}")
+
+
+def _check(response, method: str, path: str) -> None:
+    operation = DOCUMENT["paths"][_template(path)][method]
+    documented = operation["responses"]
+    status = str(response.status_code)
+    assert status in documented, (method, path, status, response.content[:300])
+    content = documented[status].get("content")
+    if content is None:
+        assert response.content == b""
+        return
+    [(media, spec)] = content.items()
+    assert response["Content-Type"] == media
+    _validate(spec["schema"], json.loads(response.content))
+
+
+def _body(body, objects):
+    text = json.dumps(body).replace('"{dlv}"', str(objects["dlv_b"].pk))
+    # Not another application's objects here: this key sees everything.
+    return json.loads(text.replace("cust_b", "cust_a"))
+
+
+@pytest.mark.parametrize(("method", "path", "scope", "body"), ROUTES)
+def test_every_operation_answers_as_documented(api, world, method, path, scope, body):
+    client = api()
+    if body is not None:
+        request_schema = DOCUMENT["paths"][_template(path)][method]["requestBody"]
+        _validate(request_schema["content"]["application/json"]["schema"], _body(body, world))
+    response = client.call(method, _path(path, world), _body(body, world) if body else None)
+    assert response.status_code < 300, response.content
+    _check(response, method, path)
+    # Problems match the Problem schema and are documented: no key, and bad input.
+    _check(ApiClient(None).call(method, _path(path, world)), method, path)
+    if body is not None:
+        _check(client.call(method, _path(path, world), raw=b"{"), method, path)
+        _check(client.call(method, _path(path, world), {"nonsense": 1}), method, path)
+        _check(
+            client.call(method, _path(path, world), raw=b"{}", content_type="text/plain"),
+            method,
+            path,
+        )
+    if "{" in path:
+        missing = (
+            path.replace("{ep}", "999999").replace("{dlv}", "999999").replace("{app}", "nobody")
+        )
+        _check(client.call(method, missing, _body(body, world) if body else None), method, path)
