@@ -36,6 +36,7 @@ from psycopg import sql as pgsql
 from .. import sql
 from ..conf import get_settings
 from ..db import connect, connection_params
+from .server import children
 
 WORKLOADS = (
     "enqueue",
@@ -1119,14 +1120,6 @@ def rss_kib(pid: int) -> int:
         except OSError:
             pass
     return total
-
-
-def children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(c) for c in fh.read().split()]
-    except OSError:
-        return []
 
 
 def read_latencies(path: str) -> dict[int, float]:
