@@ -45,6 +45,9 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
         "--n-webhooks=5",
         "--fair-events=1",
         "--applications=50",
+        "--n-ingest=8",
+        "--ingest-clients=2",
+        "--ingest-workers=1",
         f"--json={out}",
     )
     printed = capsys.readouterr().out
@@ -53,6 +56,7 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
     workloads = {row["workload"] for row in data["rows"]}
     assert {"enqueue", "raw ceiling", "drain", "wake-up latency", "claim cost"} <= workloads
     assert "enqueue + NOTIFY" in workloads and "tenant fan-out" in workloads
+    assert "ingest" in workloads
     for row in data["rows"]:
         assert row["values"], row
         assert all(v > 0 for v in row["values"]), row
@@ -65,3 +69,28 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
     assert "fairness" in WORKLOADS
     configs = {row["config"] for row in data["rows"] if row["workload"] == "webhooks"}
     assert any("one slow" in c and "p99" in c for c in configs), configs
+
+
+@pytest.mark.timeout(120)
+def test_ingest_posts_events_through_a_real_server_beside_the_ceiling(transactional_db, tmp_path):
+    """The ingest rows: the API and the bare view each measured at each client count,
+    and both really wrote their events (a failed request fails the run)."""
+    out = tmp_path / "bench.json"
+    call_command(
+        "pgqueue_bench",
+        "--only=ingest",
+        "--repeat=2",
+        "--n-ingest=12",
+        "--ingest-clients=1,3",
+        "--ingest-workers=2",
+        f"--json={out}",
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["workload"], r["unit"]) for r in rows] == [
+        ("ingest", unit) for _ in (1, 3) for unit in ("events/s", "ms", "ms")
+    ]
+    for row in rows:
+        assert len(row["values"]) == len(row["reference_values"]) == 2, row
+        assert all(v > 0 for v in row["values"] + row["reference_values"]), row
+    assert rows[0]["target"] == "≥ 80% of ceiling" and rows[0]["ratio"] > 0
+    assert "1 keep-alive clients" in rows[0]["config"] and "3 keep-alive" in rows[3]["config"]

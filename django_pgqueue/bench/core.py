@@ -36,6 +36,7 @@ from psycopg import sql as pgsql
 from .. import sql
 from ..conf import get_settings
 from ..db import connect, connection_params
+from .server import children
 
 WORKLOADS = (
     "enqueue",
@@ -47,6 +48,7 @@ WORKLOADS = (
     "notify",
     "mq",
     "tenant_fanout",
+    "ingest",
 )
 
 #: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
@@ -220,6 +222,9 @@ class Bench:
         n_webhooks: int = 2000,
         fair_events: int = 10,
         applications: int = 100_000,
+        n_ingest: int = 2000,
+        ingest_clients: list[int] | None = None,
+        ingest_workers: int = 4,
         keep: bool = False,
         alias: str | None = None,
         out: Callable[[str], None] = print,
@@ -242,6 +247,9 @@ class Bench:
         self.n_webhooks = n_webhooks
         self.fair_events = fair_events
         self.applications = applications
+        self.n_ingest = n_ingest
+        self.ingest_clients = ingest_clients or [8, 32]
+        self.ingest_workers = ingest_workers
         self.keep = keep
         #: Longest a drain may take before the run is abandoned.
         self.timeout = max(120.0, n_drain / 100)
@@ -1041,6 +1049,13 @@ class Bench:
 
         bench_message_queues(self)
 
+    # 9. the HTTP API's ingest on a real server (bench/ingest.py) -----------------------------
+
+    def bench_ingest(self) -> None:
+        from .ingest import bench_ingest
+
+        bench_ingest(self)
+
     # -- output ------------------------------------------------------------------------------
 
     def table(self) -> str:
@@ -1105,14 +1120,6 @@ def rss_kib(pid: int) -> int:
         except OSError:
             pass
     return total
-
-
-def children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(c) for c in fh.read().split()]
-    except OSError:
-        return []
 
 
 def read_latencies(path: str) -> dict[int, float]:

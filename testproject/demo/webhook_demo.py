@@ -9,20 +9,33 @@ breaker and its deliveries end in the dead-letter queue.
 Two customers (applications ``demo_acme`` and ``demo_globex``) each have a verifying
 receiver of their own and get their own orders: each receiver only ever sees its own
 customer's events, and the global receivers none of them (docs/multi-tenant.md).
+
+The customers' orders come in through the HTTP API (docs/http-api.md), as a service
+in another language would send them: a real server (gunicorn, two worker processes)
+serves the project on the demo's database, and the orders are ``POST /events`` with
+an API key made by ``pgqueue_api_key``. Without gunicorn or the API's extra, they are
+sent with ``send_event`` instead, and the demo says so.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import requests
 from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
 from django.db.models import Count
 from django.test import override_settings
 
 from django_pgqueue import send_event
+from django_pgqueue.bench.server import Server, api_server_unavailable
 from django_pgqueue.models import Application, Delivery, DeliveryAttempt, Endpoint
 from django_pgqueue.worker import Worker
 from testproject.demo import receivers
@@ -90,14 +103,58 @@ def finish(state: DemoState, out: Any, timeout: float = 60) -> str:
                 send_event("order.paid", {"order_id": i, "amount_cents": 1000 + i})
             for i in range(REFUNDS):
                 send_event("order.refunded", {"order_id": i})
-            for uid in CUSTOMERS:
-                for i in range(CUSTOMER_EVENTS):
-                    send_event("order.paid", {"customer": uid, "order_id": i}, application=uid)
+            out.write(_send_customer_orders())
             _drain(state, timeout)
             seconds = time.monotonic() - started
         return _summary(state, seconds)
     finally:
         state.receiver.close()
+
+
+def _send_customer_orders() -> str:
+    """Each customer's orders, through the HTTP API when it can be served; says how."""
+    orders = [
+        (uid, {"customer": uid, "order_id": i}) for uid in CUSTOMERS for i in range(CUSTOMER_EVENTS)
+    ]
+    reason = api_server_unavailable()
+    if reason:
+        for uid, payload in orders:
+            send_event("order.paid", payload, application=uid)
+        return f"Sent the customers' {len(orders)} orders with send_event ({reason})"
+    buffer = io.StringIO()
+    call_command("pgqueue_api_key", "create", "--name", "demo", "--scope", "send", stdout=buffer)
+    key = buffer.getvalue().strip().splitlines()[-1].strip()
+    run = uuid.uuid4().hex[:8]  # idempotency keys are unique across runs of the demo
+    started = time.monotonic()
+    server = Server(
+        workers=2, threads=2, cwd=settings.BASE_DIR, env={"DATABASE_URL": _database_url()}
+    )
+    try:
+        server.start("/webhooks/api/openapi.json")
+        url = server.url("/webhooks/api/events")
+        with requests.Session() as session:
+            session.headers["Authorization"] = f"Bearer {key}"
+            for uid, payload in orders:
+                response = session.post(
+                    url,
+                    json={"event_type": "order.paid", "payload": payload, "application": uid},
+                    headers={"Idempotency-Key": f"demo-{run}-{uid}-{payload['order_id']}"},
+                    timeout=30,
+                )
+                if response.status_code != 202:
+                    raise RuntimeError(f"POST {url}: {response.status_code} {response.text[:500]}")
+    finally:
+        server.close()
+    return (
+        f"Sent the customers' {len(orders)} orders through the HTTP API: POST {url} "
+        f"(gunicorn, 2 workers; {time.monotonic() - started:.1f}s with its start-up)"
+    )
+
+
+def _database_url() -> str:
+    """DATABASE_URL naming the database this process uses (a test run's, too)."""
+    base = urlsplit(settings.DATABASE_URL)
+    return urlunsplit(base._replace(path="/" + connection.settings_dict["NAME"]))
 
 
 def run_webhook_demo(out: Any) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 TEMPLATE_DB = "pgq_fault_template"
 
 
-def _manage(url: str, *args: str, timeout: float = 120) -> None:
+def _manage(url: str, *args: str, timeout: float = 120) -> str:
     env = {
         **os.environ,
         "DATABASE_URL": url,
@@ -115,6 +115,7 @@ def _manage(url: str, *args: str, timeout: float = 120) -> None:
         check=False,
     )
     assert proc.returncode == 0, f"manage.py {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}"
+    return proc.stdout
 
 
 @pytest.fixture(scope="session")

@@ -20,3 +20,5 @@ def test_each_customer_receiver_sees_only_its_own_events():
     for name in ("verifying", "flaky", "dead"):
         assert counts[name]["customers"] == []
     assert "saw the events of: demo_acme" in out.getvalue()
+    # The customers' orders came in through the HTTP API on a real server.
+    assert "orders through the HTTP API: POST http://127.0.0.1:" in out.getvalue()

@@ -37,8 +37,8 @@ def int_list(value: str) -> list[int]:
 class Command(BaseCommand):
     help = (
         "Benchmark enqueue, drain, wake-up latency, webhooks, claim cost, NOTIFY "
-        "coalescing and message queues (beside pgmq) against raw SQL, in a scratch "
-        "database (<name>_bench)."
+        "coalescing, message queues (beside pgmq) and the HTTP API's ingest against raw "
+        "SQL (or a bare Django view), in a scratch database (<name>_bench)."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -132,6 +132,24 @@ class Command(BaseCommand):
             default=100_000,
             help="Applications (3 endpoints each) of the tenant fan-out run (default 100000).",
         )
+        parser.add_argument(
+            "--n-ingest",
+            type=positive_int,
+            default=2000,
+            help="Events posted per ingest run, over all clients (default 2000).",
+        )
+        parser.add_argument(
+            "--ingest-clients",
+            type=int_list,
+            default=[8, 32],
+            help="Concurrent keep-alive clients tried by the ingest workload (default 8,32).",
+        )
+        parser.add_argument(
+            "--ingest-workers",
+            type=positive_int,
+            default=4,
+            help="gunicorn worker processes serving the ingest workload (default 4).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         bench = Bench(
@@ -149,6 +167,9 @@ class Command(BaseCommand):
             n_webhooks=options["n_webhooks"],
             fair_events=options["fair_events"],
             applications=options["applications"],
+            n_ingest=options["n_ingest"],
+            ingest_clients=options["ingest_clients"],
+            ingest_workers=options["ingest_workers"],
             keep=options["keep"],
             out=self.stdout.write,
         )

@@ -1,0 +1,40 @@
+"""The ceiling of the ingest benchmark: a bare Django view doing what accepting an
+event must do at the least, so that the API's overhead shows as a ratio."""
+
+from __future__ import annotations
+
+import json
+
+from django.db import connections, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .. import sql
+from ..conf import get_settings
+from ..webhooks.signing import new_message_id
+
+
+@csrf_exempt
+def ceiling_event(request: HttpRequest) -> HttpResponse:
+    """Parse the JSON body, run the API's own event INSERT (same columns, same unique
+    idempotency key) in one transaction, commit, answer 202 with the id.
+
+    No authentication, validation, rate limit, fan-out or stored response: the
+    single INSERT and commit that any implementation pays.
+    """
+    data = json.loads(request.body)
+    body = json.dumps(data["payload"], separators=(",", ":"))
+    alias = get_settings().DATABASE
+    params = [
+        data["event_type"],
+        body,
+        body,
+        new_message_id(),
+        request.headers.get("Idempotency-Key"),
+        None,
+        "[]",
+    ]
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.INSERT_EVENT, params)
+        event_id, _ = cursor.fetchone()
+    return JsonResponse({"id": event_id}, status=202)
