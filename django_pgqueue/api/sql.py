@@ -25,7 +25,7 @@ APPLICATION_TABLE = "pgqueue_application"
 #   cost comes in as ``EXCLUDED.tat - now()``, the interval the INSERT computed. One row
 #   per key, updated in place, holds across processes and hosts; no window edge
 #   lets a client send twice the limit, as a fixed window does.
-# * ``synchronous_commit = off`` for this statement's own transaction only: the row
+# * Asynchronous commit (``relaxed``) for this statement's own transaction only: the row
 #   lock of a busy key is released without waiting for the WAL flush; a crash may
 #   forget the last few requests' cost, which a rate limit can afford.
 # * ``used``: ``last_used_at``, written at most once a minute per key, so a busy key

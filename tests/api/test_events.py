@@ -49,6 +49,11 @@ def test_an_event_and_all_its_deliveries_exist_when_the_202_comes(api, tenants):
     ]
     body = response.json()
     assert len(_committed_deliveries(body["id"])) == body["deliveries"] == 1
+    # The rate limit's asynchronous commit was local to its own statement: the event's
+    # transaction, and anything after it on the connection, commit synchronously.
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
     event = Event.objects.get(pk=body["id"])
     assert body["webhook_id"] == event.msg_id
     assert body["deliveries"] == 1  # the one global endpoint
