@@ -84,6 +84,15 @@ def test_effects_exactly_once_only_in_atomic_mode(mode, worker_process, test_dsn
         time.sleep(0.3)  # let work resume between faults
 
     wait_until(done, 120, "every job to succeed")
+    # A worker started by the last kill may still be importing Django: SIGTERM before
+    # its handlers exist ends it with -15. Its heartbeat row is written after they are.
+    pids = [w.pid for w in workers]
+    wait_until(
+        lambda: len(query(test_dsn, "SELECT 1 FROM pgqueue_worker WHERE pid = ANY(%s)", (pids,)))
+        == len(pids),
+        60,
+        "every worker to have started",
+    )
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:
