@@ -450,12 +450,18 @@ class PgQueueBackend(BaseTaskBackend):
             cursor.execute(sql.RESERVE_JOB_IDS, [count])
             ids, created_at = cursor.fetchone()
             if count >= COPY_THRESHOLD:
-                shared = (
-                    "pending", task.priority, 0, max_attempts,
-                    (task.run_after or created_at).isoformat(), "", "", "[]",
-                    created_at.isoformat(), created_at.isoformat(), task.module_path,
-                    task.queue_name, self.alias, "[]",
-                )  # fmt: skip
+                shared = sql.copy_tail(
+                    {
+                        "priority": task.priority,
+                        "max_attempts": max_attempts,
+                        "next_attempt_at": (task.run_after or created_at).isoformat(),
+                        "created_at": created_at.isoformat(),
+                        "updated_at": created_at.isoformat(),
+                        "task_path": task.module_path,
+                        "queue_name": task.queue_name,
+                        "backend": self.alias,
+                    }
+                )
                 with cursor.cursor.copy(sql.COPY_JOBS) as copy:  # Django's psycopg cursor
                     for chunk in bulk.copy_chunks(ids, calls.encoded, shared):
                         copy.write(chunk)

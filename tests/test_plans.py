@@ -30,7 +30,7 @@ NOBODY = uuid.UUID(int=0)
 #: default ``plan_cache_mode``) switches to a generic plan after five custom ones.
 WARM_UP = 8
 
-#: Not solved yet (sql.py, "Plans and table growth"): these fail on purpose until it is.
+#: Not solved yet (sql/jobs.py, "Plans and table growth"): these fail on purpose until it is.
 KNOWN = pytest.mark.xfail(strict=True, reason="worker statements keep the plan cache")
 
 

@@ -96,7 +96,7 @@ class Source(ABC):
     #: completion may have made room for them.
     claim_after_completion: bool = False
 
-    #: The source's READ_OUTCOMES and EXTEND_LEASES statements (see sql.py).
+    #: The source's READ_OUTCOMES and EXTEND_LEASES statements (see sql/fragments.py).
     read_outcomes_sql: str = ""
     extend_leases_sql: str = ""
 

@@ -6,6 +6,7 @@ fencing of stale completions, races with a reclaim, unknown tasks, skewed clocks
 from __future__ import annotations
 
 import datetime as dt
+import re
 import signal
 import textwrap
 import threading
@@ -131,7 +132,8 @@ def test_claim_respects_limit_under_an_adversarial_plan(test_dsn):
     )[0]
     assert (max_attempts, total_attempts) == (1, claimed)
     # Static: each locking subquery is a MATERIALIZED CTE (PostgreSQL bug #15715).
-    assert sql.CLAIM_JOBS.count("AS MATERIALIZED") == sql.CLAIM_JOBS.count("FOR UPDATE SKIP LOCKED")
+    locks = re.findall(r"FOR UPDATE (?:OF \w+ )?SKIP LOCKED", sql.CLAIM_JOBS)
+    assert sql.CLAIM_JOBS.count("AS MATERIALIZED") == len(locks) == 2
     assert " IN (SELECT" not in sql.CLAIM_JOBS.upper()
 
 
