@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, cast
 
-import psycopg
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -34,6 +33,7 @@ from .compat import (
 )
 from .conf import PgQueueSettings, get_settings
 from .contract import check_json_document, utf8_size
+from .db import execute_one
 from .exceptions import DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
 from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
 from .notify import wake_workers
@@ -154,47 +154,6 @@ def serialize_arguments(
             f"a reference."
         )
     return args_json, kwargs_json
-
-
-#: A prepare threshold no statement reaches during one ``execute_one`` call:
-#: only the statement executed with ``prepare=True`` is prepared.
-_ONLY_WHEN_ASKED = 2**31
-
-
-def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepare: bool) -> Any:
-    """Run ``statement`` on Django's ``connection`` and return its first row.
-
-    Django's psycopg cursors bind parameters on the client, so PostgreSQL parses
-    and plans the statement again on every call; for a one-row enqueue that is a
-    large share of the whole cost. This runs it on the same psycopg connection
-    with server-side binding, so the caller's transaction, ``on_commit`` hooks and
-    Django's error wrapping apply as before. When Django records queries
-    (``DEBUG``, ``assertNumQueries``) or an ``execute_wrapper`` is installed
-    (tracing, query inspection), the ordinary cursor is used so they see it.
-
-    With ``prepare`` the statement is a server-side prepared statement. Django
-    opens its connections with ``prepare_threshold=None`` unless ``OPTIONS`` says
-    otherwise, and psycopg then prepares nothing, not even on request; the
-    threshold is lifted for this one call only (to a value no other statement
-    reaches), so this statement is prepared and Django's own never are.
-    """
-    if connection.queries_logged or connection.execute_wrappers:
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchone()
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
-    pg = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor:
-        if prepare and pg.prepare_threshold is None:
-            pg.prepare_threshold = _ONLY_WHEN_ASKED
-            try:
-                cursor.execute(statement, params, prepare=True)
-            finally:
-                pg.prepare_threshold = None
-        else:
-            cursor.execute(statement, params, prepare=prepare)
-        return cursor.fetchone()
 
 
 def resolve_task(task_path: str) -> Task:

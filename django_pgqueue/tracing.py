@@ -189,7 +189,7 @@ def traced_delivery(method: F) -> F:
             span.set_attribute("pgqueue.attempt", item.attempts)
             span.set_attribute("url.full", item.url)
             outcome = method(source, item)
-            code = outcome.extra.get("status_code")
+            code = outcome.status_code
             if code is not None:
                 span.set_attribute("http.response.status_code", code)
             if outcome.last_error:

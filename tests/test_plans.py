@@ -20,8 +20,9 @@ import pytest
 
 from django_pgqueue import sql
 from django_pgqueue.db import connect
+from django_pgqueue.outcomes import DeliveryOutcome, JobOutcome
 from django_pgqueue.worker.atomic import AtomicJobSource
-from django_pgqueue.worker.runner import Outcome, TaskRunner
+from django_pgqueue.worker.runner import TaskRunner
 from django_pgqueue.worker.sources import JobSource
 
 ROWS = 20_000
@@ -72,7 +73,7 @@ FROM generate_series(1, %(n)s)"""
 @KNOWN
 def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
-    miss = Outcome(job_id=1, token=NOBODY, status="succeeded", result_json="null")
+    miss = JobOutcome(id=1, token=NOBODY, status="succeeded", result_json="null")
 
     def work() -> None:
         source.write_outcomes(conn, [miss])
@@ -86,7 +87,7 @@ def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     held = conn.execute(f"SELECT id, locked_by FROM {sql.JOB_TABLE} LIMIT 1").fetchone()
 
     assert seq_scans(conn, sql.JOB_TABLE, work) == 0
-    hit = Outcome(job_id=held[0], token=held[1], status="succeeded", result_json="null")
+    hit = JobOutcome(id=held[0], token=held[1], status="succeeded", result_json="null")
     assert seq_scans(conn, sql.JOB_TABLE, lambda: source.write_outcomes(conn, [hit])) == 0
     assert conn.execute(
         f"SELECT status FROM {sql.JOB_TABLE} WHERE id = %s", [held[0]]
@@ -142,16 +143,12 @@ FROM ev"""
 @KNOWN
 def test_delivery_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     from django_pgqueue.models import Endpoint
-    from django_pgqueue.webhooks.worker import DeliverySource
+    from django_pgqueue.webhooks.delivery_source import DeliverySource
 
     Endpoint.objects.create(url="https://example.com/hook", event_types=["e"])
     source = DeliverySource("plan-test")
-    miss = Outcome(
-        job_id=1,
-        token=NOBODY,
-        status="succeeded",
-        source="deliveries",
-        extra={"verdict": "success", "status_code": 200},
+    miss = DeliveryOutcome(
+        id=1, token=NOBODY, status="succeeded", verdict="success", status_code=200
     )
 
     def work() -> None:

@@ -139,8 +139,8 @@ def test_claim_respects_limit_under_an_adversarial_plan(test_dsn):
 
 def test_stale_completion_is_fenced_within_one_process(test_dsn):
     """Q4: after a lapse and a reclaim, the old owner's completer writes nothing."""
+    from django_pgqueue.outcomes import JobOutcome
     from django_pgqueue.worker import Worker
-    from django_pgqueue.worker.runner import Outcome
     from testproject.demo import tasks
 
     job_id = int(tasks.add.enqueue(1, 2).id)
@@ -157,7 +157,7 @@ def test_stale_completion_is_fenced_within_one_process(test_dsn):
     source = worker.sources[0]
 
     def write(token) -> None:
-        outcome = Outcome(job_id, token, "succeeded", result_json="3", source=source.name)
+        outcome = JobOutcome(job_id, token, "succeeded", result_json="3", source=source.name)
         worker.completer.write(source, [outcome])
 
     thread = threading.Thread(target=write, args=(token_a,))  # a second thread of "A"
