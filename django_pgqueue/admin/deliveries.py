@@ -128,7 +128,7 @@ class DeliveryAdmin(QueueRowAdmin):
         ),
         (_("Payload"), {"fields": ("idempotency_key_display", "payload_json")}),
         # The history is the attempt log below (one row per attempt, with the
-        # response); the JSON error list is for task jobs only.
+        # response); deliveries have no JSON error list of their own.
         (_("Errors"), {"fields": ("last_error_pre",)}),
     )
     # The stub wants each fieldset's options as its TypedDict; the literal is a plain dict.
@@ -143,7 +143,7 @@ class DeliveryAdmin(QueueRowAdmin):
         qs = super().get_queryset(request).select_related("event", "endpoint")
         url_name = getattr(request.resolver_match, "url_name", "") or ""
         if url_name.endswith("_changelist"):
-            qs = qs.defer("errors", "event__payload", "event__body")
+            qs = qs.defer("event__payload", "event__body")
         return qs
 
     @admin.display(description=_("next attempt at"), ordering="next_attempt_at")

@@ -59,10 +59,10 @@ SELECT id, is_active FROM {APPLICATION_TABLE} WHERE uid = %s
 # are not ordered).
 _FAN_OUT = f"""/* pgqueue:fan_out */
 INSERT INTO {DELIVERY_TABLE} (
-    event_id, endpoint_id, status, priority, attempts, max_attempts, next_attempt_at,
-    worker_id, last_error, errors, created_at, updated_at, ordering_key
+    event_id, endpoint_id, status, attempts, max_attempts, next_attempt_at,
+    worker_id, last_error, created_at, updated_at, ordering_key
 )
-SELECT %(event_id)s, e.id, 'pending', 0, 0, %(max_attempts)s, now(), '', '', '[]', now(),
+SELECT %(event_id)s, e.id, 'pending', 0, %(max_attempts)s, now(), '', '', now(),
        now(), CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %(ordering_key)s END
 FROM {ENDPOINT_TABLE} AS e
 WHERE e.is_active AND {{tenant}}
