@@ -31,13 +31,13 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
-from .conf import PgQueueSettings, get_settings
+from .conf import PgQueueSettings, get_settings, validate_backend_options
 from .contract import check_json_document, utf8_size
 from .db import execute_one
 from .exceptions import DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
 from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
 from .notify import wake_workers
-from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
+from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
 from .tracing import traced_enqueue
 
@@ -195,58 +195,14 @@ class PgQueueBackend(BaseTaskBackend):
         super().__init__(alias, params)
         if "QUEUES" in params and not params["QUEUES"]:
             self.queues = set()  # empty = any queue name
-        self._option_errors: list[str] = []
-        opts = dict(self.options)
-        valid = {"MAX_ATTEMPTS", "BACKOFF", "BACKOFF_BASE", "BACKOFF_CAP", "TIMEOUT"}
-        unknown = sorted(set(opts) - valid)
-        if unknown:
-            self._option_errors.append(
-                f"Unknown key(s) in TASKS[{alias!r}]['OPTIONS']: {', '.join(unknown)}. Valid "
-                f"keys are: {', '.join(sorted(valid))}."
-            )
-        self.timeout: float | None = opts.get("TIMEOUT")
-        if self.timeout is not None and not _positive_number(self.timeout):
-            self._option_errors.append(
-                f"TASKS[{alias!r}]['OPTIONS']['TIMEOUT'] must be a positive number of seconds "
-                f"or None, got {self.timeout!r}"
-            )
-            self.timeout = None
-        self.max_attempts = opts.get("MAX_ATTEMPTS", 5)
-        if (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or (self.max_attempts < 1)
-        ):
-            self._option_errors.append(
-                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive integer, "
-                f"got {self.max_attempts!r}"
-            )
-            self.max_attempts = 5
-        base = opts.get("BACKOFF_BASE", DEFAULT_BASE)
-        cap = opts.get("BACKOFF_CAP", DEFAULT_CAP)
-        for key, value in (("BACKOFF_BASE", base), ("BACKOFF_CAP", cap)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                self._option_errors.append(
-                    f"TASKS[{alias!r}]['OPTIONS'][{key!r}] must be a positive number, got {value!r}"
-                )
-                base, cap = DEFAULT_BASE, DEFAULT_CAP
-        backoff = opts.get("BACKOFF")
-        if isinstance(backoff, str):
-            try:
-                backoff = import_string(backoff)
-            except ImportError as exc:
-                self._option_errors.append(
-                    f"TASKS[{alias!r}]['OPTIONS']['BACKOFF'] = {opts['BACKOFF']!r} cannot be "
-                    f"imported: {exc}"
-                )
-                backoff = None
-        if backoff is not None and not callable(backoff):
-            self._option_errors.append(
-                f"TASKS[{alias!r}]['OPTIONS']['BACKOFF'] must be a callable "
-                f"backoff(exception, task_result) -> seconds | None, got {backoff!r}"
-            )
-            backoff = None
-        self.backoff: Backoff = backoff or default_backoff(float(base), float(cap))
+        # Problems are reported by check() (E010) and on enqueue, not raised here:
+        # Django builds task backends lazily, where an exception would be confusing.
+        options, self._option_errors = validate_backend_options(alias, self.options)
+        self.max_attempts: int = options["MAX_ATTEMPTS"]
+        self.timeout: float | None = options["TIMEOUT"]
+        self.backoff: Backoff = options["BACKOFF"] or default_backoff(
+            options["BACKOFF_BASE"], options["BACKOFF_CAP"]
+        )
 
     # -- configuration -------------------------------------------------------------
 
