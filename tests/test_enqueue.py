@@ -185,6 +185,44 @@ def test_enqueue_many_returns_results_in_order(count):
         assert result.status == TaskResultStatus.READY
 
 
+def test_every_enqueue_path_writes_the_same_new_row():
+    """enqueue(), enqueue_many's INSERT and its COPY write a new job's columns from one
+    list (sql.NEW_JOB_COLUMNS): a column out of place in any of them shows here."""
+    from django_pgqueue.backend import COPY_THRESHOLD
+    from django_pgqueue.sql import NEW_JOB_COLUMNS
+
+    columns = [column for column, _, _ in NEW_JOB_COLUMNS]
+    times = ("created_at", "updated_at", "next_attempt_at")
+
+    def rows(ids: list[int]) -> list[dict]:
+        found = list(Job.objects.filter(pk__in=ids).values(*columns))
+        assert len(found) == len(ids)
+        for row in found:
+            assert len({row.pop(column) for column in times}) == 1  # the enqueue's now()
+        return found
+
+    task = tasks.add.using(priority=7, queue_name="emails")
+    (expected,) = rows([int(task.enqueue(1, 2).id)])
+    assert expected == {
+        "status": "pending",
+        "priority": 7,
+        "attempts": 0,
+        "max_attempts": expected["max_attempts"],
+        "worker_id": "",
+        "last_error": "",
+        "errors": [],
+        "task_path": tasks.add.module_path,
+        "queue_name": "emails",
+        "backend": "default",
+        "args": [1, 2],
+        "kwargs": {},
+        "worker_ids": [],
+    }
+    for count in (3, COPY_THRESHOLD):  # the INSERT path, the COPY path
+        ids = [int(r.id) for r in enqueue_many(task, [((1, 2), {})] * count)]
+        assert all(row == expected for row in rows(ids))
+
+
 def test_enqueue_many_is_all_or_nothing():
     with pytest.raises(ArgumentsNotJSON, match="positional argument 0"):
         enqueue_many(tasks.add, [((1, 2), {}), ((object(), 2), {})])
