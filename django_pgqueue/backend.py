@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, overload
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -108,6 +108,11 @@ def _positive_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < 2**31
 
 
+#: The stored JSON of a call without arguments.
+_NO_ARGUMENTS = ("[]", "{}")
+_NO_ARGUMENTS_BYTES = 4
+
+
 def serialize_arguments(
     task: Task,
     args: Sequence[Any],
@@ -125,6 +130,16 @@ def serialize_arguments(
     the call in a bulk enqueue, for the message.
     """
     conf = conf or get_settings()
+    # A call without arguments, the most common: the contract accepts "[]" and
+    # "{}" under any limits the settings allow (depth >= 1) but a byte limit below 4.
+    if (
+        type(args) is tuple
+        and not args
+        and type(kwargs) is dict
+        and not kwargs
+        and conf.MAX_ARGS_BYTES >= _NO_ARGUMENTS_BYTES
+    ):
+        return _NO_ARGUMENTS
     context = f"Cannot enqueue {task.module_path}"
     if item is not None:
         context += f" (item {item} of the bulk enqueue)"
@@ -195,6 +210,7 @@ class PgQueueBackend(BaseTaskBackend):
         super().__init__(alias, params)
         if "QUEUES" in params and not params["QUEUES"]:
             self.queues = set()  # empty = any queue name
+        self._validated: dict[int, Task] = {}
         # Problems are reported by check() (E010) and on enqueue, not raised here:
         # Django builds task backends lazily, where an exception would be confusing.
         options, self._option_errors = validate_backend_options(alias, self.options)
@@ -238,6 +254,22 @@ class PgQueueBackend(BaseTaskBackend):
         if timeout is not None and not _positive_number(timeout):
             raise InvalidTask(f"timeout must be a positive number of seconds, got {timeout!r}")
 
+    def _validate_once(self, task: Task) -> None:
+        """``validate_task``, once per Task object.
+
+        A Task is frozen and what validate_task checks is the task's own options and
+        this backend's configuration, so a task that passed passes again; a busy
+        ``task.enqueue()`` no longer checks the same object thousands of times. The
+        Task objects are held (a few hundred at most), so their ids cannot be
+        reused by another object meanwhile.
+        """
+        if self._validated.get(id(task)) is task:
+            return
+        self.validate_task(task)
+        if len(self._validated) >= 256:
+            self._validated.clear()
+        self._validated[id(task)] = task
+
     def max_attempts_for(self, task: Task) -> int:
         return getattr(task, "max_attempts", None) or self.max_attempts
 
@@ -254,7 +286,7 @@ class PgQueueBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """Write one job in the caller's transaction and return its READY result."""
         self._raise_if_misconfigured()
-        self.validate_task(task)
+        self._validate_once(task)
         if getattr(task, "atomic", False):
             # Checked here rather than in validate_task(), which also runs when
             # @task decorates: a project that moves its queue must still import.
@@ -290,7 +322,8 @@ class PgQueueBackend(BaseTaskBackend):
         _written(result, job_id, created_at)
         if task.run_after is None:
             wake_workers(db)  # deferred jobs are found by the poll when due
-        task_enqueued.send(type(self), task_result=result)
+        if _enqueued_wanted():
+            task_enqueued.send(type(self), task_result=result)
         return result
 
     def _insert_keyed(
@@ -330,17 +363,49 @@ class PgQueueBackend(BaseTaskBackend):
             job_id=None,
         )
 
+    @overload
     def enqueue_many(
-        self, task: Task, arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]]
-    ) -> list[TaskResult]:
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: Literal[True] = ...,
+    ) -> list[TaskResult]: ...
+
+    @overload
+    def enqueue_many(
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: Literal[False],
+    ) -> list[int]: ...
+
+    @overload
+    def enqueue_many(
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: bool,
+    ) -> list[TaskResult] | list[int]: ...
+
+    def enqueue_many(
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: bool = True,
+    ) -> list[TaskResult] | list[int]:
         """Write many jobs of one task with one statement (COPY for large batches).
 
         All rows are written or none, in the caller's transaction. Unique and
         atomic tasks are written one row at a time (each key must be settled by
-        the unique index on its own).
+        the unique index on its own). With ``results=False`` the job ids come
+        back instead of READY results (see :func:`enqueue_many`).
         """
         self._raise_if_misconfigured()
-        self.validate_task(task)
+        self._validate_once(task)
         conf = get_settings()
         if (
             getattr(task, "unique", False)
@@ -349,13 +414,14 @@ class PgQueueBackend(BaseTaskBackend):
         ):
             items = [(tuple(a), dict(k)) for a, k in arguments]
             with transaction.atomic(using=conf.DATABASE):
-                return [self.enqueue(task, a, k) for a, k in items]
+                made = [self.enqueue(task, a, k) for a, k in items]
+            return made if results else [int(r.id) for r in made]
         # Every call is checked before any SQL (bulk.py: repeated argument objects
-        # are checked and serialised once).
-        calls = bulk.encode_calls(
+        # in a list are checked and serialised once).
+        runs = bulk.encode_calls(
             arguments, lambda a, k, item: serialize_arguments(task, a, k, conf, item=item)
         )
-        count = len(calls.encoded)
+        count = bulk.count_of(runs)
         if not count:
             return []
         db = conf.DATABASE
@@ -378,9 +444,10 @@ class PgQueueBackend(BaseTaskBackend):
                     }
                 )
                 with cursor.cursor.copy(sql.COPY_JOBS) as copy:  # Django's psycopg cursor
-                    for chunk in bulk.copy_chunks(ids, calls.encoded, shared):
+                    for chunk in bulk.copy_chunks(ids, runs, shared):
                         copy.write(chunk)
             else:
+                args_json, kwargs_json = bulk.insert_arrays(runs)
                 cursor.execute(
                     sql.INSERT_JOBS,
                     [
@@ -391,19 +458,21 @@ class PgQueueBackend(BaseTaskBackend):
                         task.queue_name,
                         self.alias,
                         ids,
-                        [a for a, _ in calls.encoded],
-                        [k for _, k in calls.encoded],
+                        args_json,
+                        kwargs_json,
                     ],
                 )
             if task.run_after is None:
                 wake_workers(db)
-        results = bulk.results_for(
-            calls, ids, created_at, lambda a, k: self._new_result(task, a, k)
-        )
-        if _enqueued_wanted():
-            for result in results:
+        # Results only for a caller or a receiver that will read them.
+        wanted = _enqueued_wanted()
+        if not (results or wanted):
+            return list(ids)
+        made = bulk.results_for(runs, ids, created_at, lambda a, k: self._new_result(task, a, k))
+        if wanted:
+            for result in made:
                 task_enqueued.send(type(self), task_result=result)
-        return results
+        return made if results else list(ids)
 
     def _new_result(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """The READY result of a job about to be written; ``_written`` fills in its row."""
@@ -574,10 +643,10 @@ _enqueued_gate: Any = None
 def _enqueued_wanted() -> bool:
     """Whether sending ``task_enqueued`` would do anything (worker/runner.py's SignalGate).
 
-    The framework's own receiver logs each enqueue at DEBUG; a bulk enqueue skips
-    thousands of signals when that is the only receiver and its record would be
-    dropped. Any other receiver, or a handler that writes DEBUG, and every result
-    is sent as before.
+    The framework's own receiver logs each enqueue at DEBUG; an enqueue skips the
+    signal (a bulk enqueue thousands of them, and building their results) when
+    that is the only receiver and its record would be dropped. Any other
+    receiver, or a handler that writes DEBUG, and every result is sent as before.
     """
     global _enqueued_gate
     if _enqueued_gate is None:
@@ -599,12 +668,45 @@ def get_backend_for(task: Task) -> PgQueueBackend:
     return backend
 
 
+@overload
 def enqueue_many(
-    task: Task, arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]]
-) -> list[TaskResult]:
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: Literal[True] = ...,
+) -> list[TaskResult]: ...
+
+
+@overload
+def enqueue_many(
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: Literal[False],
+) -> list[int]: ...
+
+
+@overload
+def enqueue_many(
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: bool,
+) -> list[TaskResult] | list[int]: ...
+
+
+def enqueue_many(
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: bool = True,
+) -> list[TaskResult] | list[int]:
     """Enqueue many calls of ``task`` with one statement; returns their results in order.
 
     ``arguments`` is an iterable of ``(args, kwargs)`` pairs. All rows are written
-    or none, inside the caller's transaction.
+    or none, inside the caller's transaction. With ``results=False`` it returns
+    the new jobs' ids (``int``, the ``Job`` primary keys, in input order) and
+    builds no ``TaskResult`` at all: the faster choice when the caller does not
+    read them (``task.get_result(str(job_id))`` reads one later).
     """
-    return get_backend_for(task).enqueue_many(task, arguments)
+    return get_backend_for(task).enqueue_many(task, arguments, results=results)

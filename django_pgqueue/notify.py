@@ -47,6 +47,12 @@ class Notifier:
 
     def request(self, channel: str) -> None:
         """Ask for one NOTIFY on ``channel`` soon (cheap; never raises)."""
+        thread = self._thread
+        if channel in self._pending and thread is not None and thread.is_alive():
+            # Waiting for its window: the NOTIFY that goes out is sent after this
+            # call, hence after the caller's commit, and wakes workers for it too.
+            # (A forked child inherits the set and the attribute, not the thread.)
+            return
         with self._lock:
             if self._pid != os.getpid():  # forked: the thread did not survive
                 self._thread, self._conn, self._pid = None, None, os.getpid()

@@ -266,6 +266,62 @@ def test_enqueue_many_results_keep_the_frameworks_normalisation():
     assert results[1].kwargs is not results[2].kwargs
 
 
+@pytest.mark.parametrize("count", [3, 2500])  # INSERT path and COPY path
+def test_enqueue_many_without_results_returns_the_job_ids_in_order(count):
+    items = [((i, i), {}) for i in range(count // 2)] + [((1, 2), {"b": 3})] * (count - count // 2)
+    ids = enqueue_many(tasks.add, items, results=False)
+    assert all(type(job_id) is int for job_id in ids)
+    assert ids == sorted(ids) and len(set(ids)) == count
+    stored = dict(Job.objects.filter(pk__in=ids).values_list("pk", "args"))
+    assert [stored[job_id] for job_id in ids] == [list(args) for args, _ in items]
+    assert tasks.add.get_result(str(ids[-1])).kwargs == {"b": 3}
+    assert enqueue_many(tasks.add, [], results=False) == []
+
+
+def test_enqueue_many_without_results_still_signals_every_job():
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append((task_result.id, task_result.args))
+
+    task_enqueued.connect(receiver)
+    try:
+        ids = enqueue_many(tasks.add, [((1, 1), {})] * 3 + [((2, 2), {})], results=False)
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [(str(i), a) for i, a in zip(ids, [[1, 1]] * 3 + [[2, 2]], strict=True)]
+
+
+def test_enqueue_many_without_results_of_a_unique_task_returns_the_live_ids():
+    ids = enqueue_many(tasks.unique_add, [((7, 7), {}), ((7, 7), {})], results=False)
+    assert ids[0] == ids[1] and Job.objects.get().pk == ids[0]
+
+
+@pytest.mark.parametrize("count", [3, 2500])  # INSERT path and COPY path
+def test_enqueue_many_from_a_generator_reusing_one_object_stores_each_value(count):
+    # A generator may hand out the same dict again with other contents: each call
+    # is checked and stored with the values it had when it was produced.
+    kwargs: dict = {}
+
+    def calls():
+        for i in range(count):
+            kwargs["b"] = i
+            yield (1,), kwargs
+
+    results = enqueue_many(tasks.add, calls())
+    stored = dict(Job.objects.values_list("pk", "kwargs"))
+    assert [stored[int(r.id)] for r in results] == [{"b": i} for i in range(count)]
+    with pytest.raises(ArgumentsNotJSON, match=f"item {count} of the bulk enqueue"):
+
+        def bad_last():
+            yield from calls()
+            kwargs["b"] = object()
+            yield (1,), kwargs
+
+        enqueue_many(tasks.add, bad_last())
+    assert Job.objects.count() == count
+
+
 def test_aenqueue_and_aget_result():
     async def from_async_code():
         result = await tasks.add.aenqueue(20, 22)
