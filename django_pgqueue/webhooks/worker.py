@@ -164,12 +164,12 @@ class DeliverySource(Source):
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         if not self._selected(params):
             return False
-        return bool(conn.execute(sql.ANY_DUE_DELIVERIES).fetchone()[0])
+        return bool(conn.execute(sql.ANY_DUE_DELIVERIES, prepare=False).fetchone()[0])
 
     def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
         if not self._selected(params):
             return False
-        return bool(conn.execute(sql.ANY_LEFT_DELIVERIES).fetchone()[0])
+        return bool(conn.execute(sql.ANY_LEFT_DELIVERIES, prepare=False).fetchone()[0])
 
     def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
         if self._selected(params):
