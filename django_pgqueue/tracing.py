@@ -124,7 +124,7 @@ def traced_claim(method: F) -> F:
             span.set_attribute("pgqueue.claimed", len(items))
             if items and source.name == "jobs":
                 rows = worker._claim_connection().execute(
-                    sql.READ_TRACE_CONTEXTS, [[item.id for item in items]]
+                    sql.READ_TRACE_CONTEXTS, {"ids": [item.id for item in items]}
                 )
                 with _claimed_lock:
                     for job_id, carrier in rows:

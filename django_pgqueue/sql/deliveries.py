@@ -17,6 +17,8 @@ from .fragments import (
     ENDPOINT_TABLE,
     EVENT_TABLE,
     PARKED,
+    PLAN_EACH_RUN_IDS,
+    PLAN_EACH_RUN_WORKER,
     extend_leases,
     lapsed_source,
     lease_expired_error,
@@ -296,7 +298,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
                           ELSE d.last_error END,
         updated_at = now()
     FROM {_UNNEST_PICKED_DELIVERIES}
-    WHERE d.id = p.id
+    WHERE d.id = p.id AND {PLAN_EACH_RUN_WORKER}
     RETURNING d.id, d.status, d.locked_by, d.attempts, d.max_attempts, d.endpoint_id,
               d.event_id, p.lapsed, p.old_attempt, p.old_worker, p.old_started
 ), lapse_log AS (
@@ -352,11 +354,14 @@ _NEXT_COOLDOWN = "LEAST(%(max_cooldown)s, GREATEST(%(cooldown)s, e.breaker_coold
 COMPLETE_DELIVERIES = f"""/* pgqueue:complete_deliveries */
 WITH v AS (
     SELECT * FROM unnest(
-        %(ids)s::bigint[], %(tokens)s::uuid[], %(statuses)s::text[], %(delays)s::float8[],
-        %(last_errors)s::text[], %(refunds)s::int[], %(attempts)s::int[],
-        %(started)s::timestamptz[], %(durations)s::int[], %(codes)s::int[],
-        %(headers)s::text[], %(bodies)s::text[], %(truncated)s::bool[],
-        %(errors)s::text[], %(verdicts)s::text[]
+        (SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[]),
+        (SELECT %(statuses)s::text[]), (SELECT %(delays)s::float8[]),
+        (SELECT %(last_errors)s::text[]), (SELECT %(refunds)s::int[]),
+        (SELECT %(attempts)s::int[]), (SELECT %(started)s::timestamptz[]),
+        (SELECT %(durations)s::int[]), (SELECT %(codes)s::int[]),
+        (SELECT %(headers)s::text[]), (SELECT %(bodies)s::text[]),
+        (SELECT %(truncated)s::bool[]), (SELECT %(errors)s::text[]),
+        (SELECT %(verdicts)s::text[])
     ) AS v(id, token, status, delay, last_error, refund, attempt, started_at, duration_ms,
            status_code, headers, body, truncated, error, verdict)
 ), done AS (
@@ -373,7 +378,7 @@ WITH v AS (
         updated_at = now()
     FROM v, {ENDPOINT_TABLE} AS ep
     WHERE d.id = v.id AND d.locked_by = v.token AND d.locked_until IS NOT NULL
-      AND ep.id = d.endpoint_id
+      AND ep.id = d.endpoint_id AND {PLAN_EACH_RUN_IDS}
     RETURNING d.id, d.endpoint_id, d.status
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (

@@ -46,6 +46,25 @@ def lease_expired_error(worker_sql: str) -> str:
     )
 
 
+# ---- Planned at each run ---------------------------------------------------------
+#
+# PLAN_EACH_RUN: a condition that keeps a worker statement prepared but planned at
+# every run, for the table as it is (see "Plans and table growth" in jobs.py).
+_COSTLY_IN_A_GENERIC_PLAN = "(SELECT count(*) FROM generate_series(1, 1000000000)) > 0"
+
+
+def plan_each_run(guard_sql: str) -> str:
+    """PLAN_EACH_RUN on ``guard_sql``, a typed placeholder the worker never passes as NULL."""
+    return f"({guard_sql} IS NOT NULL OR {_COSTLY_IN_A_GENERIC_PLAN})"
+
+
+# The conditions, by the parameter each statement carries anyway.
+PLAN_EACH_RUN_WORKER = plan_each_run("%(worker_id)s::text")
+PLAN_EACH_RUN_IDS = plan_each_run("%(ids)s::bigint[]")
+PLAN_EACH_RUN_QUEUES = plan_each_run("%(all_queues)s::bool")
+PLAN_EACH_RUN_LIMIT = plan_each_run("%(limit)s::bigint")
+
+
 # ---- The claim's skeleton --------------------------------------------------------
 #
 # Every claim (jobs, deliveries) has the same frame:
@@ -114,7 +133,7 @@ def read_outcomes(marker: str, table: str) -> str:
     was written by it."""
     return f"""/* pgqueue:{marker} */
 SELECT id, status, locked_by FROM {table}
-WHERE id = ANY(%(ids)s::bigint[])
+WHERE id = ANY((SELECT %(ids)s::bigint[])::bigint[]) AND {PLAN_EACH_RUN_IDS}
 """
 
 
@@ -124,12 +143,13 @@ def extend_leases(marker: str, table: str, *, also_return_sql: str = "") -> str:
     Guarded by token like a completion and, like it, without naming ``status``
     ("still held" is ``locked_until IS NOT NULL``: see COMPLETE_JOBS). Rows missing
     from RETURNING were lost (re-claimed after a lapse). The arrays come as array
-    literals: every held row is in this statement.
+    literals, read through sub-selects (see "Plans and table growth" in jobs.py).
     """
     return f"""/* pgqueue:{marker} */
 UPDATE {table} AS j SET
     locked_until = now() + make_interval(secs => %(lease)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS v(id, token)
+FROM unnest((SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[])) AS v(id, token)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
+  AND {PLAN_EACH_RUN_IDS}
 RETURNING j.id{also_return_sql}
 """

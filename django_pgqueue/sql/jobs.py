@@ -5,6 +5,10 @@ from __future__ import annotations
 from .fragments import (
     IN_QUEUES,
     JOB_TABLE,
+    PLAN_EACH_RUN_IDS,
+    PLAN_EACH_RUN_LIMIT,
+    PLAN_EACH_RUN_QUEUES,
+    PLAN_EACH_RUN_WORKER,
     extend_leases,
     lapsed_source,
     lease_expired_error,
@@ -196,7 +200,7 @@ UPDATE {JOB_TABLE} AS j SET
                       ELSE j.last_error END,
     updated_at = now()
 FROM {_UNNEST_PICKED_JOBS}
-WHERE j.id = p.id
+WHERE j.id = p.id AND {PLAN_EACH_RUN_WORKER}
 RETURNING {_CLAIM_RETURNING}
 """
 
@@ -277,6 +281,7 @@ SELECT EXISTS (
     SELECT 1 FROM {JOB_TABLE}
     WHERE atomic AND status IN ('pending', 'failed')
       AND {IN_QUEUES}
+      AND {PLAN_EACH_RUN_QUEUES}
 )
 """
 
@@ -286,6 +291,7 @@ SELECT count(*) FROM (
     SELECT 1 FROM {JOB_TABLE}
     WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
       AND {IN_QUEUES}
+      AND {PLAN_EACH_RUN_LIMIT}
     LIMIT %(limit)s
 ) AS due
 """
@@ -297,32 +303,38 @@ SELECT count(*) FROM (
 # plan made while the table was empty (a new, truncated or freshly pruned table,
 # its statistics saying "no rows") stays cached as the table grows, until an
 # ANALYZE happens to invalidate it: for a join of ``unnest(ids)`` with the table it
-# is a hash join over a Seq Scan, and every completion then reads the whole table
-# (seconds per batch at 100,000 rows, the worker at 100 % CPU with no wait event).
-# The claim's sources become a Seq Scan and a sort the same way.
+# is a hash join, or a nested loop, over a Seq Scan, and every completion then
+# reads the whole table (seconds per batch at 100,000 rows, the worker at 100 %
+# CPU with no wait event). The claim's sources become a Seq Scan and a sort.
 #
-# No statement shape avoids it: with the table estimated at zero pages a scan of
-# all of it costs nothing, so the planner prefers it to any index lookup
-# (``id = ANY(ids)`` or a LATERAL lookup become a Seq Scan with a filter just the
-# same), and ``enable_seqscan = off`` only turns the hash join's input into a full
-# index scan. What is robust is planning each run for the table as it is:
-# PostgreSQL reads the table's actual size at planning time whatever its
+# No statement shape avoids it in a generic plan: with the table estimated at
+# zero pages a scan of all of it costs nothing, so the planner prefers it to any
+# index lookup (``id = ANY(ids)`` or a LATERAL lookup become a Seq Scan with a
+# filter just the same). What is robust is planning each run for the table as it
+# is: PostgreSQL reads the table's actual size at planning time whatever its
 # statistics say, and then chooses the primary-key and partial-index lookups.
-# ``SET plan_cache_mode = force_custom_plan`` is session state, which transaction
-# poolers do not keep (tests/faults/test_static.py); sending the statements
-# unprepared re-parses a claim at every run (1-4 ms on a loaded 2-core machine,
-# which drained 20 times slower).
+# ``SET plan_cache_mode`` is session state, which transaction poolers do not keep
+# (tests/faults/test_static.py); unprepared statements are parsed again at every
+# run. So every statement a worker runs on a table that grows carries
+# PLAN_EACH_RUN (``fragments.plan_each_run``): a condition that is true for every value
+# the worker passes, OR an aggregate over a billion-row ``generate_series``. A
+# custom plan sees the parameter's value, folds the condition to true and drops
+# the aggregate; the generic plan cannot, and carries the aggregate's cost.
+# PostgreSQL compares the two after five runs and keeps making custom plans
+# (``pg_prepared_statements.generic_plans`` stays 0): the statements stay prepared
+# (parsed once) and only planning is redone, 0.1-0.3 ms per statement. Even if a
+# generic plan ran, ``OR`` would not evaluate the aggregate.
 #
-# Not solved yet: the worker's statements keep PostgreSQL's plan cache, so the
-# hazard above is still there until the next ANALYZE (tests/test_plans.py holds
-# it as known failures). Tried and measured: making PostgreSQL plan the completion
-# and the lease extension at every run (a condition a custom plan folds away and a
-# generic plan must cost as a billion-row aggregate) is pooler-safe, but a custom
-# plan sees each batch's real size and, for batches of hundreds, hashes a Seq Scan
-# of the table on its own: pgqueue_bench's drain fell from ~9,000 to ~400 jobs/s.
-# Planning the claim at every run costs a millisecond per small batch. The next
-# step is both: per-run plans with the arrays' sizes hidden from the planner
-# (``unnest`` of sub-selects, estimated at the generic plan's 10 rows).
+# A custom plan also sees the batch's arrays, and for a batch of hundreds of ids
+# it may hash a Seq Scan of the table rather than look each id up. So the arrays
+# a statement joins to the table are read through sub-selects, ``unnest((SELECT
+# %(ids)s::bigint[]))``: the planner cannot look inside them and estimates 10
+# rows whatever the batch, and then one primary-key lookup per row is the
+# cheapest plan on any table bigger than a few pages.
+#
+# tests/test_plans.py runs each statement enough times on an empty analysed
+# table for a generic plan to be chosen, grows the table to 20,000 rows and
+# checks that the next runs scan none of it sequentially.
 
 # Write the outcomes of a batch of attempts in one statement (coalesced
 # completions). ``unnest`` turns parallel arrays into rows, so one round trip
@@ -362,10 +374,12 @@ UPDATE {JOB_TABLE} AS j SET
     last_error = COALESCE(v.last_error, j.last_error),
     updated_at = now()
 FROM unnest(
-    %(ids)s::bigint[], %(tokens)s::uuid[], %(statuses)s::text[], %(results)s::text[],
-    %(delays)s::float8[], %(errors)s::text[], %(last_errors)s::text[], %(refunds)s::int[]
+    (SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[]), (SELECT %(statuses)s::text[]),
+    (SELECT %(results)s::text[]), (SELECT %(delays)s::float8[]), (SELECT %(errors)s::text[]),
+    (SELECT %(last_errors)s::text[]), (SELECT %(refunds)s::int[])
 ) AS v(id, token, status, result, delay, error, last_error, refund)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
+  AND {PLAN_EACH_RUN_IDS}
 RETURNING j.id
 """
 
@@ -378,29 +392,35 @@ EXTEND_JOB_LEASES = extend_leases(
     "extend_job_leases", JOB_TABLE, also_return_sql=", j.abort_requested_at IS NOT NULL"
 )
 
+
 # Is anything due now or held by anyone? Used by ``--burst`` to decide to exit.
 # Atomic jobs are the atomic source's to answer for (ATOMIC_DUE).
-ANY_DUE = f"""/* pgqueue:any_due */
-SELECT EXISTS (
-    SELECT 1 FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
+#
+# Each test reads one row in the order of its partial index (the due index, the
+# lease index) rather than ``EXISTS``: statistics made while the table was empty
+# guess that thousands of rows match, and an ``EXISTS`` then prefers a Seq Scan
+# that "stops at the first match", which reads every finished row when none
+# does. An ordered ``LIMIT 1`` is a sort of all matches for a scan and one index
+# descent for the index, whatever the statistics say.
+def _any_waiting(due_sql: str) -> str:
+    """Whether a waiting job (``due_sql``: and due now) or a held one exists."""
+    return f"""(SELECT true FROM {JOB_TABLE}
+    WHERE status IN ('pending', 'failed'){due_sql}
       AND {IN_QUEUES}
-) OR EXISTS (
-    SELECT 1 FROM {JOB_TABLE}
-    WHERE status = 'in_progress'
-      AND {IN_QUEUES}
-)
-"""
+      AND {PLAN_EACH_RUN_QUEUES}
+    ORDER BY priority DESC, next_attempt_at, id LIMIT 1) IS NOT NULL
+OR (SELECT true FROM {JOB_TABLE}
+    WHERE status = 'in_progress' AND {IN_QUEUES}
+    ORDER BY locked_until LIMIT 1) IS NOT NULL"""
+
+
+_ANY_DUE = _any_waiting(" AND next_attempt_at <= now() AND NOT atomic")
+ANY_DUE = f"/* pgqueue:any_due */\nSELECT {_ANY_DUE}"
 
 # Is anything left at all: pending or failed (due now or later) or held? Used by
 # ``--until-empty``, which also waits for scheduled retries and deferred jobs.
-ANY_LEFT = f"""/* pgqueue:any_left */
-SELECT EXISTS (
-    SELECT 1 FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed', 'in_progress')
-      AND {IN_QUEUES}
-)
-"""
+_ANY_LEFT = _any_waiting("")
+ANY_LEFT = f"/* pgqueue:any_left */\nSELECT {_ANY_LEFT}"
 
 # Make every scheduled retry due now (django_pgqueue.testing: a test does not
 # wait for a backoff). Only ``failed`` rows: deferred jobs keep their run_after.
@@ -436,5 +456,6 @@ UPDATE {JOB_TABLE} AS j SET trace_context = %s::jsonb WHERE j.id = %s
 # connection (primary-key lookups), so each run can continue its enqueue trace.
 READ_TRACE_CONTEXTS = f"""/* pgqueue:read_trace_contexts */
 SELECT id, trace_context FROM {JOB_TABLE}
-WHERE id = ANY(%s) AND trace_context IS NOT NULL
+WHERE id = ANY((SELECT %(ids)s::bigint[])::bigint[]) AND trace_context IS NOT NULL
+  AND {PLAN_EACH_RUN_IDS}
 """

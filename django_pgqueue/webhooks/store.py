@@ -109,12 +109,12 @@ def extend_leases(conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: flo
 
 def any_due(conn: Any) -> bool:
     """Whether a delivery could be claimed now or is held by any worker (``--burst``)."""
-    return bool(conn.execute(sql.ANY_DUE_DELIVERIES).fetchone()[0])
+    return bool(conn.execute(sql.ANY_DUE_DELIVERIES, prepare=False).fetchone()[0])
 
 
 def any_left(conn: Any) -> bool:
     """Whether any delivery of an active endpoint is waiting or held (``--until-empty``)."""
-    return bool(conn.execute(sql.ANY_LEFT_DELIVERIES).fetchone()[0])
+    return bool(conn.execute(sql.ANY_LEFT_DELIVERIES, prepare=False).fetchone()[0])
 
 
 def retries_due_now(conn: Any) -> None:
