@@ -382,7 +382,7 @@ RETURNING j.id
 """
 
 # EXTEND_LEASES for jobs, which also says which held rows an operator asked to
-# abort (storage's ``abort``): the worker learns of an abort from the statement it
+# abort (operations' ``abort``): the worker learns of an abort from the statement it
 # runs every third of a lease anyway, so aborting costs the hot path nothing.
 EXTEND_JOB_LEASES = EXTEND_LEASES.replace(
     "/* pgqueue:extend_leases */", "/* pgqueue:extend_job_leases */"
