@@ -11,6 +11,8 @@ old permission exists (an upgrade) has holders; a fresh one gets the new
 permissions from ``migrate``'s post_migrate step, as usual.
 """
 
+from typing import Any
+
 from django.apps import apps as global_apps
 from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist
@@ -42,19 +44,19 @@ RENAMED = {
 }
 
 
-def _permission_table(model):
+def _permission_table(model: Any) -> tuple[Any, str] | None:
     """``model``'s permission M2M table and the column naming the holder (user or
-    group); None, None if it has none (a custom user model without PermissionsMixin)."""
+    group); None if it has none (a custom user model without PermissionsMixin)."""
     name = "permissions" if model._meta.model_name == "group" else "user_permissions"
     try:
         field = model._meta.get_field(name)
     except FieldDoesNotExist:
-        return None, None
+        return None
     through = field.remote_field.through
     return through, f"{field.m2m_field_name()}_id"
 
 
-def grant_new_permissions(apps, schema_editor):
+def grant_new_permissions(apps: Any, schema_editor: Any) -> None:
     try:
         Permission = apps.get_model("auth", "Permission")
     except LookupError:
@@ -77,9 +79,10 @@ def grant_new_permissions(apps, schema_editor):
             content_type_id=old.content_type_id, codename=codename, defaults={"name": name}
         )
         for model in holders:
-            through, column = _permission_table(model)
-            if through is None:
+            table = _permission_table(model)
+            if table is None:
                 continue
+            through, column = table
             held_by = through.objects.using(alias).filter(permission_id=old.pk)
             through.objects.using(alias).bulk_create(
                 [
@@ -91,7 +94,7 @@ def grant_new_permissions(apps, schema_editor):
     _rename(permissions, after=True)
 
 
-def restore_names(apps, schema_editor):
+def restore_names(apps: Any, schema_editor: Any) -> None:
     # The new permissions and their grants stay: the old code never asks for them.
     try:
         Permission = apps.get_model("auth", "Permission")
@@ -102,7 +105,7 @@ def restore_names(apps, schema_editor):
         _rename(Permission.objects.using(alias), after=False)
 
 
-def _rename(permissions, *, after):
+def _rename(permissions: Any, *, after: bool) -> None:
     for codename, names in RENAMED.items():
         permissions.filter(content_type__app_label=APP_LABEL, codename=codename).update(
             name=names[1] if after else names[0]
