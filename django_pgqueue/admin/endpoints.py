@@ -233,10 +233,9 @@ class EndpointAdmin(RowActionsAdmin):
     def run_replay_failed(
         self, request: HttpRequest, op: Operation, endpoints: list[Endpoint], data: dict[str, Any]
     ) -> None:
-        since = data["since"]
+        since, replay = data["since"], DELIVERY_OPERATIONS["replay"]
         for endpoint in endpoints:
             result = replay_endpoint_deliveries(endpoint.pk, since)
-            replay = DELIVERY_OPERATIONS["replay"]
             log_changes(
                 request,
                 Delivery,

@@ -14,7 +14,7 @@ permissions from ``migrate``'s post_migrate step, as usual.
 from typing import Any
 
 from django.apps import apps as global_apps
-from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, migrations, router
 
@@ -56,21 +56,30 @@ def _permission_table(model: Any) -> tuple[Any, str] | None:
     return through, f"{field.m2m_field_name()}_id"
 
 
+def _auth_models() -> tuple[Any, list[Any], str] | None:
+    """Permission, the holder models (Group, the user model) and the database they live
+    in; None if ``django.contrib.auth`` is not installed or its tables are not there.
+
+    These are the installed models, not the historical ones: the queue's migrations
+    may run on a database whose migration state has no auth app at all (``migrate
+    --database queue django_pgqueue``, docs/operations.md) while the permissions
+    live in ``default``, and these tables' columns are Django's own, stable ones.
+    """
+    if not global_apps.is_installed("django.contrib.auth"):
+        return None
+    permission = global_apps.get_model("auth", "Permission")
+    alias = router.db_for_write(permission)
+    if permission._meta.db_table not in connections[alias].introspection.table_names():
+        return None
+    return permission, [global_apps.get_model("auth", "Group"), get_user_model()], alias
+
+
 def grant_new_permissions(apps: Any, schema_editor: Any) -> None:
-    try:
-        Permission = apps.get_model("auth", "Permission")
-    except LookupError:
-        return  # django.contrib.auth is not installed: there is nothing to carry over
-    # Permissions live where auth's tables do, which may not be the queue's database.
-    alias = router.db_for_write(Permission)
-    if Permission._meta.db_table not in connections[alias].introspection.table_names():
+    found = _auth_models()
+    if found is None:
         return
-    holders = [apps.get_model("auth", "Group")]
-    try:
-        holders.append(apps.get_model(settings.AUTH_USER_MODEL))
-    except LookupError:
-        pass
-    permissions = Permission.objects.using(alias)
+    permission, holders, alias = found
+    permissions = permission.objects.using(alias)
     for old_codename, (codename, name) in GRANTS.items():
         old = permissions.filter(content_type__app_label=APP_LABEL, codename=old_codename).first()
         if old is None:
@@ -96,13 +105,10 @@ def grant_new_permissions(apps: Any, schema_editor: Any) -> None:
 
 def restore_names(apps: Any, schema_editor: Any) -> None:
     # The new permissions and their grants stay: the old code never asks for them.
-    try:
-        Permission = apps.get_model("auth", "Permission")
-    except LookupError:
-        return
-    alias = router.db_for_write(Permission)
-    if Permission._meta.db_table in connections[alias].introspection.table_names():
-        _rename(Permission.objects.using(alias), after=False)
+    found = _auth_models()
+    if found is not None:
+        permission, _holders, alias = found
+        _rename(permission.objects.using(alias), after=False)
 
 
 def _rename(permissions: Any, *, after: bool) -> None:
@@ -116,13 +122,6 @@ class Migration(migrations.Migration):
     dependencies = [
         ("django_pgqueue", "0010_applications"),
     ]
-    if global_apps.is_installed("django.contrib.auth"):
-        # The permission tables must be in the state this migration reads.
-        dependencies += [
-            ("auth", "0001_initial"),
-            ("contenttypes", "0001_initial"),
-            migrations.swappable_dependency(settings.AUTH_USER_MODEL),
-        ]
 
     operations = [
         migrations.AlterModelOptions(
