@@ -198,8 +198,10 @@ class Job(QueueRow):
                 condition=Q(unique_key__isnull=False, status__in=[s.value for s in LIVE]),
             ),
         ]
+        # One permission per consequence, not per button (docs/admin.md, "Permissions").
         permissions = [
-            ("replay_job", "Can replay, retry or cancel jobs"),
+            ("replay_job", "Can replay jobs or retry them now"),
+            ("cancel_job", "Can cancel, abort or dead-letter jobs"),
         ]
 
     def __str__(self) -> str:

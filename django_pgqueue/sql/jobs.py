@@ -384,7 +384,7 @@ RETURNING j.id
 """
 
 # Settle an ambiguous commit and extend leases (fragments.py). Extending a job's
-# lease also says whether an operator asked to abort it (storage's ``abort``):
+# lease also says whether an operator asked to abort it (operations' ``abort``):
 # the worker learns of an abort from the statement it runs every third of a
 # lease anyway, so aborting costs the hot path nothing.
 READ_OUTCOMES = read_outcomes("read_outcomes", JOB_TABLE)

@@ -23,7 +23,7 @@ PACKAGE = Path(django_pgqueue.__file__).parent
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
 
 #: Expressions that may be formatted into SQL text: identifiers and fixed fragments only
-#: (``set_clause``/``guard`` come from the constant operation tables in storage.py;
+#: (``set_clause``/``guard`` come from the constant operation declarations in operations.py;
 #: ``*_sql`` and ``alias`` are the fixed fragments sql/fragments.py builds statements from).
 IDENTIFIER = re.compile(
     r"(^|\.)(_?[A-Z][A-Z0-9_]*|table|[a-z_]*table|set_clause|guard|marker|column|quote_name\(.*\)"

@@ -7,7 +7,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgqueue", "0010_applications"),
+        ("django_pgqueue", "0011_operator_permissions"),
     ]
 
     operations = [
