@@ -99,16 +99,21 @@ class Notifier:
                 if attempt == attempts:
                     logger.warning("NOTIFY on %r failed (workers will poll): %s", channel, exc)
 
-    def flush(self) -> None:
+    def flush(self, timeout: float = 5.0) -> None:
         """Send any NOTIFY still waiting for its window, now (called at exit).
 
         A process that enqueues and exits at once (a management command, a
         script) would otherwise take its trailing NOTIFY with it, and idle
-        workers would only find the jobs at their next poll.
+        workers would only find the jobs at their next poll. A NOTIFY the
+        thread is sending right now is waited for (up to ``timeout``): the
+        thread is a daemon, stopped mid-send when the interpreter exits.
         """
+        deadline = time.monotonic() + timeout
         with self._lock:
             if self._pid != os.getpid():
                 return
+            while self._sending and time.monotonic() < deadline:
+                self._idle.wait(0.05)
             channels, self._pending = self._pending, set()
         for channel in channels:
             self._send(channel, attempts=1)

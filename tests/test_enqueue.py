@@ -322,6 +322,18 @@ def test_enqueue_many_from_a_generator_reusing_one_object_stores_each_value(coun
     assert Job.objects.count() == count
 
 
+def test_reserving_ids_looks_the_sequence_up_once():
+    # Per id, the catalog lookup made drawing 100,000 ids five times slower.
+    from django.db import connection
+
+    from django_pgqueue import sql
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (VERBOSE) " + sql.RESERVE_JOB_IDS, [1000])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert plan.count("pg_get_serial_sequence") == 1, plan
+
+
 def test_aenqueue_and_aget_result():
     async def from_async_code():
         result = await tasks.add.aenqueue(20, 22)
