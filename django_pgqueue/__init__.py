@@ -6,7 +6,8 @@ Public API (lazily imported, so ``import django_pgqueue`` works before Django is
 * :func:`enqueue_many` -- many jobs of one task in one statement.
 * :func:`abort` -- stop a job: cancel it, or end its running attempt as cancelled.
 * :func:`current_attempt` -- in a task: its deadline and whether it was aborted.
-* :mod:`django_pgqueue.storage` -- replay / retry_now / cancel / move_to_dlq / abort.
+* :mod:`django_pgqueue.operations` -- replay / retry_now / cancel / move_to_dlq / abort,
+  and the webhook endpoint operations.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .__about__ import __version__
 if TYPE_CHECKING:
     from .backend import enqueue_many
     from .compat import task
-    from .storage import abort_job as abort
+    from .operations import abort_job as abort
     from .worker.attempt import current_attempt
 
 __all__ = ["__version__", "abort", "current_attempt", "enqueue_many", "task"]
@@ -30,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
         return enqueue_many
     if name == "abort":
-        from .storage import abort_job
+        from .operations import abort_job
 
         return abort_job
     if name == "current_attempt":

@@ -13,9 +13,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, overload
 
-import psycopg
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -32,12 +31,13 @@ from .compat import (
     TaskResultStatus,
     task_enqueued,
 )
-from .conf import PgQueueSettings, get_settings
+from .conf import PgQueueSettings, get_settings, validate_backend_options
 from .contract import check_json_document, utf8_size
+from .db import execute_one
 from .exceptions import DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
 from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
 from .notify import wake_workers
-from .retry import DEFAULT_BASE, DEFAULT_CAP, Backoff, default_backoff
+from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
 from .tracing import traced_enqueue
 
@@ -108,6 +108,11 @@ def _positive_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < 2**31
 
 
+#: The stored JSON of a call without arguments.
+_NO_ARGUMENTS = ("[]", "{}")
+_NO_ARGUMENTS_BYTES = 4
+
+
 def serialize_arguments(
     task: Task,
     args: Sequence[Any],
@@ -125,6 +130,16 @@ def serialize_arguments(
     the call in a bulk enqueue, for the message.
     """
     conf = conf or get_settings()
+    # A call without arguments, the most common: the contract accepts "[]" and
+    # "{}" under any limits the settings allow (depth >= 1) but a byte limit below 4.
+    if (
+        type(args) is tuple
+        and not args
+        and type(kwargs) is dict
+        and not kwargs
+        and conf.MAX_ARGS_BYTES >= _NO_ARGUMENTS_BYTES
+    ):
+        return _NO_ARGUMENTS
     context = f"Cannot enqueue {task.module_path}"
     if item is not None:
         context += f" (item {item} of the bulk enqueue)"
@@ -154,47 +169,6 @@ def serialize_arguments(
             f"a reference."
         )
     return args_json, kwargs_json
-
-
-#: A prepare threshold no statement reaches during one ``execute_one`` call:
-#: only the statement executed with ``prepare=True`` is prepared.
-_ONLY_WHEN_ASKED = 2**31
-
-
-def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepare: bool) -> Any:
-    """Run ``statement`` on Django's ``connection`` and return its first row.
-
-    Django's psycopg cursors bind parameters on the client, so PostgreSQL parses
-    and plans the statement again on every call; for a one-row enqueue that is a
-    large share of the whole cost. This runs it on the same psycopg connection
-    with server-side binding, so the caller's transaction, ``on_commit`` hooks and
-    Django's error wrapping apply as before. When Django records queries
-    (``DEBUG``, ``assertNumQueries``) or an ``execute_wrapper`` is installed
-    (tracing, query inspection), the ordinary cursor is used so they see it.
-
-    With ``prepare`` the statement is a server-side prepared statement. Django
-    opens its connections with ``prepare_threshold=None`` unless ``OPTIONS`` says
-    otherwise, and psycopg then prepares nothing, not even on request; the
-    threshold is lifted for this one call only (to a value no other statement
-    reaches), so this statement is prepared and Django's own never are.
-    """
-    if connection.queries_logged or connection.execute_wrappers:
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchone()
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
-    pg = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor:
-        if prepare and pg.prepare_threshold is None:
-            pg.prepare_threshold = _ONLY_WHEN_ASKED
-            try:
-                cursor.execute(statement, params, prepare=True)
-            finally:
-                pg.prepare_threshold = None
-        else:
-            cursor.execute(statement, params, prepare=prepare)
-        return cursor.fetchone()
 
 
 def resolve_task(task_path: str) -> Task:
@@ -236,58 +210,15 @@ class PgQueueBackend(BaseTaskBackend):
         super().__init__(alias, params)
         if "QUEUES" in params and not params["QUEUES"]:
             self.queues = set()  # empty = any queue name
-        self._option_errors: list[str] = []
-        opts = dict(self.options)
-        valid = {"MAX_ATTEMPTS", "BACKOFF", "BACKOFF_BASE", "BACKOFF_CAP", "TIMEOUT"}
-        unknown = sorted(set(opts) - valid)
-        if unknown:
-            self._option_errors.append(
-                f"Unknown key(s) in TASKS[{alias!r}]['OPTIONS']: {', '.join(unknown)}. Valid "
-                f"keys are: {', '.join(sorted(valid))}."
-            )
-        self.timeout: float | None = opts.get("TIMEOUT")
-        if self.timeout is not None and not _positive_number(self.timeout):
-            self._option_errors.append(
-                f"TASKS[{alias!r}]['OPTIONS']['TIMEOUT'] must be a positive number of seconds "
-                f"or None, got {self.timeout!r}"
-            )
-            self.timeout = None
-        self.max_attempts = opts.get("MAX_ATTEMPTS", 5)
-        if (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or (self.max_attempts < 1)
-        ):
-            self._option_errors.append(
-                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a positive integer, "
-                f"got {self.max_attempts!r}"
-            )
-            self.max_attempts = 5
-        base = opts.get("BACKOFF_BASE", DEFAULT_BASE)
-        cap = opts.get("BACKOFF_CAP", DEFAULT_CAP)
-        for key, value in (("BACKOFF_BASE", base), ("BACKOFF_CAP", cap)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                self._option_errors.append(
-                    f"TASKS[{alias!r}]['OPTIONS'][{key!r}] must be a positive number, got {value!r}"
-                )
-                base, cap = DEFAULT_BASE, DEFAULT_CAP
-        backoff = opts.get("BACKOFF")
-        if isinstance(backoff, str):
-            try:
-                backoff = import_string(backoff)
-            except ImportError as exc:
-                self._option_errors.append(
-                    f"TASKS[{alias!r}]['OPTIONS']['BACKOFF'] = {opts['BACKOFF']!r} cannot be "
-                    f"imported: {exc}"
-                )
-                backoff = None
-        if backoff is not None and not callable(backoff):
-            self._option_errors.append(
-                f"TASKS[{alias!r}]['OPTIONS']['BACKOFF'] must be a callable "
-                f"backoff(exception, task_result) -> seconds | None, got {backoff!r}"
-            )
-            backoff = None
-        self.backoff: Backoff = backoff or default_backoff(float(base), float(cap))
+        self._validated: dict[int, Task] = {}
+        # Problems are reported by check() (E010) and on enqueue, not raised here:
+        # Django builds task backends lazily, where an exception would be confusing.
+        options, self._option_errors = validate_backend_options(alias, self.options)
+        self.max_attempts: int = options["MAX_ATTEMPTS"]
+        self.timeout: float | None = options["TIMEOUT"]
+        self.backoff: Backoff = options["BACKOFF"] or default_backoff(
+            options["BACKOFF_BASE"], options["BACKOFF_CAP"]
+        )
 
     # -- configuration -------------------------------------------------------------
 
@@ -323,6 +254,22 @@ class PgQueueBackend(BaseTaskBackend):
         if timeout is not None and not _positive_number(timeout):
             raise InvalidTask(f"timeout must be a positive number of seconds, got {timeout!r}")
 
+    def _validate_once(self, task: Task) -> None:
+        """``validate_task``, once per Task object.
+
+        A Task is frozen and what validate_task checks is the task's own options and
+        this backend's configuration, so a task that passed passes again; a busy
+        ``task.enqueue()`` no longer checks the same object thousands of times. The
+        Task objects are held (a few hundred at most), so their ids cannot be
+        reused by another object meanwhile.
+        """
+        if self._validated.get(id(task)) is task:
+            return
+        self.validate_task(task)
+        if len(self._validated) >= 256:
+            self._validated.clear()
+        self._validated[id(task)] = task
+
     def max_attempts_for(self, task: Task) -> int:
         return getattr(task, "max_attempts", None) or self.max_attempts
 
@@ -339,7 +286,7 @@ class PgQueueBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """Write one job in the caller's transaction and return its READY result."""
         self._raise_if_misconfigured()
-        self.validate_task(task)
+        self._validate_once(task)
         if getattr(task, "atomic", False):
             # Checked here rather than in validate_task(), which also runs when
             # @task decorates: a project that moves its queue must still import.
@@ -375,7 +322,8 @@ class PgQueueBackend(BaseTaskBackend):
         _written(result, job_id, created_at)
         if task.run_after is None:
             wake_workers(db)  # deferred jobs are found by the poll when due
-        task_enqueued.send(type(self), task_result=result)
+        if _enqueued_wanted():
+            task_enqueued.send(type(self), task_result=result)
         return result
 
     def _insert_keyed(
@@ -415,17 +363,49 @@ class PgQueueBackend(BaseTaskBackend):
             job_id=None,
         )
 
+    @overload
     def enqueue_many(
-        self, task: Task, arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]]
-    ) -> list[TaskResult]:
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: Literal[True] = ...,
+    ) -> list[TaskResult]: ...
+
+    @overload
+    def enqueue_many(
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: Literal[False],
+    ) -> list[int]: ...
+
+    @overload
+    def enqueue_many(
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: bool,
+    ) -> list[TaskResult] | list[int]: ...
+
+    def enqueue_many(
+        self,
+        task: Task,
+        arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+        *,
+        results: bool = True,
+    ) -> list[TaskResult] | list[int]:
         """Write many jobs of one task with one statement (COPY for large batches).
 
         All rows are written or none, in the caller's transaction. Unique and
         atomic tasks are written one row at a time (each key must be settled by
-        the unique index on its own).
+        the unique index on its own). With ``results=False`` the job ids come
+        back instead of READY results (see :func:`enqueue_many`).
         """
         self._raise_if_misconfigured()
-        self.validate_task(task)
+        self._validate_once(task)
         conf = get_settings()
         if (
             getattr(task, "unique", False)
@@ -434,13 +414,14 @@ class PgQueueBackend(BaseTaskBackend):
         ):
             items = [(tuple(a), dict(k)) for a, k in arguments]
             with transaction.atomic(using=conf.DATABASE):
-                return [self.enqueue(task, a, k) for a, k in items]
+                made = [self.enqueue(task, a, k) for a, k in items]
+            return made if results else [int(r.id) for r in made]
         # Every call is checked before any SQL (bulk.py: repeated argument objects
-        # are checked and serialised once).
-        calls = bulk.encode_calls(
+        # in a list are checked and serialised once).
+        runs = bulk.encode_calls(
             arguments, lambda a, k, item: serialize_arguments(task, a, k, conf, item=item)
         )
-        count = len(calls.encoded)
+        count = bulk.count_of(runs)
         if not count:
             return []
         db = conf.DATABASE
@@ -450,16 +431,23 @@ class PgQueueBackend(BaseTaskBackend):
             cursor.execute(sql.RESERVE_JOB_IDS, [count])
             ids, created_at = cursor.fetchone()
             if count >= COPY_THRESHOLD:
-                shared = (
-                    "pending", task.priority, 0, max_attempts,
-                    (task.run_after or created_at).isoformat(), "", "", "[]",
-                    created_at.isoformat(), created_at.isoformat(), task.module_path,
-                    task.queue_name, self.alias, "[]",
-                )  # fmt: skip
+                shared = sql.copy_tail(
+                    {
+                        "priority": task.priority,
+                        "max_attempts": max_attempts,
+                        "next_attempt_at": (task.run_after or created_at).isoformat(),
+                        "created_at": created_at.isoformat(),
+                        "updated_at": created_at.isoformat(),
+                        "task_path": task.module_path,
+                        "queue_name": task.queue_name,
+                        "backend": self.alias,
+                    }
+                )
                 with cursor.cursor.copy(sql.COPY_JOBS) as copy:  # Django's psycopg cursor
-                    for chunk in bulk.copy_chunks(ids, calls.encoded, shared):
+                    for chunk in bulk.copy_chunks(ids, runs, shared):
                         copy.write(chunk)
             else:
+                args_json, kwargs_json = bulk.insert_arrays(runs)
                 cursor.execute(
                     sql.INSERT_JOBS,
                     [
@@ -470,19 +458,21 @@ class PgQueueBackend(BaseTaskBackend):
                         task.queue_name,
                         self.alias,
                         ids,
-                        [a for a, _ in calls.encoded],
-                        [k for _, k in calls.encoded],
+                        args_json,
+                        kwargs_json,
                     ],
                 )
             if task.run_after is None:
                 wake_workers(db)
-        results = bulk.results_for(
-            calls, ids, created_at, lambda a, k: self._new_result(task, a, k)
-        )
-        if _enqueued_wanted():
-            for result in results:
+        # Results only for a caller or a receiver that will read them.
+        wanted = _enqueued_wanted()
+        if not (results or wanted):
+            return list(ids)
+        made = bulk.results_for(runs, ids, created_at, lambda a, k: self._new_result(task, a, k))
+        if wanted:
+            for result in made:
                 task_enqueued.send(type(self), task_result=result)
-        return results
+        return made if results else list(ids)
 
     def _new_result(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """The READY result of a job about to be written; ``_written`` fills in its row."""
@@ -653,10 +643,10 @@ _enqueued_gate: Any = None
 def _enqueued_wanted() -> bool:
     """Whether sending ``task_enqueued`` would do anything (worker/runner.py's SignalGate).
 
-    The framework's own receiver logs each enqueue at DEBUG; a bulk enqueue skips
-    thousands of signals when that is the only receiver and its record would be
-    dropped. Any other receiver, or a handler that writes DEBUG, and every result
-    is sent as before.
+    The framework's own receiver logs each enqueue at DEBUG; an enqueue skips the
+    signal (a bulk enqueue thousands of them, and building their results) when
+    that is the only receiver and its record would be dropped. Any other
+    receiver, or a handler that writes DEBUG, and every result is sent as before.
     """
     global _enqueued_gate
     if _enqueued_gate is None:
@@ -678,12 +668,45 @@ def get_backend_for(task: Task) -> PgQueueBackend:
     return backend
 
 
+@overload
 def enqueue_many(
-    task: Task, arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]]
-) -> list[TaskResult]:
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: Literal[True] = ...,
+) -> list[TaskResult]: ...
+
+
+@overload
+def enqueue_many(
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: Literal[False],
+) -> list[int]: ...
+
+
+@overload
+def enqueue_many(
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: bool,
+) -> list[TaskResult] | list[int]: ...
+
+
+def enqueue_many(
+    task: Task,
+    arguments: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+    *,
+    results: bool = True,
+) -> list[TaskResult] | list[int]:
     """Enqueue many calls of ``task`` with one statement; returns their results in order.
 
     ``arguments`` is an iterable of ``(args, kwargs)`` pairs. All rows are written
-    or none, inside the caller's transaction.
+    or none, inside the caller's transaction. With ``results=False`` it returns
+    the new jobs' ids (``int``, the ``Job`` primary keys, in input order) and
+    builds no ``TaskResult`` at all: the faster choice when the caller does not
+    read them (``task.get_result(str(job_id))`` reads one later).
     """
-    return get_backend_for(task).enqueue_many(task, arguments)
+    return get_backend_for(task).enqueue_many(task, arguments, results=results)

@@ -18,8 +18,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from .contract import DEFAULT_MAX_DEPTH, DEPTH_CEILING
+from .retry import DEFAULT_BASE, DEFAULT_CAP
 
 #: Webhook delivery defaults (``PGQUEUE["WEBHOOKS"]``). The retry schedule follows
 #: Svix: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
@@ -185,12 +187,16 @@ class PgQueueSettings:
     API: Mapping[str, Any] = field(default_factory=lambda: dict(API_DEFAULTS))
 
 
-def _positive_number(name: str, value: Any, *, allow_zero: bool = False) -> float:
+def _positive_number(
+    name: str, value: Any, *, allow_zero: bool = False, maximum: float | None = None
+) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ImproperlyConfigured(f"{name} must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         kind = "a non-negative" if allow_zero else "a positive"
         raise ImproperlyConfigured(f"{name} must be {kind} number, got {value!r}")
+    if maximum is not None and value >= maximum:
+        raise ImproperlyConfigured(f"{name} must be below {maximum:g}, got {value!r}")
     return float(value)
 
 
@@ -337,6 +343,71 @@ def validate_retention(raw: Any) -> dict[str, float | None]:
             value = _positive_number(f"PGQUEUE['RETENTION'][{state!r}]", value)
         merged[state] = value
     return merged
+
+
+#: ``TASKS[alias]["OPTIONS"]`` of ``PgQueueBackend``, with their defaults.
+BACKEND_OPTION_DEFAULTS: dict[str, Any] = {
+    "MAX_ATTEMPTS": 5,
+    "BACKOFF": None,
+    "BACKOFF_BASE": DEFAULT_BASE,
+    "BACKOFF_CAP": DEFAULT_CAP,
+    "TIMEOUT": None,
+}
+
+
+def validate_backend_options(
+    alias: str, raw: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Validate a ``PgQueueBackend``'s ``OPTIONS`` with the validators of ``PGQUEUE``.
+
+    Returns every option (its default where the given value is wrong) and one message
+    per problem: the backend reports them as check E010 and on enqueue rather than
+    raising while Django builds its task backends. ``BACKOFF`` comes back as a
+    callable or None (a dotted path is imported here).
+    """
+    prefix = f"TASKS[{alias!r}]['OPTIONS']"
+    problems: list[str] = []
+
+    def valid(check: Any, *args: Any, **kwargs: Any) -> bool:
+        try:
+            check(*args, **kwargs)
+        except ImproperlyConfigured as exc:
+            problems.append(str(exc))
+            return False
+        return True
+
+    valid(_check_keys, prefix, raw, BACKEND_OPTION_DEFAULTS)
+    options = {**BACKEND_OPTION_DEFAULTS}
+    name = f"{prefix}['MAX_ATTEMPTS']"
+    if valid(_positive_int, name, raw.get("MAX_ATTEMPTS", options["MAX_ATTEMPTS"])):
+        options["MAX_ATTEMPTS"] = raw.get("MAX_ATTEMPTS", options["MAX_ATTEMPTS"])
+    timeout = raw.get("TIMEOUT")
+    if timeout is not None and valid(
+        _positive_number, f"{prefix}['TIMEOUT']", timeout, maximum=2**31
+    ):
+        options["TIMEOUT"] = timeout
+    base = raw.get("BACKOFF_BASE", DEFAULT_BASE)
+    cap = raw.get("BACKOFF_CAP", DEFAULT_CAP)
+    # Both or neither: a base without its cap (or the reverse) is not what was meant.
+    base_valid = valid(_positive_number, f"{prefix}['BACKOFF_BASE']", base)
+    cap_valid = valid(_positive_number, f"{prefix}['BACKOFF_CAP']", cap)
+    if base_valid and cap_valid:
+        options["BACKOFF_BASE"], options["BACKOFF_CAP"] = float(base), float(cap)
+    backoff = raw.get("BACKOFF")
+    if isinstance(backoff, str):
+        try:
+            backoff = import_string(backoff)
+        except ImportError as exc:
+            problems.append(f"{prefix}['BACKOFF'] = {raw['BACKOFF']!r} cannot be imported: {exc}")
+            backoff = None
+    if backoff is not None and not callable(backoff):
+        problems.append(
+            f"{prefix}['BACKOFF'] must be a callable backoff(exception, task_result) -> "
+            f"seconds | None, got {backoff!r}"
+        )
+        backoff = None
+    options["BACKOFF"] = backoff
+    return options, problems
 
 
 def validate(raw: Any) -> PgQueueSettings:

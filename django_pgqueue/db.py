@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -150,3 +152,97 @@ class PositionalStatement:
         with psycopg.RawCursor(conn) as cursor:
             cursor.execute(self.query, [params[name] for name in self.names])
             return cursor.fetchall()
+
+
+def array_literal(items: list[str]) -> str:
+    """``{a,b,c}`` for elements that need no quoting (numbers, uuids, state names).
+
+    Batch statements take their arrays as literals (text, cast by the statement):
+    psycopg's generic list dumper adapts element by element, which took the largest
+    share of the completer's time in a drain of short tasks.
+    """
+    return "{" + ",".join(items) + "}"
+
+
+def text_array_literal(items: list[str | None]) -> str:
+    """A ``text[]`` literal: every element double-quoted with ``\\`` and ``"`` escaped,
+    ``None`` as an unquoted NULL."""
+    return (
+        "{"
+        + ",".join(
+            "NULL" if item is None else '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            for item in items
+        )
+        + "}"
+    )
+
+
+#: A prepare threshold no statement reaches during one ``execute_one`` call:
+#: only the statement executed with ``prepare=True`` is prepared.
+_ONLY_WHEN_ASKED = 2**31
+
+
+def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepare: bool) -> Any:
+    """Run ``statement`` on Django's ``connection`` and return its first row.
+
+    Django's psycopg cursors bind parameters on the client, so PostgreSQL parses
+    and plans the statement again on every call; for a one-row enqueue that is a
+    large share of the whole cost. This runs it on the same psycopg connection
+    with server-side binding, so the caller's transaction, ``on_commit`` hooks and
+    Django's error wrapping apply as before. When Django records queries
+    (``DEBUG``, ``assertNumQueries``) or an ``execute_wrapper`` is installed
+    (tracing, query inspection), the ordinary cursor is used so they see it.
+
+    With ``prepare`` the statement is a server-side prepared statement. Django
+    opens its connections with ``prepare_threshold=None`` unless ``OPTIONS`` says
+    otherwise, and psycopg then prepares nothing, not even on request; the
+    threshold is lifted for this one call only (to a value no other statement
+    reaches), so this statement is prepared and Django's own never are.
+    """
+    if connection.queries_logged or connection.execute_wrappers:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchone()
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    pg = connection.connection
+    cursor = _cursor_on(connection, pg)
+    with connection.wrap_database_errors:
+        if prepare and pg.prepare_threshold is None:
+            pg.prepare_threshold = _ONLY_WHEN_ASKED
+            try:
+                cursor.execute(statement, params, prepare=True)
+            finally:
+                pg.prepare_threshold = None
+        else:
+            cursor.execute(statement, params, prepare=prepare)
+        return cursor.fetchone()
+
+
+def _cursor_on(connection: Any, pg: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """A psycopg cursor on ``pg``, kept on Django's ``connection`` between calls.
+
+    A new cursor per enqueue also built its adapters anew (Django's timestamp
+    loader among them), which cost about as much as the rest of ``execute_one``.
+    A kept cursor running the same statement again keeps them. Django's
+    connection objects belong to one thread, and so does this cursor; a new
+    psycopg connection (Django reconnected) gets a new cursor.
+    """
+    cursor: psycopg.Cursor[Any] | None = getattr(connection, "_pgqueue_cursor", None)
+    if cursor is None or cursor.connection is not pg or cursor.closed:
+        cursor = connection._pgqueue_cursor = psycopg.Cursor(pg)
+    return cursor
+
+
+def run_lease_extension(
+    conn: Any, statement: str, ids: list[int], tokens: list[uuid.UUID], lease: float
+) -> list[tuple[Any, ...]]:
+    """Run a lease extension ``statement`` (sql.fragments.extend_leases) for held rows."""
+    # Array literals: every held row is in this statement, and psycopg's list
+    # dumper adapted each id and token one by one.
+    params = {
+        "lease": lease,
+        "ids": array_literal([str(i) for i in ids]),
+        "tokens": array_literal([str(t) for t in tokens]),
+    }
+    return conn.execute(statement, params).fetchall()

@@ -123,23 +123,24 @@ def log_attempt(logger: logging.Logger, worker_id: str, outcome: Any, label: str
         "worker_id": worker_id,
         "source": outcome.source,
         "task": outcome.task_path,
-        "job_id": outcome.job_id,
+        "job_id": outcome.id,
         "attempt": outcome.attempt,
         "duration": round(outcome.duration, 6),
         "outcome": label,
     }
     if failed:
         extra["error"] = outcome.last_error
-        if outcome.error_json:
+        error_json = getattr(outcome, "error_json", None)  # jobs record a traceback
+        if error_json:
             try:
-                extra["traceback"] = json.loads(outcome.error_json).get("traceback")
+                extra["traceback"] = json.loads(error_json).get("traceback")
             except (TypeError, ValueError, AttributeError):
                 pass
     logger.log(
         level,
         "%s %s %s attempt=%d duration=%.3fs outcome=%s%s",
         outcome.source,
-        outcome.job_id,
+        outcome.id,
         outcome.task_path,
         outcome.attempt,
         outcome.duration,

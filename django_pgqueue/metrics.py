@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 
+from .outcomes import DeliveryOutcome
+
 if TYPE_CHECKING:
     from .worker.worker import Worker
 
@@ -57,12 +59,12 @@ def _require_client() -> Any:
     return prometheus_client
 
 
-def status_class(extra: dict[str, Any]) -> str:
+def status_class(outcome: DeliveryOutcome) -> str:
     """The response class of one delivery attempt."""
-    error = extra.get("error") or ""
+    error = outcome.error or ""
     if error.startswith("refused:") and "could not be resolved" not in error:
         return "refused"
-    code = extra.get("status_code")
+    code = outcome.status_code
     if code is None:
         return "error"
     return f"{int(code) // 100}xx"
@@ -111,8 +113,8 @@ class WorkerMetrics:
     def observe_attempt(self, worker_id: str, outcome: Any, label: str) -> None:
         self.attempts.labels(outcome.source, outcome.task_path, label).inc()
         self.durations.labels(outcome.source, outcome.task_path).observe(outcome.duration)
-        if outcome.source == "deliveries" and outcome.extra.get("verdict") not in (None, "none"):
-            self.deliveries.labels(status_class(outcome.extra)).inc()
+        if isinstance(outcome, DeliveryOutcome) and outcome.verdict != "none":
+            self.deliveries.labels(status_class(outcome)).inc()
 
     def observe_breaker(self, old_state: str, new_state: str) -> None:
         self.breaker.labels(new_state).inc()
@@ -226,7 +228,7 @@ def enable(
     addr: str = "0.0.0.0",  # noqa: S104 - a scrape target
 ) -> WorkerMetrics:
     """Serve this worker's metrics on ``addr:port`` (+ its ``--processes`` slot)."""
-    from .webhooks.worker import breaker_observers
+    from .webhooks.delivery_source import breaker_observers
     from .worker.observers import attempt_observers
 
     metrics = WorkerMetrics(worker, queue_gauges=not slot)

@@ -47,6 +47,12 @@ class Notifier:
 
     def request(self, channel: str) -> None:
         """Ask for one NOTIFY on ``channel`` soon (cheap; never raises)."""
+        thread = self._thread
+        if channel in self._pending and thread is not None and thread.is_alive():
+            # Waiting for its window: the NOTIFY that goes out is sent after this
+            # call, hence after the caller's commit, and wakes workers for it too.
+            # (A forked child inherits the set and the attribute, not the thread.)
+            return
         with self._lock:
             if self._pid != os.getpid():  # forked: the thread did not survive
                 self._thread, self._conn, self._pid = None, None, os.getpid()
@@ -93,16 +99,21 @@ class Notifier:
                 if attempt == attempts:
                     logger.warning("NOTIFY on %r failed (workers will poll): %s", channel, exc)
 
-    def flush(self) -> None:
+    def flush(self, timeout: float = 5.0) -> None:
         """Send any NOTIFY still waiting for its window, now (called at exit).
 
         A process that enqueues and exits at once (a management command, a
         script) would otherwise take its trailing NOTIFY with it, and idle
-        workers would only find the jobs at their next poll.
+        workers would only find the jobs at their next poll. A NOTIFY the
+        thread is sending right now is waited for (up to ``timeout``): the
+        thread is a daemon, stopped mid-send when the interpreter exits.
         """
+        deadline = time.monotonic() + timeout
         with self._lock:
             if self._pid != os.getpid():
                 return
+            while self._sending and time.monotonic() < deadline:
+                self._idle.wait(0.05)
             channels, self._pending = self._pending, set()
         for channel in channels:
             self._send(channel, attempts=1)

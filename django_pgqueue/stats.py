@@ -1,6 +1,6 @@
 """Read-only numbers about the queues: the dashboard overview and estimated row counts.
 
-Nothing here changes a row (that is :mod:`django_pgqueue.storage`); the statements
+Nothing here changes a row (that is :mod:`django_pgqueue.operations`); the statements
 live in :mod:`django_pgqueue.sql`.
 """
 

@@ -22,6 +22,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .outcomes import JobOutcome
+
 #: ``last_error`` is a one-line summary (the full text is in ``errors``).
 LAST_ERROR_CAP = 2000
 #: One string inside a stored error entry (a traceback quoting a huge value).
@@ -95,10 +97,14 @@ def _clean(value: Any, cap: int | None) -> Any:
 
 
 def make_outcome_storable(outcome: Any) -> None:
-    """Make a worker ``Outcome``'s text fields storable, in place (see module doc)."""
-    if outcome.result_json is not None:
-        outcome.result_json = storable_json_text(outcome.result_json)
-    if outcome.error_json is not None:
-        outcome.error_json = storable_json_text(outcome.error_json, ERROR_STRING_CAP)
+    """Make a worker ``Outcome``'s text fields storable, in place (see module doc).
+
+    A delivery's response content is made storable when its outcome is built.
+    """
+    if isinstance(outcome, JobOutcome):
+        if outcome.result_json is not None:
+            outcome.result_json = storable_json_text(outcome.result_json)
+        if outcome.error_json is not None:
+            outcome.error_json = storable_json_text(outcome.error_json, ERROR_STRING_CAP)
     if outcome.last_error is not None:
         outcome.last_error = storable_text(outcome.last_error, LAST_ERROR_CAP)

@@ -36,8 +36,9 @@ from django.db import connections
 
 from .conf import get_settings
 from .db import FastJsonbLoader
+from .outcomes import Outcome
 from .worker.atomic import SKIPPED
-from .worker.runner import Outcome, TaskRunner
+from .worker.runner import TaskRunner
 from .worker.sources import JobSource, Source
 
 #: psycopg's type oid of jsonb (Django's connections load it as text; ours as JSON).
@@ -109,7 +110,7 @@ def _sources(webhooks: bool, worker_id: str) -> list[Source]:
         AtomicJobSource(worker_id, manage_connections=False),
     ]
     if webhooks:
-        from .webhooks.worker import DeliverySource
+        from .webhooks.delivery_source import DeliverySource
 
         sources.append(DeliverySource(worker_id))
     return sources

@@ -124,7 +124,7 @@ def traced_claim(method: F) -> F:
             span.set_attribute("pgqueue.claimed", len(items))
             if items and source.name == "jobs":
                 rows = worker._claim_connection().execute(
-                    sql.READ_TRACE_CONTEXTS, [[item.id for item in items]]
+                    sql.READ_TRACE_CONTEXTS, {"ids": [item.id for item in items]}
                 )
                 with _claimed_lock:
                     for job_id, carrier in rows:
@@ -189,7 +189,7 @@ def traced_delivery(method: F) -> F:
             span.set_attribute("pgqueue.attempt", item.attempts)
             span.set_attribute("url.full", item.url)
             outcome = method(source, item)
-            code = outcome.extra.get("status_code")
+            code = outcome.status_code
             if code is not None:
                 span.set_attribute("http.response.status_code", code)
             if outcome.last_error:

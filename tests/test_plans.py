@@ -20,8 +20,9 @@ import pytest
 
 from django_pgqueue import sql
 from django_pgqueue.db import connect
+from django_pgqueue.outcomes import DeliveryOutcome, JobOutcome
 from django_pgqueue.worker.atomic import AtomicJobSource
-from django_pgqueue.worker.runner import Outcome, TaskRunner
+from django_pgqueue.worker.runner import TaskRunner
 from django_pgqueue.worker.sources import JobSource
 
 ROWS = 20_000
@@ -29,9 +30,6 @@ NOBODY = uuid.UUID(int=0)
 #: Runs on the empty table: psycopg prepares from the second, PostgreSQL (in its
 #: default ``plan_cache_mode``) switches to a generic plan after five custom ones.
 WARM_UP = 8
-
-#: Not solved yet (sql.py, "Plans and table growth"): these fail on purpose until it is.
-KNOWN = pytest.mark.xfail(strict=True, reason="worker statements keep the plan cache")
 
 
 @pytest.fixture
@@ -60,6 +58,16 @@ def grow(conn: psycopg.Connection, statement: str, table: str) -> None:
     assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == ROWS
 
 
+def warm_then_grow(
+    conn: psycopg.Connection, work: Callable[[], Any], fill: str, table: str
+) -> None:
+    """Run ``work`` on ``table`` analysed empty until a generic plan could be chosen; fill it."""
+    conn.execute(f"ANALYZE {table}")
+    for _ in range(WARM_UP):
+        work()
+    grow(conn, fill, table)
+
+
 FILL_JOBS = f"""INSERT INTO {sql.JOB_TABLE} (
     status, priority, attempts, max_attempts, next_attempt_at, worker_id, last_error,
     errors, created_at, updated_at, task_path, queue_name, backend, args, kwargs,
@@ -69,10 +77,9 @@ FILL_JOBS = f"""INSERT INTO {sql.JOB_TABLE} (
 FROM generate_series(1, %(n)s)"""
 
 
-@KNOWN
 def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
-    miss = Outcome(job_id=1, token=NOBODY, status="succeeded", result_json="null")
+    miss = JobOutcome(id=1, token=NOBODY, status="succeeded", result_json="null")
 
     def work() -> None:
         source.write_outcomes(conn, [miss])
@@ -86,14 +93,13 @@ def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     held = conn.execute(f"SELECT id, locked_by FROM {sql.JOB_TABLE} LIMIT 1").fetchone()
 
     assert seq_scans(conn, sql.JOB_TABLE, work) == 0
-    hit = Outcome(job_id=held[0], token=held[1], status="succeeded", result_json="null")
+    hit = JobOutcome(id=held[0], token=held[1], status="succeeded", result_json="null")
     assert seq_scans(conn, sql.JOB_TABLE, lambda: source.write_outcomes(conn, [hit])) == 0
     assert conn.execute(
         f"SELECT status FROM {sql.JOB_TABLE} WHERE id = %s", [held[0]]
     ).fetchone() == ("succeeded",)
 
 
-@KNOWN
 def test_job_claim_does_not_scan_a_grown_table(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
     params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
@@ -113,7 +119,6 @@ def test_job_claim_does_not_scan_a_grown_table(conn):
     assert len(claimed) == 10
 
 
-@KNOWN
 def test_atomic_due_count_does_not_scan_a_grown_table(conn):
     source = AtomicJobSource("plan-test")
     params = {"all_queues": True, "queues": [], "limit": 10}
@@ -131,27 +136,22 @@ FILL_DELIVERIES = f"""WITH ev AS (
     RETURNING id
 )
 INSERT INTO {sql.DELIVERY_TABLE} (
-    status, priority, attempts, max_attempts, next_attempt_at, worker_id, last_error,
-    errors, created_at, updated_at, endpoint_id, event_id, locked_by, locked_until
-) SELECT 'in_progress', 0, 1, 3, now(), 'w', '', '[]', now(), now(),
+    status, attempts, max_attempts, next_attempt_at, worker_id, last_error,
+    created_at, updated_at, endpoint_id, event_id, locked_by, locked_until
+) SELECT 'in_progress', 1, 3, now(), 'w', '', now(), now(),
          (SELECT max(id) FROM {sql.ENDPOINT_TABLE}), ev.id, gen_random_uuid(),
          now() + interval '1 hour'
 FROM ev"""
 
 
-@KNOWN
 def test_delivery_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     from django_pgqueue.models import Endpoint
-    from django_pgqueue.webhooks.worker import DeliverySource
+    from django_pgqueue.webhooks.delivery_source import DeliverySource
 
     Endpoint.objects.create(url="https://example.com/hook", event_types=["e"])
     source = DeliverySource("plan-test")
-    miss = Outcome(
-        job_id=1,
-        token=NOBODY,
-        status="succeeded",
-        source="deliveries",
-        extra={"verdict": "success", "status_code": 200},
+    miss = DeliveryOutcome(
+        id=1, token=NOBODY, status="succeeded", verdict="success", status_code=200
     )
 
     def work() -> None:
@@ -159,9 +159,91 @@ def test_delivery_completion_and_lease_extension_do_not_scan_a_grown_table(conn)
         source.extend_leases(conn, [1], [NOBODY], 60.0)
         source.read_outcomes(conn, [1])
 
-    conn.execute(f"ANALYZE {sql.DELIVERY_TABLE}")
-    for _ in range(WARM_UP):
-        work()
-    grow(conn, FILL_DELIVERIES, sql.DELIVERY_TABLE)
+    warm_then_grow(conn, work, FILL_DELIVERIES, sql.DELIVERY_TABLE)
 
     assert seq_scans(conn, sql.DELIVERY_TABLE, work) == 0
+
+
+def test_burst_checks_do_not_scan_a_grown_table(conn):
+    source = JobSource(TaskRunner("plan-test", 60.0))
+    atomic = AtomicJobSource("plan-test")
+    params = {"all_queues": True, "queues": [], "limit": 10}
+
+    def work() -> None:
+        assert not source.any_due(conn, params)
+        assert not source.any_left(conn, params)
+        assert not atomic.any_left(conn, params)
+
+    # Finished rows: the checks' partial indexes hold none of them, a scan reads all.
+    finished = (
+        FILL_JOBS.replace("'in_progress'", "'succeeded'")
+        .replace("locked_by, locked_until\n", "locked_by, locked_until, finished_at\n")
+        .replace("gen_random_uuid(), now() + interval '1 hour'", "NULL, NULL, now()")
+    )
+    warm_then_grow(conn, work, finished, sql.JOB_TABLE)
+
+    assert seq_scans(conn, sql.JOB_TABLE, work) == 0
+
+
+def test_trace_context_read_does_not_scan_a_grown_table(conn):
+    def work() -> None:
+        conn.execute(sql.READ_TRACE_CONTEXTS, {"ids": [1, 2]}).fetchall()
+
+    warm_then_grow(conn, work, FILL_JOBS, sql.JOB_TABLE)
+
+    assert seq_scans(conn, sql.JOB_TABLE, work) == 0
+
+
+def test_delivery_claim_and_burst_checks_do_not_scan_a_grown_table(conn):
+    from django_pgqueue.models import Endpoint
+    from django_pgqueue.webhooks.delivery_source import DeliverySource
+
+    Endpoint.objects.create(url="https://example.com/hook", event_types=["e"])
+    source = DeliverySource("plan-test")
+    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
+
+    def warm_up() -> None:
+        assert source.claim(conn, params) == []
+        checks()
+
+    def checks() -> None:
+        source.any_due(conn, params)
+        source.any_left(conn, params)
+
+    pending = FILL_DELIVERIES.replace("'in_progress'", "'pending'").replace(
+        "gen_random_uuid(),\n         now() + interval '1 hour'", "NULL, NULL"
+    )
+    warm_then_grow(conn, warm_up, pending, sql.DELIVERY_TABLE)
+
+    claimed: list[Any] = []
+    assert (
+        seq_scans(conn, sql.DELIVERY_TABLE, lambda: claimed.extend(source.claim(conn, params))) == 0
+    )
+    assert len(claimed) == 10
+    assert seq_scans(conn, sql.DELIVERY_TABLE, checks) == 0
+
+
+def test_worker_statements_are_never_given_a_generic_plan(conn):
+    """What keeps the tests above green: PostgreSQL plans every run (PLAN_EACH_RUN)."""
+    source = JobSource(TaskRunner("plan-test", 60.0))
+    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
+    miss = JobOutcome(id=1, token=NOBODY, status="succeeded", result_json="null")
+    for _ in range(WARM_UP):
+        source.claim(conn, params)
+        source.write_outcomes(conn, [miss])
+        source.extend_leases(conn, [1], [NOBODY], 60.0)
+        source.read_outcomes(conn, [1])
+        source.any_due(conn, params)
+
+    rows = conn.execute(
+        "SELECT substring(statement FROM 'pgqueue:[a-z_]+'), generic_plans, custom_plans"
+        " FROM pg_prepared_statements WHERE statement LIKE '%%pgqueue:%%'"
+    ).fetchall()
+    assert {name for name, _, _ in rows} >= {
+        "pgqueue:claim",
+        "pgqueue:complete",
+        "pgqueue:extend_job_leases",
+        "pgqueue:read_outcomes",
+        "pgqueue:any_due",
+    }
+    assert all(generic == 0 and custom >= WARM_UP - 2 for _, generic, custom in rows), rows

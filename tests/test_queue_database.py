@@ -251,7 +251,8 @@ def operator() -> User:
     user = User.objects.create_user("operator", password="pw", is_staff=True)
     user.user_permissions.set(
         Permission.objects.filter(
-            content_type__app_label="django_pgqueue", codename__in=["view_job", "replay_job"]
+            content_type__app_label="django_pgqueue",
+            codename__in=["view_job", "replay_job", "cancel_job"],
         )
     )
     return user

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 import django_pgqueue
-from django_pgqueue import storage
+from django_pgqueue import operations
 from django_pgqueue.compat import task_started
 from django_pgqueue.conf import get_settings
 from django_pgqueue.models import Delivery, Job, Status
@@ -193,9 +193,9 @@ def test_abort_a_pending_job_cancels_it_and_replay_runs_it_again(run_worker):
     assert outcome.changed == {int(result.id): Status.PENDING}
     row = job(result)
     assert row.status == Status.CANCELLED and row.finished_at is not None
-    assert storage.abort(Job, [row.pk]).skipped == {row.pk: "is cancelled"}
+    assert operations.abort(Job, [row.pk]).skipped == {row.pk: "is cancelled"}
 
-    storage.replay(Job, [row.pk])
+    operations.replay(Job, [row.pk])
     assert job(result).abort_requested_at is None
     run_worker()
     assert job(result).result == 42
@@ -203,7 +203,7 @@ def test_abort_a_pending_job_cancels_it_and_replay_runs_it_again(run_worker):
 
 def test_only_jobs_can_be_aborted():
     with pytest.raises(ValueError, match="only jobs"):
-        storage.abort(Delivery, [1])
+        operations.abort(Delivery, [1])
 
 
 def test_an_aborted_row_whose_worker_died_is_cancelled_not_rerun(run_worker):
@@ -215,7 +215,7 @@ def test_an_aborted_row_whose_worker_died_is_cancelled_not_rerun(run_worker):
         locked_by=uuid.uuid4(),
         locked_until=timezone.now() - dt.timedelta(seconds=1),
     )
-    storage.abort(Job, [int(result.id)])
+    operations.abort(Job, [int(result.id)])
     run_worker()
     row = job(result)
     assert row.status == Status.CANCELLED and row.result is None and row.finished_at

@@ -153,14 +153,14 @@ def test_concurrent_enqueues_are_settled_by_the_index(first_commits):
 
 
 def test_replaying_a_finished_job_whose_key_is_live_again_is_skipped():
-    from django_pgqueue import storage
+    from django_pgqueue import operations
 
     first = tasks.unique_add.enqueue(4, 4)
     Job.objects.filter(pk=int(first.id)).update(status="dead", finished_at="2026-01-01T00:00Z")
     live = tasks.unique_add.enqueue(4, 4)  # the key is free: a new live job
     other = tasks.add.enqueue(1, 1)
     Job.objects.filter(pk=int(other.id)).update(status="dead", finished_at="2026-01-01T00:00Z")
-    result = storage.replay(Job, [int(first.id), int(other.id)])
+    result = operations.replay(Job, [int(first.id), int(other.id)])
     assert result.changed == {int(other.id): "dead"}
     assert result.skipped == {int(first.id): "its unique key is held by another live job"}
     assert Job.objects.get(pk=int(first.id)).status == "dead"

@@ -9,10 +9,12 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..models.webhooks import Delivery, DeliveryAttempt, Event
+from ..operations import DELIVERY_OPERATIONS
 from .display import first_line, json_display, pretty_json
 from .filters import RecentValuesFilter, StatusFilter, application_filter
 from .paginator import EstimatedCountPaginator
-from .queue_rows import QueueRowAdmin, operation_button
+from .queue_rows import QueueRowAdmin
+from .read_only import ReadOnlyAdminMixin
 
 
 def _admin_link(obj, text) -> str:
@@ -64,17 +66,9 @@ class DeliveryAttemptInline(admin.TabularInline):
         )
 
 
-DELIVERY_BUTTONS = (
-    "pgqueue_delivery_replay",
-    "pgqueue_delivery_retry_now",
-    "pgqueue_delivery_cancel",
-    "pgqueue_delivery_move_to_dlq",
-)
-
-
 @admin.register(Delivery)
 class DeliveryAdmin(QueueRowAdmin):
-    operate_permission = "replay_delivery"
+    operations = DELIVERY_OPERATIONS
     list_display = (
         "id",
         "event_link",
@@ -105,8 +99,6 @@ class DeliveryAdmin(QueueRowAdmin):
         "A delivery id, an endpoint URL, an event type, an idempotency key or msg id."
     )
     inlines = (DeliveryAttemptInline,)
-    actions_row = DELIVERY_BUTTONS
-    actions_detail = DELIVERY_BUTTONS
     fieldsets = (
         (
             None,
@@ -128,22 +120,17 @@ class DeliveryAdmin(QueueRowAdmin):
         ),
         (_("Payload"), {"fields": ("idempotency_key_display", "payload_json")}),
         # The history is the attempt log below (one row per attempt, with the
-        # response); the JSON error list is for task jobs only.
+        # response); deliveries have no JSON error list of their own.
         (_("Errors"), {"fields": ("last_error_pre",)}),
     )
     # The stub wants each fieldset's options as its TypedDict; the literal is a plain dict.
     readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
 
-    pgqueue_delivery_replay = operation_button("replay", style="default")
-    pgqueue_delivery_retry_now = operation_button("retry_now")
-    pgqueue_delivery_cancel = operation_button("cancel")
-    pgqueue_delivery_move_to_dlq = operation_button("move_to_dlq")
-
     def get_queryset(self, request):
         qs = super().get_queryset(request).select_related("event", "endpoint")
         url_name = getattr(request.resolver_match, "url_name", "") or ""
         if url_name.endswith("_changelist"):
-            qs = qs.defer("errors", "event__payload", "event__body")
+            qs = qs.defer("event__payload", "event__body")
         return qs
 
     @admin.display(description=_("next attempt at"), ordering="next_attempt_at")
@@ -176,8 +163,9 @@ class DeliveryAdmin(QueueRowAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
-    """Events are history: read-only, linked to their deliveries."""
+class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Events are history: read-only (deleting one would delete its deliveries'
+    history), linked to their deliveries."""
 
     list_display = (
         "id",
@@ -212,15 +200,6 @@ class EventAdmin(admin.ModelAdmin):
     readonly_fields = fields
 
     payload_json = json_display("payload", _("payload"))
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # deleting an event would delete its deliveries' history
 
     @admin.display(description=_("deliveries"))
     def deliveries(self, obj: Event):

@@ -9,24 +9,16 @@ from django.urls import path
 from django.utils.translation import gettext_lazy as _
 
 from ..models.queue import Job
+from ..operations import JOB_OPERATIONS
 from .dashboard import dashboard_view
 from .display import json_display
 from .filters import RecentValuesFilter, StatusFilter
-from .queue_rows import QueueRowAdmin, bulk_action, operation_button
-
-JOB_BUTTONS = (
-    "pgqueue_job_replay",
-    "pgqueue_job_retry_now",
-    "pgqueue_job_cancel",
-    "pgqueue_job_move_to_dlq",
-    "pgqueue_job_abort",
-)
+from .queue_rows import QueueRowAdmin
 
 
 @admin.register(Job)
 class JobAdmin(QueueRowAdmin):
-    operate_permission = "replay_job"
-    actions = [*QueueRowAdmin.actions, "abort"]
+    operations = JOB_OPERATIONS
     change_list_template = "admin/django_pgqueue/job/change_list.html"
     list_display = (
         "id",
@@ -48,8 +40,6 @@ class JobAdmin(QueueRowAdmin):
     list_select_related = False  # no relations: keep the query a plain index scan
     search_fields = ("task_path",)
     search_help_text = _("A job id, or part of a task path.")
-    actions_row = JOB_BUTTONS
-    actions_detail = JOB_BUTTONS
     fieldsets = (
         (None, {"fields": ("id", "task_path", "queue_name", "backend", "status_display")}),
         (
@@ -76,14 +66,6 @@ class JobAdmin(QueueRowAdmin):
 
     # The stub wants each fieldset's options as its TypedDict; the literal is a plain dict.
     readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
-
-    pgqueue_job_replay = operation_button("replay", style="default")
-    pgqueue_job_retry_now = operation_button("retry_now")
-    pgqueue_job_cancel = operation_button("cancel")
-    pgqueue_job_move_to_dlq = operation_button("move_to_dlq")
-    pgqueue_job_abort = operation_button("abort")
-
-    abort = bulk_action("abort", _("Abort selected (cancel, or stop if running)"))
 
     def get_urls(self):
         opts = self.model._meta

@@ -21,6 +21,7 @@ from ..models.mq import MessageQueue
 from ..mq import store
 from ..mq.exceptions import QueueError
 from .audit import log_changes
+from .read_only import ReadOnlyAdminMixin
 
 #: Messages shown per page of the browser.
 PAGE_SIZE = 50
@@ -39,7 +40,7 @@ def _age(seconds: float | None) -> str:
 
 
 @admin.register(MessageQueue)
-class MessageQueueAdmin(admin.ModelAdmin):
+class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Queues are created and dropped by code (``mq.create``); the admin reads and operates."""
 
     list_display = (
@@ -55,15 +56,6 @@ class MessageQueueAdmin(admin.ModelAdmin):
     )
     readonly_fields = ("name", "unlogged", "max_reads", "dead_letter", "created_at")
     operate_permission = "operate_messagequeue"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(f"django_pgqueue.{self.operate_permission}")

@@ -23,11 +23,12 @@ adapt the rest in this subclass (docs/admin.md, "django-admin-actions"):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from admin_actions.admin import ActionsModelAdmin  # type: ignore[import-untyped]  # no py.typed
 from django import forms
+from django.contrib import admin
 from django.contrib.admin import ModelAdmin, helpers
 from django.core.exceptions import PermissionDenied
 from django.db import models
@@ -39,6 +40,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
+
+from ..operations import Operation
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -75,14 +78,111 @@ def row_action(
     return decorate
 
 
-class RowActionsAdmin(ActionsModelAdmin):
-    """``ActionsModelAdmin`` with permission-aware, state-aware, POST-only buttons."""
+def _has_permission(codename: str) -> Callable[..., bool]:
+    def check(self: ModelAdmin, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
-    #: ``has_<name>_permission`` guarding this admin's own bulk actions (``actions``).
-    action_permission = ""
+    check.__name__ = f"has_{codename}_permission"
+    return check
+
+
+def _bulk_action(op: Operation) -> Callable[..., HttpResponse | None]:
+    """The bulk admin action of ``op``, named ``op.name`` (the name is the public contract)."""
+
+    @admin.action(permissions=[op.permission], description=op.bulk_label)
+    def action(self: RowActionsAdmin, request: HttpRequest, queryset: QuerySet):
+        return self.confirm_bulk(
+            request,
+            queryset,
+            op.name,
+            label=op.label,
+            explanation=op.explanation,
+            apply=lambda ids: self.run_operation(request, op, ids, {}),
+            **self.bulk_preview(queryset, op),
+        )
+
+    action.__name__ = op.name
+    return action
+
+
+def _operation_button(op: Operation) -> Callable[..., HttpResponse]:
+    """The row/detail button of ``op`` (GET: confirm; POST: act)."""
+
+    def view(self: RowActionsAdmin, request: HttpRequest, pk: int) -> HttpResponse:
+        return self.confirmed_row_view(
+            request,
+            pk,
+            label=op.label,
+            explanation=op.explanation,
+            applies=op.applies,
+            form_class=self.operation_forms.get(op.name),
+            act=lambda obj, data: self.run_operation(request, op, [obj.pk], data),
+        )
+
+    view.__name__ = button_name(op)
+    return row_action(
+        op.label,
+        op.name.replace("_", "-"),
+        permission=op.permission,
+        applies=op.applies,
+        style=op.style,
+    )(view)
+
+
+def button_name(op: Operation) -> str:
+    """The method and URL name of ``op``'s button: ``pgqueue_job_replay``."""
+    return f"pgqueue_{op.kind}_{op.name}"
+
+
+class RowActionsAdmin(ActionsModelAdmin):
+    """``ActionsModelAdmin`` with permission-aware, state-aware, POST-only buttons.
+
+    A subclass sets :attr:`operations` (declarations from
+    :mod:`django_pgqueue.operations`); from each one it gets a bulk action (when
+    the declaration has a ``bulk_label``), a row and detail button, and the
+    ``has_<permission>_permission`` check both use. The subclass carries
+    operations out in :meth:`run_operation`.
+    """
+
+    #: This admin's operations, by name (``operations.JOB_OPERATIONS`` ...).
+    operations: Mapping[str, Operation] = {}
+    #: Operations whose button is on the detail page only, not on each row.
+    detail_only: tuple[str, ...] = ()
+    #: Operations whose confirmation page asks for more (a form class each).
+    operation_forms: Mapping[str, type[forms.Form]] = {}
     row_actions_template = "admin/django_pgqueue/row_actions.html"
     confirm_template = "admin/django_pgqueue/confirm_operation.html"
     change_form_template = "admin/django_pgqueue/change_form.html"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.operations:
+            return
+        for op in cls.operations.values():
+            check = f"has_{op.permission}_permission"
+            if not hasattr(cls, check):
+                setattr(cls, check, _has_permission(op.permission))
+            if op.bulk_label and op.name not in cls.__dict__:
+                setattr(cls, op.name, _bulk_action(op))
+            if button_name(op) not in cls.__dict__:
+                setattr(cls, button_name(op), _operation_button(op))
+        declared = list(cls.operations.values())
+        cls.actions = [op.name for op in declared if op.bulk_label]
+        cls.actions_detail = tuple(button_name(op) for op in declared)
+        cls.actions_row = tuple(
+            button_name(op) for op in declared if op.name not in cls.detail_only
+        )
+
+    def run_operation(
+        self, request: HttpRequest, op: Operation, ids: list[int], data: dict[str, Any]
+    ) -> HttpResponse | None:
+        """Carry out ``op`` on the rows ``ids`` (``data``: its form's cleaned data), write
+        the audit log and tell the user. A response replaces the redirect."""
+        raise NotImplementedError
+
+    def bulk_preview(self, queryset: QuerySet, op: Operation) -> dict[str, Any]:
+        """What the bulk confirmation page says will change (``will_change``, ``will_skip``)."""
+        return {}
 
     class Media:
         # Replaces the package's stylesheet, a static file of its (uninstalled) app.
@@ -120,20 +220,20 @@ class RowActionsAdmin(ActionsModelAdmin):
         display: tuple[str | Callable[[Any], str | bool], ...] = tuple(
             ModelAdmin.get_list_display(self, request)
         )
-        # The column is rendered per row without the request, so permission is
-        # decided here, for the whole column: the row buttons of one admin share
-        # one permission.
-        if self._permitted(request, tuple(self.actions_row)):
-            display += ("actions_holder",)
+        # The column is rendered per row without the request, so the buttons this
+        # user may use are decided here and bound into the column's function.
+        permitted = self._permitted(request, tuple(self.actions_row))
+        if permitted:
+
+            def actions_holder(instance: models.Model) -> str:
+                return render_to_string(
+                    self.row_actions_template,
+                    {"actions_row": self._buttons(permitted, instance)},
+                )
+
+            actions_holder.short_description = _("Actions")  # type: ignore[attr-defined]
+            display += (actions_holder,)
         return display
-
-    def actions_holder(self, instance: models.Model) -> str:
-        return render_to_string(
-            self.row_actions_template,
-            {"actions_row": self._buttons(list(self.actions_row), instance)},
-        )
-
-    actions_holder.short_description = _("Actions")  # type: ignore[attr-defined]
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         # Skip the package's change_view: it lists every button, unfiltered and
@@ -206,12 +306,11 @@ class RowActionsAdmin(ActionsModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context=None):
         # Django drops an action the user may not run and redirects with a
         # message; a forged POST of one of ours is answered 403 instead.
-        ours = request.method == "POST" and set(request.POST.getlist("action")) & set(
-            self.actions or ()
-        )
-        permitted = getattr(self, f"has_{self.action_permission}_permission", None)
-        if ours and permitted is not None and not permitted(request):
-            raise PermissionDenied
+        if request.method == "POST":
+            for name in set(request.POST.getlist("action")) & set(self.actions or ()):
+                needed = getattr(getattr(type(self), name, None), "allowed_permissions", ())
+                if not all(getattr(self, f"has_{p}_permission")(request) for p in needed):
+                    raise PermissionDenied
         return super().changelist_view(request, extra_context)
 
     def confirm_bulk(

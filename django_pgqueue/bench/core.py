@@ -1150,8 +1150,8 @@ def stop(proc: subprocess.Popen[Any]) -> None:
 def webhooks_unavailable() -> str:
     """Why the webhook workload cannot run here ("" when it can)."""
     try:
+        from ..webhooks.delivery_source import DeliverySource  # noqa: F401
         from ..webhooks.fanout import send_event  # noqa: F401
-        from ..webhooks.worker import DeliverySource  # noqa: F401
     except ImportError as exc:
         return f"the webhook engine is not installed ({exc})"
     try:

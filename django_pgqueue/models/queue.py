@@ -86,12 +86,15 @@ def queue_row_indexes(prefix: str, *due_fields: str) -> list[models.Index]:
 
 
 class QueueRow(models.Model):
-    """Abstract lifecycle of anything a worker claims, runs and completes."""
+    """Abstract lifecycle of anything a worker claims, runs and completes.
+
+    Only what every kind of row uses: a job's ``priority`` and ``errors`` history
+    are the Job's own (a delivery's history is its attempt log).
+    """
 
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.PENDING, db_index=False
     )
-    priority = models.SmallIntegerField(default=0, help_text=_("Higher runs first."))
     attempts = models.PositiveIntegerField(
         default=0, help_text=_("Claims so far; counted when a worker claims the row.")
     )
@@ -113,9 +116,6 @@ class QueueRow(models.Model):
         max_length=128, blank=True, default="", help_text=_("Worker of the most recent claim.")
     )
     last_error = models.TextField(blank=True, default="")
-    errors = models.JSONField(
-        default=list, blank=True, help_text=_("One entry per failed attempt, oldest first.")
-    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_attempted_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -134,6 +134,10 @@ class Job(QueueRow):
     """One enqueued task: a row of Django's Tasks framework handled by our backend."""
 
     task_path = models.CharField(max_length=255, help_text=_("Import path of the Task object."))
+    priority = models.SmallIntegerField(default=0, help_text=_("Higher runs first."))
+    errors = models.JSONField(
+        default=list, blank=True, help_text=_("One entry per failed attempt, oldest first.")
+    )
     queue_name = models.CharField(max_length=100, default="default")
     backend = models.CharField(max_length=100, default="default")
     args = models.JSONField(default=list, blank=True)
@@ -194,8 +198,10 @@ class Job(QueueRow):
                 condition=Q(unique_key__isnull=False, status__in=[s.value for s in LIVE]),
             ),
         ]
+        # One permission per consequence, not per button (docs/admin.md, "Permissions").
         permissions = [
-            ("replay_job", "Can replay, retry or cancel jobs"),
+            ("replay_job", "Can replay jobs or retry them now"),
+            ("cancel_job", "Can cancel, abort or dead-letter jobs"),
         ]
 
     def __str__(self) -> str:

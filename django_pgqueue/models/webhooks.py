@@ -247,7 +247,11 @@ class Endpoint(models.Model):
             models.Index(fields=["application", "id"], name="pgq_ep_app_idx"),
         ]
         permissions = [
-            ("manage_endpoint", "Can rotate secrets, enable and disable webhook endpoints"),
+            ("manage_endpoint", "Can enable, disable, reset and test webhook endpoints"),
+            (
+                "manage_endpoint_secret",
+                "Can reveal and rotate signing secrets of webhook endpoints",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -275,7 +279,7 @@ class Endpoint(models.Model):
         # A full save (the admin's, the portal's), not one naming its fields: the
         # update_fields filled in above must not hide it.
         if existed and full_save:
-            from ..storage import retry_refused_deliveries
+            from ..operations import retry_refused_deliveries
 
             retry_refused_deliveries(self.pk)
 
@@ -315,27 +319,12 @@ class Endpoint(models.Model):
     def rotate_secret(self, new_secret: str | None = None, grace: float | None = None) -> str:
         """Make ``new_secret`` (generated if None) current; keep the old one signing for
         ``grace`` seconds (default ``SECRET_ROTATION_GRACE``). Saves; returns the new secret.
-        """
-        from ..conf import get_settings
-        from ..webhooks.signing import generate_secret
 
-        if grace is None:
-            grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
-        now = timezone.now()
-        expires = (now + dt.timedelta(seconds=grace)).isoformat()
-        kept = [
-            e for e in self.previous_secrets if dt.datetime.fromisoformat(e["expires_at"]) > now
-        ]
-        if self.secret_ciphertext:
-            kept.insert(0, {"secret": self.secret_ciphertext, "expires_at": expires})
-        new_secret = new_secret or generate_secret()
-        self.secret = new_secret
-        self.previous_secrets = kept
-        if self.pk is None:
-            self.save()
-        else:
-            self.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
-        return new_secret
+        The change is :func:`django_pgqueue.operations.rotate_secret`'s.
+        """
+        from ..operations import rotate_secret
+
+        return rotate_secret(self, new_secret, grace)
 
     # -- validation ------------------------------------------------------------------
 
@@ -474,7 +463,8 @@ class Delivery(QueueRow):
             ),
         ]
         permissions = [
-            ("replay_delivery", "Can replay, retry or cancel webhook deliveries"),
+            ("replay_delivery", "Can replay webhook deliveries or retry them now"),
+            ("cancel_delivery", "Can cancel or dead-letter webhook deliveries"),
         ]
 
     def __str__(self) -> str:

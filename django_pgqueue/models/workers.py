@@ -10,7 +10,7 @@ class WorkerHeartbeat(models.Model):
     """A worker process, as its last heartbeat described it.
 
     Written only by the worker's completer thread (``worker/heartbeat.py``, statements
-    in ``sql.py``) on the lease cadence; read by the admin dashboard and
+    in ``sql/workers.py``) on the lease cadence; read by the admin dashboard and
     ``pgqueue_status``. A row whose ``last_seen_at`` is older than a lease belongs to
     a worker that is gone; such rows are pruned by the heartbeats of the others.
     """

@@ -25,9 +25,10 @@ from typing import Any
 
 from django.db import close_old_connections
 
+from ..db import array_literal, text_array_literal
+from ..outcomes import MessageOutcome
 from ..worker.attempt import current_attempt
-from ..worker.runner import Outcome
-from ..worker.sources import Source, array_literal, text_array_literal
+from ..worker.sources import Source
 from . import sql, store
 from .consumers import Consumer, consumers
 from .exceptions import QueueNotFound
@@ -139,17 +140,20 @@ class MessageSource(Source):
 
     # -- running ---------------------------------------------------------------------
 
-    def _outcome(self, item: ClaimedMessage, status: str, action: str, delay: float) -> Outcome:
-        return Outcome(
-            job_id=item.id,
+    def _outcome(
+        self, item: ClaimedMessage, status: str, action: str, delay: float
+    ) -> MessageOutcome:
+        return MessageOutcome(
+            id=item.id,
             token=item.token,
             status=status,
+            delay=delay,
             task_path=item.task_path,
             attempt=item.message.read_ct,
-            extra={"action": action, "delay": delay},
+            action=action,
         )
 
-    def run(self, item: ClaimedMessage) -> Outcome:
+    def run(self, item: ClaimedMessage) -> MessageOutcome:
         """Run the consumer's handler on one message; never raises."""
         close_old_connections()
         attempt = current_attempt()
@@ -180,7 +184,7 @@ class MessageSource(Source):
         outcome.duration = time.perf_counter() - started
         return outcome
 
-    def crashed(self, item: ClaimedMessage, exc: BaseException) -> Outcome:
+    def crashed(self, item: ClaimedMessage, exc: BaseException) -> MessageOutcome:
         # What escaped the handler (SystemExit and the like), its time limit or a dead
         # thread: not acknowledged, so visible again after the visibility timeout.
         logger.error(
@@ -193,11 +197,11 @@ class MessageSource(Source):
         )
         return self._outcome(item, "failed", "retry", item.consumer.vt)
 
-    def release(self, item: ClaimedMessage, reason: str) -> Outcome:
+    def release(self, item: ClaimedMessage, reason: str) -> MessageOutcome:
         # Never started: visible at once and the read is not counted.
         return self._outcome(item, "released", "release", 0.0)
 
-    def interrupted(self, item: ClaimedMessage) -> Outcome:
+    def interrupted(self, item: ClaimedMessage) -> MessageOutcome:
         # Cut off by shutdown: visible at once; the read counts (it did run).
         return self._outcome(item, "interrupted", "retry", 0.0)
 
@@ -212,8 +216,8 @@ class MessageSource(Source):
                     grouped.setdefault(item.consumer.queue, []).append(item)
         return grouped
 
-    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
-        outcomes = {o.job_id: o for o in batch}
+    def write_outcomes(self, conn: Any, batch: list[MessageOutcome]) -> set[int]:
+        outcomes = {o.id: o for o in batch}
         written: set[int] = set()
         for queue, items in self._by_queue(list(outcomes)).items():
             by_msg = {item.message.msg_id: item.id for item in items}
@@ -222,10 +226,8 @@ class MessageSource(Source):
                 [
                     array_literal([str(item.message.msg_id) for item in items]),
                     array_literal([str(item.message.read_ct) for item in items]),
-                    text_array_literal([outcomes[item.id].extra["action"] for item in items]),
-                    array_literal(
-                        [repr(float(outcomes[item.id].extra["delay"])) for item in items]
-                    ),
+                    text_array_literal([outcomes[item.id].action for item in items]),
+                    array_literal([repr(float(outcomes[item.id].delay)) for item in items]),
                 ],
             ).fetchall()
             written |= {by_msg[row[0]] for row in rows}

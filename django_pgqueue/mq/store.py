@@ -281,7 +281,7 @@ def send_batch(
         if len(heads) != len(bodies):
             raise ValueError(f"{len(heads)} headers for {len(bodies)} messages")
     get_queue(name)
-    from ..worker.sources import text_array_literal  # not at import: it loads the worker
+    from ..db import text_array_literal
 
     with _cursor(name) as cursor:
         cursor.execute(
@@ -349,7 +349,7 @@ def set_vt(name: str, msg_id: int, vt: float) -> Message | None:
 
 
 def _ids(msg_ids: int | Iterable[int]) -> str:
-    from ..worker.sources import array_literal  # not at import: it loads the worker
+    from ..db import array_literal
 
     if isinstance(msg_ids, int):
         msg_ids = [msg_ids]

@@ -25,7 +25,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from .. import storage
+from .. import operations
 from ..conf import get_settings
 from ..models.webhooks import Application, Delivery, Endpoint
 from .forms import EndpointForm
@@ -158,7 +158,7 @@ def _endpoint_operation(operation: str, done: str) -> View:
     @require_POST
     def view(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
         endpoint = _endpoint(application, pk)
-        result = storage.apply_endpoint_operation(operation, [endpoint.pk])
+        result = operations.apply_endpoint_operation(operation, [endpoint.pk])
         if operation == "disable" and result.changed:
             # The operator operation's reason, told apart for the admin and the portal.
             Endpoint.objects.filter(pk=endpoint.pk, is_active=False).update(
@@ -204,7 +204,7 @@ def secret_rotate(request: HttpRequest, application: Application, pk: int) -> Ht
 @require_POST
 def send_test(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
-    delivery = storage.send_test_event(endpoint, sent_by=request.user.get_username())
+    delivery = operations.send_test_event(endpoint, sent_by=request.user.get_username())
     messages.success(request, _("A test event is on its way."))
     return HttpResponseRedirect(reverse("pgqueue_portal:delivery_detail", args=[delivery.pk]))
 
@@ -222,7 +222,7 @@ def delivery_detail(request: HttpRequest, application: Application, pk: int) -> 
 @require_POST
 def delivery_replay(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     delivery = _delivery(application, pk)
-    result = storage.replay(Delivery, [delivery.pk])
+    result = operations.replay(Delivery, [delivery.pk])
     if result.changed:
         messages.success(request, _("The delivery will be sent again."))
     else:

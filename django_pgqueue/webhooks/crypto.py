@@ -2,8 +2,8 @@
 
 Keys come from ``PGQUEUE["WEBHOOKS"]["ENCRYPTION_KEYS"]``: the first key encrypts, every
 key decrypts, so a new key is added at the front and the old ones stay until
-:func:`reencrypt_endpoint_secrets` (``manage.py pgqueue_rotate_secrets_key``) has
-re-encrypted every stored secret with the new one.
+:func:`django_pgqueue.operations.reencrypt_secrets` (``manage.py
+pgqueue_rotate_secrets_key``) has re-encrypted every stored secret with the new one.
 
 When the setting is ``None`` a key is derived from ``settings.SECRET_KEY`` with HKDF
 (and decrypt-only keys from ``SECRET_KEY_FALLBACKS``, so rotating Django's secret key
@@ -128,28 +128,3 @@ def rotate_token(token: str) -> str:
         raise SecretDecryptionError(
             "Cannot re-encrypt a webhook signing secret: no configured key decrypts it."
         ) from None
-
-
-def reencrypt_endpoint_secrets(using: str | None = None) -> int:
-    """Re-encrypt every endpoint's secrets with the first key; return how many endpoints.
-
-    Each endpoint is updated in its own short transaction with its row locked, so a
-    concurrent secret rotation is never overwritten.
-    """
-    from django.db import transaction
-
-    from ..models import Endpoint
-
-    alias = using or get_settings().DATABASE
-    count = 0
-    for pk in Endpoint.objects.using(alias).values_list("pk", flat=True).iterator():
-        with transaction.atomic(using=alias):
-            endpoint = Endpoint.objects.using(alias).select_for_update().get(pk=pk)
-            endpoint.secret_ciphertext = rotate_token(endpoint.secret_ciphertext)
-            endpoint.previous_secrets = [
-                {**entry, "secret": rotate_token(entry["secret"])}
-                for entry in endpoint.previous_secrets
-            ]
-            endpoint.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
-        count += 1
-    return count

@@ -32,13 +32,14 @@ from typing import Any
 
 from django.db import close_old_connections, connections, transaction
 
-from .. import sql
 from ..backend import _json
 from ..conf import get_settings
 from ..db import is_connection_error
+from ..jobs import store
 from ..models.queue import Status
+from ..outcomes import JobOutcome
 from ..storable import make_outcome_storable
-from .runner import ClaimedJob, Outcome, TaskRunner, _error_entry, _exception_path
+from .runner import ClaimedJob, TaskRunner, _error_entry, _exception_path
 from .sources import Source
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -78,49 +79,44 @@ class AtomicJobSource(Source):
     # -- claiming (slots) ------------------------------------------------------------
 
     def claim(self, conn: Any, params: dict[str, Any]) -> list[AtomicSlot]:
-        due = conn.execute(sql.ATOMIC_DUE, params).fetchone()[0]
+        due = store.atomic_due(conn, params)
         self._params = {k: params[k] for k in ("all_queues", "queues")}
         return [AtomicSlot(next(self._ids), uuid.uuid4()) for _ in range(due)]
 
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
-        return bool(conn.execute(sql.ATOMIC_DUE, {**params, "limit": 1}).fetchone()[0])
+        return bool(store.atomic_due(conn, {**params, "limit": 1}))
 
     def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
-        return bool(conn.execute(sql.ATOMIC_LEFT, params).fetchone()[0])
+        return store.any_atomic_left(conn, params)
 
     def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
-        conn.execute(sql.RETRIES_DUE_NOW, params)  # atomic rows are job rows
+        store.retries_due_now(conn, params)  # atomic rows are job rows
 
     # -- running -----------------------------------------------------------------------
 
-    def run(self, item: AtomicSlot) -> Outcome:
+    def run(self, item: AtomicSlot) -> JobOutcome:
         """Claim one atomic job, run it and complete it in one transaction. Never raises."""
         conf = get_settings()
         db = conf.DATABASE
         if self.manage_connections:
             close_old_connections()
         job: ClaimedJob | None = None
-        outcome: Outcome | None = None
+        outcome: JobOutcome | None = None
         try:
             with transaction.atomic(using=db):
                 with connections[db].cursor() as cursor:
-                    cursor.execute(
-                        sql.ATOMIC_TIMEOUTS, {"ms": str(int(conf.ATOMIC_TIMEOUT_SECONDS * 1000))}
+                    row = store.claim_atomic(
+                        cursor,
+                        {**self._params, "worker_id": self.worker_id},
+                        int(conf.ATOMIC_TIMEOUT_SECONDS * 1000),
                     )
-                    cursor.execute(
-                        sql.CLAIM_ATOMIC_JOB, {**self._params, "worker_id": self.worker_id}
-                    )
-                    row = cursor.fetchone()
                 if row is None:
                     return self._skipped(item)
                 job = claimed(row)
                 outcome = self.runner.run(job)
                 if outcome.status == Status.SUCCEEDED:
                     with connections[db].cursor() as cursor:
-                        cursor.execute(
-                            sql.COMPLETE_ATOMIC_JOB,
-                            {"id": job.id, "token": job.token, "result": outcome.result_json},
-                        )
+                        store.complete_atomic(cursor, job.id, job.token, outcome.result_json)
                 else:
                     # The effects go; the attempt is recorded below, after the rollback.
                     transaction.set_rollback(True, using=db)
@@ -139,17 +135,17 @@ class AtomicJobSource(Source):
         assert job is not None and outcome is not None
         if outcome.status != Status.SUCCEEDED:
             self._record_failure(db, job, outcome)
-        outcome.job_id, outcome.token = item.id, item.token  # routed back as the slot
-        outcome.extra["job_id"] = job.id
+        outcome.id, outcome.token = item.id, item.token  # routed back as the slot
+        outcome.atomic_job_id = job.id
         return outcome
 
-    def _transaction_failed(self, job: ClaimedJob, exc: BaseException) -> Outcome:
+    def _transaction_failed(self, job: ClaimedJob, exc: BaseException) -> JobOutcome:
         """An attempt whose transaction failed outside the task (connection lost, commit
         refused, timeout): rolled back whole, retried after TRANSACTION_RETRY_DELAY."""
         status = Status.DEAD if job.attempts >= job.max_attempts else Status.FAILED
         path = _exception_path(exc)
         entry = _error_entry(job, self.worker_id, path, "".join(traceback.format_exception(exc)))
-        return Outcome(
+        return JobOutcome(
             job.id,
             job.token,
             status,
@@ -165,7 +161,7 @@ class AtomicJobSource(Source):
         if is_connection_error(getattr(exc, "__cause__", None) or exc):
             connections[db].close()
 
-    def _record_failure(self, db: str, job: ClaimedJob, outcome: Outcome) -> None:
+    def _record_failure(self, db: str, job: ClaimedJob, outcome: JobOutcome) -> None:
         """Write the failed attempt in its own short transaction (autocommit)."""
         # As the completer does for other jobs: a task's error text may hold NUL or
         # lone surrogates, which PostgreSQL refuses; refused here, the attempt would
@@ -173,36 +169,24 @@ class AtomicJobSource(Source):
         make_outcome_storable(outcome)
         try:
             with connections[db].cursor() as cursor:
-                cursor.execute(
-                    sql.RECORD_ATOMIC_FAILURE,
-                    {
-                        "id": job.id,
-                        "before": job.attempts - 1,
-                        "status": str(outcome.status),
-                        "token": job.token,
-                        "worker_id": self.worker_id,
-                        "delay": outcome.delay,
-                        "error": outcome.error_json or "{}",
-                        "last_error": outcome.last_error or "",
-                    },
-                )
+                store.record_atomic_failure(cursor, job, outcome, self.worker_id)
         except Exception as exc:
             # Nothing was counted: the job is claimable again and retried at once.
             logger.warning("Atomic job %s: could not record the failed attempt (%s)", job.id, exc)
             self._after_error(db, exc)
 
     @staticmethod
-    def _skipped(item: AtomicSlot) -> Outcome:
-        return Outcome(item.id, item.token, SKIPPED, task_path="atomic")
+    def _skipped(item: AtomicSlot) -> JobOutcome:
+        return JobOutcome(item.id, item.token, SKIPPED, task_path="atomic")
 
-    def release(self, item: AtomicSlot, reason: str) -> Outcome:
+    def release(self, item: AtomicSlot, reason: str) -> JobOutcome:
         return self._skipped(item)  # a slot holds no row
 
-    def interrupted(self, item: AtomicSlot) -> Outcome:
+    def interrupted(self, item: AtomicSlot) -> JobOutcome:
         # The thread is still inside the transaction; it rolls back when the process ends.
         return self._skipped(item)
 
-    def crashed(self, item: AtomicSlot, exc: BaseException) -> Outcome:
+    def crashed(self, item: AtomicSlot, exc: BaseException) -> JobOutcome:
         # Whatever escaped ended the slot's transaction with a rollback: its job, if it
         # had claimed one, is claimable again with nothing of the attempt kept. (What a
         # task raises never gets here: the runner records it as a failed attempt.)
@@ -216,8 +200,8 @@ class AtomicJobSource(Source):
 
     # -- nothing to complete or extend: the transaction did it -----------------------------
 
-    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
-        return {outcome.job_id for outcome in batch}
+    def write_outcomes(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
+        return {outcome.id for outcome in batch}
 
     def extend_leases(
         self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float

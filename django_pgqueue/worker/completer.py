@@ -3,8 +3,8 @@
 One thread, one connection: completions and lease extensions never wait for a
 free connection behind busy task threads (connection budget, see
 docs/operations.md). Outcomes that arrive together are written with one
-statement per source (e.g. sql.COMPLETE_JOBS), each row guarded by its claim
-token.
+statement per source (its store's completion, e.g. ``jobs.store.complete``), each
+row guarded by its claim token.
 
 Outcomes are made storable first (``storable.py``). If a batch still fails on a
 value it carries (a data error, not a lost connection), it is written again row by
@@ -24,10 +24,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..db import connect, describe_db_error, is_connection_error, is_data_error
+from ..outcomes import Outcome
 from ..storable import make_outcome_storable
 from . import hooks
 from .heartbeat import Heartbeat
-from .runner import Outcome
 from .sources import Source
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -143,7 +143,7 @@ class Completer(threading.Thread):
         """
         if "before_complete" in self.test_hooks:
             for outcome in batch:
-                hooks.pause("before_complete", outcome.job_id, outcome.token)
+                hooks.pause("before_complete", outcome.id, outcome.token)
         for outcome in batch:
             make_outcome_storable(outcome)
         deadline = time.monotonic() + self.retry_budget
@@ -202,12 +202,12 @@ class Completer(threading.Thread):
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         for outcome in batch:
-            if outcome.job_id not in written and outcome.key not in self.lost:
+            if outcome.id not in written and outcome.key not in self.lost:
                 logger.warning(
                     "%s %s: lease lost before the outcome (%s) was written; another worker "
                     "owns it now, so this result is discarded",
                     source.name,
-                    outcome.job_id,
+                    outcome.id,
                     outcome.status,
                 )
         with self.held_lock:
@@ -231,7 +231,7 @@ class Completer(threading.Thread):
         self, source: Source, conn: Any, outcome: Outcome, exc: BaseException
     ) -> set[int]:
         reason = f"outcome could not be stored: {describe_db_error(exc)}"
-        logger.error("%s %s: %s", source.name, outcome.job_id, reason)
+        logger.error("%s %s: %s", source.name, outcome.id, reason)
         stand_in = source.unstorable(outcome, reason, self.worker_id)
         make_outcome_storable(stand_in)
         try:
@@ -242,7 +242,7 @@ class Completer(threading.Thread):
             logger.exception(
                 "%s %s: even the stand-in outcome was refused; the row is left to its lease",
                 source.name,
-                outcome.job_id,
+                outcome.id,
             )
             return set()
 
@@ -250,13 +250,13 @@ class Completer(threading.Thread):
     def _settle_ambiguous(
         source: Source, conn: Any, pending: list[Outcome]
     ) -> tuple[list[Outcome], set[int]]:
-        state = source.read_outcomes(conn, [o.job_id for o in pending])
+        state = source.read_outcomes(conn, [o.id for o in pending])
         still: list[Outcome] = []
         landed: set[int] = set()
         for outcome in pending:
-            status, token = state.get(outcome.job_id, (None, None))
+            status, token = state.get(outcome.id, (None, None))
             if token == outcome.token and status != "in_progress":
-                landed.add(outcome.job_id)  # our write committed before the reply was lost
+                landed.add(outcome.id)  # our write committed before the reply was lost
             elif token == outcome.token:
                 still.append(outcome)
             # else: re-claimed by someone else; nothing to write.

@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ..docs import docs_url
 
-#: The queue name that selects webhook deliveries (``webhooks.worker.QUEUE_NAME``).
+#: The queue name that selects webhook deliveries (``webhooks.delivery_source.QUEUE_NAME``).
 WEBHOOKS_QUEUE = "webhooks"
 
 

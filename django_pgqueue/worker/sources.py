@@ -1,9 +1,10 @@
 """What a worker can claim: a *source* is one queue table plus how to run its rows.
 
-Jobs (``JobSource``) and webhook deliveries (``webhooks.worker.DeliverySource``)
+Jobs (``JobSource``) and webhook deliveries (``webhooks.delivery_source.DeliverySource``)
 share the claim loop, task threads, completer, lease keeper and shutdown logic of
-``Worker``; a source only supplies its SQL and how to run one row. Every write a
-source makes for a claimed row must be guarded by the row's claim token.
+``Worker``; a source only supplies how to run one row and which store writes its
+rows (``jobs/store.py``, ``webhooks/store.py``): sources run no SQL of their own.
+Every write a store makes for a claimed row is guarded by the row's claim token.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
-from .. import sql
+from ..jobs import store
 from ..models.queue import Status
-from .runner import ClaimedJob, Outcome, TaskRunner
+from ..outcomes import JobOutcome, Outcome
+from .runner import ClaimedJob, TaskRunner
 
 
 class Claimed(Protocol):
@@ -87,8 +89,9 @@ class Source(ABC):
     on_abort: Callable[[str, list[int]], None] | None = None
 
     @abstractmethod
-    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
-        """Write outcomes guarded by token; return the ids that were written."""
+    def write_outcomes(self, conn: Any, batch: list[Any]) -> set[int]:
+        """Write the source's outcomes (its own Outcome kind) guarded by token; return
+        the ids that were written."""
 
     #: Whether the claim loop should claim again as soon as rows of this source are
     #: completed, rather than at the next poll. True when the source's claim can come
@@ -96,40 +99,83 @@ class Source(ABC):
     #: completion may have made room for them.
     claim_after_completion: bool = False
 
-    #: The source's READ_OUTCOMES and EXTEND_LEASES statements (see sql.py).
-    read_outcomes_sql: str = ""
-    extend_leases_sql: str = ""
-
+    @abstractmethod
     def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
         """Current (status, locked_by) of rows, to settle an ambiguous commit."""
-        rows = conn.execute(self.read_outcomes_sql, {"ids": ids}).fetchall()
-        return {row[0]: (row[1], row[2]) for row in rows}
 
+    @abstractmethod
     def extend_leases(
         self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
     ) -> set[int]:
         """Extend leases guarded by token; return the ids still held."""
-        return {row[0] for row in self._extend(conn, ids, tokens, lease)}
-
-    def _extend(
-        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
-    ) -> list[tuple[Any, ...]]:
-        # Array literals, as in write_outcomes: every held row is in this statement,
-        # and psycopg's list dumper adapted each id and token one by one.
-        params = {
-            "lease": lease,
-            "ids": array_literal([str(i) for i in ids]),
-            "tokens": array_literal([str(t) for t in tokens]),
-        }
-        return conn.execute(self.extend_leases_sql, params).fetchall()
 
     def describe(self, item: Any) -> str:
         return str(getattr(item, "task_path", self.name))
 
-    def unstorable(self, outcome: Outcome, reason: str, worker_id: str) -> Outcome:
-        """What to write instead of ``outcome`` when PostgreSQL refused its values.
+    def unstorable(self, outcome: Any, reason: str, worker_id: str) -> Outcome:
+        """What to write instead of ``outcome`` when PostgreSQL refused its values:
+        here the same outcome with ``reason`` as its error (sources whose outcomes
+        carry content of their own replace it)."""
+        return dataclasses.replace(outcome, last_error=f"OutcomeNotStored: {reason}")
 
-        The attempt ran (or was released), so it is recorded, with ``reason`` and
+
+class JobSource(Source):
+    """Jobs of Django's Tasks framework (the ``pgqueue_job`` table, ``jobs/store.py``)."""
+
+    name = "jobs"
+
+    def __init__(self, runner: TaskRunner) -> None:
+        self.runner = runner
+
+    def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
+        return store.claim(conn, params)
+
+    def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
+        return store.any_due(conn, params)
+
+    def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
+        return store.any_left(conn, params)
+
+    def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
+        store.retries_due_now(conn, params)
+
+    def run(self, item: ClaimedJob) -> JobOutcome:
+        return self.runner.run(item)
+
+    def release(self, item: ClaimedJob, reason: str) -> JobOutcome:
+        return self.runner.release(item, reason)
+
+    def interrupted(self, item: ClaimedJob) -> JobOutcome:
+        return self.runner.interrupted(item)
+
+    def crashed(self, item: ClaimedJob, exc: BaseException) -> JobOutcome:
+        return self.runner.crashed(item, exc)
+
+    def timed_out(self, item: ClaimedJob, seconds: float, stack: str = "") -> JobOutcome:
+        return self.runner.timed_out(item, seconds, stack)
+
+    def aborted(self, item: ClaimedJob, *, started: bool = True) -> JobOutcome:
+        return self.runner.aborted(item, started=started)
+
+    def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
+        return store.read_outcomes(conn, ids)
+
+    def extend_leases(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> set[int]:
+        """As :meth:`Source.extend_leases`; also reports rows an operator asked to abort
+        (the same statement returns the flag, so noticing an abort costs no query)."""
+        held = store.extend_leases(conn, ids, tokens, lease)
+        aborted = [job_id for job_id, abort in held if abort]
+        if aborted and self.on_abort is not None:
+            self.on_abort(self.name, aborted)
+        return {job_id for job_id, _ in held}
+
+    def write_outcomes(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
+        return store.complete(conn, batch)
+
+    def unstorable(self, outcome: JobOutcome, reason: str, worker_id: str) -> JobOutcome:
+        """The attempt ran (or was released), so it is recorded, with ``reason`` and
         none of the refused content. A finished attempt becomes ``dead``: running
         it again would redo its work and most likely fail to store the same way;
         the admin's retry is there for a human decision. A release stays a release.
@@ -149,90 +195,3 @@ class Source(ABC):
             error_json=json.dumps(entry),
             last_error=f"OutcomeNotStored: {reason}",
         )
-
-
-class JobSource(Source):
-    """Jobs of Django's Tasks framework (the ``pgqueue_job`` table)."""
-
-    name = "jobs"
-    read_outcomes_sql = sql.READ_OUTCOMES
-    extend_leases_sql = sql.EXTEND_JOB_LEASES
-
-    def __init__(self, runner: TaskRunner) -> None:
-        self.runner = runner
-
-    def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
-        rows = conn.execute(sql.CLAIM_JOBS, params).fetchall()
-        return [ClaimedJob.from_row(r) for r in rows]
-
-    def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
-        return bool(conn.execute(sql.ANY_DUE, params).fetchone()[0])
-
-    def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
-        return bool(conn.execute(sql.ANY_LEFT, params).fetchone()[0])
-
-    def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
-        conn.execute(sql.RETRIES_DUE_NOW, params)
-
-    def run(self, item: ClaimedJob) -> Outcome:
-        return self.runner.run(item)
-
-    def release(self, item: ClaimedJob, reason: str) -> Outcome:
-        return self.runner.release(item, reason)
-
-    def interrupted(self, item: ClaimedJob) -> Outcome:
-        return self.runner.interrupted(item)
-
-    def crashed(self, item: ClaimedJob, exc: BaseException) -> Outcome:
-        return self.runner.crashed(item, exc)
-
-    def timed_out(self, item: ClaimedJob, seconds: float, stack: str = "") -> Outcome:
-        return self.runner.timed_out(item, seconds, stack)
-
-    def aborted(self, item: ClaimedJob, *, started: bool = True) -> Outcome:
-        return self.runner.aborted(item, started=started)
-
-    def extend_leases(
-        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
-    ) -> set[int]:
-        """As :meth:`Source.extend_leases`; also reports rows an operator asked to abort
-        (the same statement returns the flag, so noticing an abort costs no query)."""
-        rows = self._extend(conn, ids, tokens, lease)
-        aborted = [row[0] for row in rows if row[1]]
-        if aborted and self.on_abort is not None:
-            self.on_abort(self.name, aborted)
-        return {row[0] for row in rows}
-
-    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
-        # The arrays go as PostgreSQL array literals (text, cast by the statement):
-        # psycopg's generic list dumper adapts element by element and took the
-        # largest share of the completer's time in a drain of short tasks.
-        params = {
-            "ids": array_literal([str(o.job_id) for o in batch]),
-            "tokens": array_literal([str(o.token) for o in batch]),
-            "statuses": array_literal([str(o.status) for o in batch]),
-            "results": text_array_literal([o.result_json for o in batch]),
-            "delays": array_literal([repr(float(o.delay)) for o in batch]),
-            "errors": text_array_literal([o.error_json for o in batch]),
-            "last_errors": text_array_literal([o.last_error for o in batch]),
-            "refunds": array_literal([str(int(o.refund)) for o in batch]),
-        }
-        return {row[0] for row in conn.execute(sql.COMPLETE_JOBS, params).fetchall()}
-
-
-def array_literal(items: list[str]) -> str:
-    """``{a,b,c}`` for elements that need no quoting (numbers, uuids, state names)."""
-    return "{" + ",".join(items) + "}"
-
-
-def text_array_literal(items: list[str | None]) -> str:
-    """A ``text[]`` literal: every element double-quoted with ``\\`` and ``"`` escaped,
-    ``None`` as an unquoted NULL."""
-    return (
-        "{"
-        + ",".join(
-            "NULL" if item is None else '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            for item in items
-        )
-        + "}"
-    )

@@ -42,6 +42,7 @@ from django.db import connections
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..exceptions import WorkerCrashed
+from ..outcomes import Outcome
 from ..tracing import traced_claim
 from . import hooks
 from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
@@ -49,7 +50,7 @@ from .completer import Completer, Key
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .observers import attempt_written
-from .runner import Outcome, TaskRunner
+from .runner import TaskRunner
 from .sources import JobSource, Source
 from .supervisor import RECYCLE_EXIT_CODE
 
@@ -763,7 +764,7 @@ def _stack_of(thread: threading.Thread) -> str:
 def default_sources(worker_id: str) -> list[Source]:
     """Jobs, atomic jobs, webhook deliveries and the message queues of registered consumers."""
     from ..mq.source import message_sources
-    from ..webhooks.worker import DeliverySource
+    from ..webhooks.delivery_source import DeliverySource
     from .atomic import AtomicJobSource
 
     conf = get_settings()

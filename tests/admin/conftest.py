@@ -26,8 +26,8 @@ def _staff(username: str, *codenames: str) -> User:
 
 @pytest.fixture
 def operator(db: None) -> User:
-    """Staff who may view jobs and replay/retry/cancel them."""
-    return _staff("operator", "view_job", "replay_job")
+    """Staff who may view jobs and run every operation on them."""
+    return _staff("operator", "view_job", "replay_job", "cancel_job")
 
 
 @pytest.fixture
@@ -138,9 +138,11 @@ def webhook_operator(db: None) -> User:
         "hookop",
         "view_delivery",
         "replay_delivery",
+        "cancel_delivery",
         "view_endpoint",
         "change_endpoint",
         "manage_endpoint",
+        "manage_endpoint_secret",
         "view_event",
         "view_job",
     )

@@ -174,15 +174,6 @@ def _demo_rows() -> tuple[Job, object]:
         max_attempts=2,
         finished_at=now,
         last_error="HTTP 503 from receiver",
-        errors=[
-            {
-                "attempt": n,
-                "at": now.isoformat(),
-                "error": "HTTP 503",
-                "message": "Service Unavailable",
-            }
-            for n in (1, 2)
-        ],
     )
     for n, code in ((1, 503), (2, 503)):
         DeliveryAttempt.objects.create(

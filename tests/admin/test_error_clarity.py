@@ -32,7 +32,7 @@ def test_a_delivery_page_shows_its_history_once_from_the_attempt_log(
 ):
     from django_pgqueue.models.webhooks import DeliveryAttempt
 
-    delivery = make_delivery(Status.FAILED, errors=[], last_error="attempt 3: refused: nope")
+    delivery = make_delivery(Status.FAILED, last_error="attempt 3: refused: nope")
     for n in (1, 2, 3):
         DeliveryAttempt.objects.create(
             delivery=delivery, attempt=n, started_at=timezone.now(), error=f"refusal {n}"

@@ -6,6 +6,7 @@ fencing of stale completions, races with a reclaim, unknown tasks, skewed clocks
 from __future__ import annotations
 
 import datetime as dt
+import re
 import signal
 import textwrap
 import threading
@@ -131,14 +132,15 @@ def test_claim_respects_limit_under_an_adversarial_plan(test_dsn):
     )[0]
     assert (max_attempts, total_attempts) == (1, claimed)
     # Static: each locking subquery is a MATERIALIZED CTE (PostgreSQL bug #15715).
-    assert sql.CLAIM_JOBS.count("AS MATERIALIZED") == sql.CLAIM_JOBS.count("FOR UPDATE SKIP LOCKED")
+    locks = re.findall(r"FOR UPDATE (?:OF \w+ )?SKIP LOCKED", sql.CLAIM_JOBS)
+    assert sql.CLAIM_JOBS.count("AS MATERIALIZED") == len(locks) == 2
     assert " IN (SELECT" not in sql.CLAIM_JOBS.upper()
 
 
 def test_stale_completion_is_fenced_within_one_process(test_dsn):
     """Q4: after a lapse and a reclaim, the old owner's completer writes nothing."""
+    from django_pgqueue.outcomes import JobOutcome
     from django_pgqueue.worker import Worker
-    from django_pgqueue.worker.runner import Outcome
     from testproject.demo import tasks
 
     job_id = int(tasks.add.enqueue(1, 2).id)
@@ -155,7 +157,7 @@ def test_stale_completion_is_fenced_within_one_process(test_dsn):
     source = worker.sources[0]
 
     def write(token) -> None:
-        outcome = Outcome(job_id, token, "succeeded", result_json="3", source=source.name)
+        outcome = JobOutcome(job_id, token, "succeeded", result_json="3", source=source.name)
         worker.completer.write(source, [outcome])
 
     thread = threading.Thread(target=write, args=(token_a,))  # a second thread of "A"

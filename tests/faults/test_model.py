@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from django_pgqueue import sql, storage
+from django_pgqueue import operations, sql
 from django_pgqueue.db import connect
 
 from ..conftest import database_url
@@ -205,7 +205,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not candidates:
             return
         job_id = candidates[pick % len(candidates)]
-        result = storage.replay(Job, [job_id])
+        result = operations.replay(Job, [job_id])
         assert set(result.changed) == {job_id}
         row = self.model[job_id]
         row.status, row.attempts, row.lapsed = "pending", 0, False
@@ -218,7 +218,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not ids:
             return
         job_id = ids[pick % len(ids)]
-        result = storage.cancel(Job, [job_id])
+        result = operations.cancel(Job, [job_id])
         row = self.model[job_id]
         if row.status in ("pending", "failed"):
             assert set(result.changed) == {job_id}

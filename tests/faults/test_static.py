@@ -23,10 +23,11 @@ PACKAGE = Path(django_pgqueue.__file__).parent
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
 
 #: Expressions that may be formatted into SQL text: identifiers and fixed fragments only
-#: (``set_clause``/``guard`` come from the constant operation tables in storage.py).
+#: (``set_clause``/``guard`` come from the constant operation declarations in operations.py;
+#: ``*_sql`` and ``alias`` are the fixed fragments sql/fragments.py builds statements from).
 IDENTIFIER = re.compile(
     r"(^|\.)(_?[A-Z][A-Z0-9_]*|table|[a-z_]*table|set_clause|guard|marker|column|quote_name\(.*\)"
-    r"|.*_meta\.db_table)$"
+    r"|[a-z_]*_sql|alias|.*_meta\.db_table)$"
 )
 
 
@@ -53,7 +54,7 @@ def _strings(tree: ast.Module) -> list[ast.Constant]:
 
 def test_sources_were_found():
     assert len(SOURCES) > 20
-    assert PACKAGE / "sql.py" in SOURCES
+    assert PACKAGE / "sql" / "jobs.py" in SOURCES
 
 
 def test_no_pickle_marshal_or_shelve():
@@ -102,12 +103,14 @@ def test_sql_is_always_parameterised():
             ):
                 problems.append(f"{where} builds SQL with str.format")
     assert not problems, "\n".join(problems)
-    # The named statements interpolate only module constants (table names, column lists).
-    tree = ast.parse((PACKAGE / "sql.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            for value in _formatted_values(node):
-                assert IDENTIFIER.search(value), f"sql.py formats {value!r} into SQL"
+    # The named statements interpolate only module constants (table names, column lists)
+    # and the fixed fragments of sql/fragments.py.
+    for path in sorted((PACKAGE / "sql").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                for value in _formatted_values(node):
+                    assert IDENTIFIER.search(value), f"{path.name} formats {value!r} into SQL"
 
 
 #: A whole ``SET name = value`` / ``SET name TO value`` statement (not SET LOCAL, not the

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django_pgqueue import send_event, sql
 from django_pgqueue.db import connect
 from django_pgqueue.models import Delivery, DeliveryAttempt, Endpoint
-from django_pgqueue.storage import apply_endpoint_operation
+from django_pgqueue.operations import apply_endpoint_operation
 from testproject.demo import receivers
 
 from ..conftest import wait_for

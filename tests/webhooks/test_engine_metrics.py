@@ -16,7 +16,7 @@ def test_breaker_transitions_and_status_classes_are_counted(
     receiver, make_endpoint, run_worker, webhooks_conf, monkeypatch
 ):
     from django_pgqueue.metrics import WorkerMetrics
-    from django_pgqueue.webhooks import worker as delivery_worker
+    from django_pgqueue.webhooks import delivery_source as delivery_worker
     from django_pgqueue.worker import observers
 
     metrics = WorkerMetrics(queue_gauges=False)

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django_pgqueue import send_event, sql
 from django_pgqueue.db import connect
 from django_pgqueue.models import Delivery, Endpoint
-from django_pgqueue.storage import apply_endpoint_operation
+from django_pgqueue.operations import apply_endpoint_operation
 from testproject.demo import receivers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("webhooks_conf")]
@@ -91,5 +91,5 @@ def test_410_gone_parks_the_rest_of_the_endpoints_backlog(receiver, make_endpoin
 
 def test_parked_instant_is_the_same_in_python_and_in_sql():
     with connect("test-parked") as conn:
-        value = conn.execute(f"SELECT {sql._PARKED}").fetchone()[0]
+        value = conn.execute(f"SELECT {sql.PARKED}").fetchone()[0]
     assert value == sql.PARKED_AT

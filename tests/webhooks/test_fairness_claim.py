@@ -245,10 +245,10 @@ def test_claim_cost_stays_flat_behind_a_large_backlog_and_uses_the_partial_index
                 [f"msg_{tag}_", n],
             )
             cursor.execute(
-                "INSERT INTO pgqueue_delivery (event_id, endpoint_id, status, priority, "
-                "attempts, max_attempts, next_attempt_at, worker_id, last_error, errors, "
-                "created_at, updated_at) SELECT ev.id, %s, 'pending', 0, 0, 5, "
-                "now() - interval '1 hour', '', '', '[]', now(), now() FROM pgqueue_event ev "
+                "INSERT INTO pgqueue_delivery (event_id, endpoint_id, status, "
+                "attempts, max_attempts, next_attempt_at, worker_id, last_error, "
+                "created_at, updated_at) SELECT ev.id, %s, 'pending', 0, 5, "
+                "now() - interval '1 hour', '', '', now(), now() FROM pgqueue_event ev "
                 "WHERE ev.event_type = 'e0' AND NOT EXISTS (SELECT 1 FROM "
                 "pgqueue_delivery d WHERE d.event_id = ev.id)",
                 [slow.pk],

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_pgqueue.webhooks.crypto import SecretDecryptionError, reencrypt_endpoint_secrets
+from django_pgqueue.operations import reencrypt_secrets
+from django_pgqueue.webhooks.crypto import SecretDecryptionError
 
 
 class Command(BaseCommand):
@@ -21,7 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, database: str | None = None, **options: Any) -> None:
         try:
-            count = reencrypt_endpoint_secrets(using=database)
+            count = reencrypt_secrets(using=database)
         except SecretDecryptionError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"Re-encrypted the secrets of {count} endpoint(s).")

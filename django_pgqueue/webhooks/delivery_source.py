@@ -1,10 +1,10 @@
 """Webhook deliveries as a worker source: claim, sign, POST, record.
 
 The Worker's claim loop, task threads, completer and lease keeper run deliveries
-exactly as they run jobs (``worker/sources.py``). This module supplies the claim
-(``sql.CLAIM_DELIVERIES``: the circuit breaker's filter and its single half-open
-probe), the HTTP attempt, and the outcome write (``sql.COMPLETE_DELIVERIES``: the
-row, its attempt log entry and the endpoint's breaker in one statement).
+exactly as they run jobs (``worker/sources.py``). This module supplies the HTTP
+attempt and its :class:`DeliveryOutcome`; the claim (the circuit breaker's filter
+and its single half-open probe) and the outcome write (the row, its attempt log
+entry and the endpoint's breaker in one statement) are ``webhooks/store.py``'s.
 
 No transaction is open while a request is in flight: the claim and the completion
 are separate autocommit statements on the worker's own connections.
@@ -24,17 +24,16 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import sql
 from ..conf import get_settings
-from ..db import PositionalStatement
 from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
+from ..outcomes import DeliveryOutcome
 from ..storable import LAST_ERROR_CAP, storable_headers, storable_text
 from ..tracing import outgoing_headers, traced_delivery
 from ..worker import hooks
-from ..worker.runner import Outcome, describe_exception
-from ..worker.sources import Source, array_literal, text_array_literal
-from . import breaker, operational
+from ..worker.runner import describe_exception
+from ..worker.sources import Source
+from . import breaker, operational, store
 from .crypto import SecretDecryptionError, decrypt_active_secrets
 from .signing import build_headers
 from .transport import TransportResult, WebhookTransport
@@ -51,7 +50,7 @@ breaker_observers: list[Callable[[str, str], None]] = []
 
 @dataclass(slots=True)
 class ClaimedDelivery:
-    """A delivery as ``sql.CLAIM_DELIVERIES`` returned it (secrets still encrypted)."""
+    """A delivery as ``store.claim`` returned it (secrets still encrypted)."""
 
     id: int
     status: str
@@ -86,15 +85,6 @@ class ClaimedDelivery:
             what=f"the secrets of endpoint {self.endpoint_id}",
             cache=self.decrypted,
         )
-
-
-# Both are longer than psycopg's 4 KiB query cache (see PositionalStatement).
-_CLAIM = PositionalStatement(sql.CLAIM_DELIVERIES)
-_COMPLETE = PositionalStatement(sql.COMPLETE_DELIVERIES)
-
-
-def _literal(value: object) -> str:
-    return "NULL" if value is None else str(value)
 
 
 class _Transports(threading.local):
@@ -132,8 +122,6 @@ class DeliverySource(Source):
     """Webhook deliveries (the ``pgqueue_delivery`` table)."""
 
     name = "deliveries"
-    read_outcomes_sql = sql.READ_DELIVERY_OUTCOMES
-    extend_leases_sql = sql.EXTEND_DELIVERY_LEASES
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
@@ -148,9 +136,7 @@ class DeliverySource(Source):
     def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedDelivery]:
         if not self._selected(params):
             return []
-        rows = _CLAIM.fetchall(
-            conn, {**params, "max_in_flight": get_settings().WEBHOOKS["MAX_IN_FLIGHT"]}
-        )
+        rows = store.claim(conn, params, get_settings().WEBHOOKS["MAX_IN_FLIGHT"])
         # A short claim may have left deliveries behind for their endpoints' limits:
         # claim again when ours complete (they free room) instead of at the next poll.
         self.claim_after_completion = len(rows) < params["limit"]
@@ -164,16 +150,16 @@ class DeliverySource(Source):
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         if not self._selected(params):
             return False
-        return bool(conn.execute(sql.ANY_DUE_DELIVERIES).fetchone()[0])
+        return store.any_due(conn)
 
     def any_left(self, conn: Any, params: dict[str, Any]) -> bool:
         if not self._selected(params):
             return False
-        return bool(conn.execute(sql.ANY_LEFT_DELIVERIES).fetchone()[0])
+        return store.any_left(conn)
 
     def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
         if self._selected(params):
-            conn.execute(sql.DELIVERY_RETRIES_DUE_NOW)
+            store.retries_due_now(conn)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -188,7 +174,7 @@ class DeliverySource(Source):
         return local.transport
 
     @traced_delivery
-    def run(self, item: ClaimedDelivery) -> Outcome:
+    def run(self, item: ClaimedDelivery) -> DeliveryOutcome:
         """Sign and POST one delivery; describe the outcome. Never raises."""
         started_at = timezone.now()
         started = time.perf_counter()
@@ -226,7 +212,7 @@ class DeliverySource(Source):
         started_at: dt.datetime,
         *,
         local_error: bool = False,
-    ) -> Outcome:
+    ) -> DeliveryOutcome:
         conf = get_settings().WEBHOOKS
         # A refusal by our own settings is not the receiver's fault: the breaker is not
         # told (LOCAL_ERROR) and the retry waits at the breaker's pace.
@@ -244,7 +230,7 @@ class DeliverySource(Source):
                 f"attempt {item.attempts}: {breaker.describe_failure(result)}", LAST_ERROR_CAP
             )
         body, cut = _body_text(result.body, conf["RESPONSE_CAP"])
-        return Outcome(
+        return DeliveryOutcome(
             item.id,
             item.token,
             status,
@@ -253,22 +239,20 @@ class DeliverySource(Source):
             task_path=item.task_path,
             attempt=item.attempts,
             source=self.name,
-            extra={
-                "verdict": verdict,
-                "started_at": started_at,
-                "duration_ms": result.duration_ms,
-                "status_code": result.status_code,
-                # Whatever the receiver sent, escaped and bounded (storable.py): one
-                # hostile header must not fail the batch of outcomes it is written in.
-                "headers": storable_headers(result.headers),
-                "body": body,
-                "truncated": result.truncated or cut,
-                "error": storable_text(result.log_text, LAST_ERROR_CAP),
-            },
+            verdict=verdict,
+            started_at=started_at,
+            duration_ms=result.duration_ms,
+            status_code=result.status_code,
+            # Whatever the receiver sent, escaped and bounded (storable.py): one
+            # hostile header must not fail the batch of outcomes it is written in.
+            headers=storable_headers(result.headers),
+            body=body,
+            truncated=result.truncated or cut,
+            error=storable_text(result.log_text, LAST_ERROR_CAP),
         )
 
-    def release(self, item: ClaimedDelivery, reason: str) -> Outcome:
-        return Outcome(
+    def release(self, item: ClaimedDelivery, reason: str) -> DeliveryOutcome:
+        return DeliveryOutcome(
             item.id,
             item.token,
             Status.PENDING,
@@ -277,16 +261,16 @@ class DeliverySource(Source):
             task_path=item.task_path,
             attempt=item.attempts,
             source=self.name,
-            extra={"verdict": breaker.NOT_SENT},
+            verdict=breaker.NOT_SENT,
         )
 
-    def interrupted(self, item: ClaimedDelivery) -> Outcome:
+    def interrupted(self, item: ClaimedDelivery) -> DeliveryOutcome:
         result = TransportResult(
             error=f"interrupted: worker {self.worker_id} shut down during the request"
         )
         return self._outcome(item, result, timezone.now(), local_error=True)
 
-    def crashed(self, item: ClaimedDelivery, exc: BaseException) -> Outcome:
+    def crashed(self, item: ClaimedDelivery, exc: BaseException) -> DeliveryOutcome:
         # A fresh result: the one the attempt got may be what made it fail.
         result = TransportResult(error=f"internal error: {describe_exception(exc)}")
         return self._outcome(item, result, timezone.now(), local_error=True)
@@ -294,59 +278,39 @@ class DeliverySource(Source):
     def describe(self, item: ClaimedDelivery) -> str:
         return item.task_path
 
-    def unstorable(self, outcome: Outcome, reason: str, worker_id: str) -> Outcome:
+    def unstorable(self, outcome: DeliveryOutcome, reason: str, worker_id: str) -> DeliveryOutcome:
         """The same verdict and status (the receiver did answer so), without the
         response's content, and ``reason`` as the attempt's error."""
-        extra = outcome.extra
-        code = extra.get("status_code")
+        code = outcome.status_code
         return dataclasses.replace(
             outcome,
             last_error=f"attempt {outcome.attempt}: {reason}",
-            extra={
-                **extra,
-                "status_code": code if isinstance(code, int) and 100 <= code <= 999 else None,
-                "duration_ms": min(max(int(extra.get("duration_ms") or 0), 0), 2**31 - 1),
-                "headers": "{}",
-                "body": "",
-                "truncated": False,
-                "error": reason,
-            },
+            status_code=code if isinstance(code, int) and 100 <= code <= 999 else None,
+            duration_ms=min(max(int(outcome.duration_ms or 0), 0), 2**31 - 1),
+            headers="{}",
+            body="",
+            truncated=False,
+            error=reason,
         )
 
     # -- writing ---------------------------------------------------------------------
 
-    def write_outcomes(self, conn: Any, batch: list[Outcome]) -> set[int]:
-        # Arrays go as PostgreSQL array literals (text, cast by the statement), as
-        # JobSource does: psycopg's list dumper adapts element by element.
-        extras = [o.extra for o in batch]
-        started = [e.get("started_at") for e in extras]
-        params = {
-            "ids": array_literal([str(o.job_id) for o in batch]),
-            "tokens": array_literal([str(o.token) for o in batch]),
-            "statuses": array_literal([str(o.status) for o in batch]),
-            "delays": array_literal([repr(float(o.delay)) for o in batch]),
-            "last_errors": text_array_literal([o.last_error for o in batch]),
-            "refunds": array_literal([str(int(o.refund)) for o in batch]),
-            "attempts": array_literal([str(int(o.attempt)) for o in batch]),
-            "started": text_array_literal([s.isoformat() if s else None for s in started]),
-            "durations": array_literal([str(int(e.get("duration_ms", 0))) for e in extras]),
-            "codes": array_literal([_literal(e.get("status_code")) for e in extras]),
-            "headers": text_array_literal([e.get("headers", "{}") for e in extras]),
-            "bodies": text_array_literal([e.get("body", "") for e in extras]),
-            "truncated": array_literal(["true" if e.get("truncated") else "false" for e in extras]),
-            "errors": text_array_literal([e.get("error", "") for e in extras]),
-            "verdicts": array_literal([str(e["verdict"]) for e in extras]),
-            "worker_id": self.worker_id,
-            **breaker.breaker_params(get_settings().WEBHOOKS),
-        }
-        rows = _COMPLETE.fetchall(conn, params)
-        changes = {(r[1], r[2], r[3]) for r in rows if r[2] is not None and r[2] != r[3]}
-        for _endpoint, old, new in changes:
+    def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
+        return store.read_outcomes(conn, ids)
+
+    def extend_leases(
+        self, conn: Any, ids: list[int], tokens: list[uuid.UUID], lease: float
+    ) -> set[int]:
+        return store.extend_leases(conn, ids, tokens, lease)
+
+    def write_outcomes(self, conn: Any, batch: list[DeliveryOutcome]) -> set[int]:
+        done = store.complete(conn, batch, self.worker_id, get_settings().WEBHOOKS)
+        for _endpoint, old, new in done.circuits:
             for observer in breaker_observers:
                 observer(old, new)
         operational.announce(
-            opened={endpoint for endpoint, old, new in changes if new == "open" != old},
-            disabled={r[1] for r in rows if r[5]},
-            dead=[r[0] for r in rows if r[4] == "dead"],
+            opened={endpoint for endpoint, old, new in done.circuits if new == "open" != old},
+            disabled=done.disabled,
+            dead=done.dead,
         )
-        return {row[0] for row in rows}
+        return done.written

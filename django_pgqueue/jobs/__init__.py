@@ -1,0 +1,1 @@
+"""Jobs of Django's Tasks framework: the store that owns every change of their rows."""

@@ -1,0 +1,649 @@
+"""Every state change an operator makes, declared once and applied here.
+
+Jobs and webhook deliveries: replay, retry now, cancel, move to the DLQ, abort
+(jobs only). Webhook endpoints: enable, disable, reset the circuit, rotate the
+secret, send a test event, replay failed deliveries since a time, reveal the
+secret; and re-encrypting stored secrets under a new key.
+
+Each operation is one declaration (:class:`RowOperation`, :class:`EndpointOperation`):
+the states it applies to (a SQL guard, and the same rule as a Python predicate
+beside it, which the admin uses to show or hide a button), the state it leaves, its
+label and explanation, the one permission that allows it and the line it writes to
+the audit log. The admin, the portal, the management commands and the Python API
+all call the functions below, and the admin's actions and buttons are built from
+the declarations (``admin/queue_rows.py``, ``admin/endpoints.py``), so each rule
+exists once.
+
+Each row operation is one set-based UPDATE guarded by the states it may change
+(see :func:`django_pgqueue.sql.operator_update`): rows held by a worker
+(``in_progress``) are never touched, except by ``abort``, which only flags them:
+the worker holding the row sees the flag and ends the attempt itself
+(docs/worker.md, "Aborting a job").
+
+Every applied operation is also logged (logger ``django_pgqueue.operations``, one
+line per call, with the ids changed), so a change made from code or a command is
+on record too; the admin adds a ``LogEntry`` per object with the user.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, connections, models, transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from . import sql
+from .conf import get_settings
+from .models.queue import Status
+from .notify import wake_workers
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+    from .models.webhooks import Delivery, Endpoint
+
+logger = logging.getLogger(__name__)
+
+#: The partial unique index of unique tasks (models.queue.Job.Meta).
+UNIQUE_LIVE_INDEX = "pgq_job_unique_live"
+
+
+def _always(obj: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What every operator operation declares, whatever it changes.
+
+    ``permission`` is a codename of the ``django_pgqueue`` app (Meta.permissions
+    of the model); the admin installs ``has_<permission>_permission`` from it.
+    """
+
+    kind: str  #: the model it changes: ``job``, ``delivery`` or ``endpoint``
+    name: str  #: the public name: the bulk action, the URL, the API
+    permission: str
+    label: StrOrPromise
+    done: str  #: the message after it ran: "Replayed: 3 jobs."
+    explanation: StrOrPromise  #: the confirmation page's text
+    bulk_label: StrOrPromise = ""  #: the action menu's entry ("" = no bulk action)
+    style: str = ""  #: the button's CSS style ("default": the primary one)
+
+    def applies(self, obj: Any) -> bool:
+        """Whether the operation would change ``obj`` (shows its button)."""
+        return True
+
+    def audit(self, was: str) -> str:
+        """The ``LogEntry`` message of one changed object: "Disable (was enabled, ...)"."""
+        return f"{self.label} (was {was})"
+
+
+@dataclass(frozen=True)
+class RowOperation(Operation):
+    """An operation on queue rows (jobs, deliveries): one guarded UPDATE.
+
+    The guard is ``status = ANY(allowed)``; :meth:`applies` reads the same tuple.
+    """
+
+    allowed: tuple[Status, ...] = ()
+    result_state: Status = Status.PENDING
+    set_clause: str = ""
+    #: Rows that may now be due: wake idle workers after it.
+    wakes_workers: bool = False
+
+    def applies(self, obj: Any) -> bool:
+        return obj.status in self.allowed
+
+    def audit(self, was: str) -> str:
+        """The ``LogEntry`` message of one changed row: "Replay: dead -> pending"."""
+        return f"{self.label}: {was} -> {self.result_state}"
+
+
+@dataclass(frozen=True)
+class EndpointOperation(Operation):
+    """An operation on webhook endpoints.
+
+    ``guard`` (SQL over ``pgqueue_endpoint``'s columns) and ``predicate`` (the same
+    rule over an ``Endpoint``) are the two spellings of which endpoints it changes;
+    tests/admin/test_operations.py checks they agree on every combination of state.
+    Operations without ``set_clause`` (rotating the secret, a test event...) apply
+    to every endpoint and are carried out by their own function below.
+    """
+
+    guard: str = "true"
+    predicate: Callable[[Any], bool] = _always
+    set_clause: str = ""
+
+    def applies(self, obj: Any) -> bool:
+        return self.predicate(obj)
+
+
+def _row_operations(kind: str) -> dict[str, RowOperation]:
+    """The row operations of jobs or deliveries. Two permissions per kind: ``replay_*``
+    (the work runs again) and ``cancel_*`` (the work will not run); docs/admin.md."""
+    replay, cancel = f"replay_{kind}", f"cancel_{kind}"
+    operations = [
+        RowOperation(
+            kind,
+            "replay",
+            replay,
+            _("Replay"),
+            "Replayed",
+            _("Back to pending and due now, attempts reset; the error history is kept."),
+            bulk_label=_("Replay selected (back to pending)"),
+            style="default",
+            allowed=(Status.SUCCEEDED, Status.DEAD, Status.CANCELLED, Status.FAILED),
+            result_state=Status.PENDING,
+            # Back to the start: attempts reset, due now; errors and results history kept.
+            set_clause="status = 'pending', attempts = 0, next_attempt_at = now(), "
+            "finished_at = NULL, locked_until = NULL"
+            # A replayed job runs afresh.
+            + (", abort_requested_at = NULL" if kind == "job" else ""),
+            wakes_workers=True,
+        ),
+        RowOperation(
+            kind,
+            "retry_now",
+            replay,
+            _("Retry now"),
+            "Scheduled to retry now",
+            _("A failed row waiting for its retry becomes due now."),
+            bulk_label=_("Retry selected now"),
+            allowed=(Status.FAILED,),
+            result_state=Status.FAILED,
+            # A scheduled retry runs now instead of waiting out its backoff.
+            set_clause="next_attempt_at = now()",
+            wakes_workers=True,
+        ),
+        RowOperation(
+            kind,
+            "cancel",
+            cancel,
+            _("Cancel"),
+            "Cancelled",
+            _("A pending or failed row will not run."),
+            bulk_label=_("Cancel selected"),
+            allowed=(Status.PENDING, Status.FAILED),
+            result_state=Status.CANCELLED,
+            set_clause="status = 'cancelled', finished_at = now()",
+        ),
+        RowOperation(
+            kind,
+            "move_to_dlq",
+            cancel,
+            _("Move to DLQ"),
+            "Moved to the dead-letter queue",
+            _("The row stops being retried and waits in the dead-letter queue."),
+            bulk_label=_("Move selected to the dead-letter queue"),
+            allowed=(Status.PENDING, Status.FAILED, Status.CANCELLED),
+            result_state=Status.DEAD,
+            set_clause="status = 'dead', finished_at = now(), "
+            "last_error = 'Moved to the dead-letter queue by an operator'",
+        ),
+    ]
+    if kind == "job":
+        operations.append(
+            RowOperation(
+                kind,
+                "abort",
+                cancel,
+                _("Abort"),
+                "Aborted",
+                _(
+                    "A pending or failed job is cancelled. A running job is told to stop: its "
+                    "worker records the attempt as cancelled within a third of the lease and "
+                    "discards whatever the task still returns."
+                ),
+                bulk_label=_("Abort selected (cancel, or stop if running)"),
+                allowed=(Status.PENDING, Status.FAILED, Status.IN_PROGRESS),
+                result_state=Status.CANCELLED,
+                # A row not running is cancelled at once; a running one is flagged (the
+                # lease is left alone) and its worker records the attempt as cancelled.
+                # ``old.status`` is the state the row was locked in (sql.operator_update).
+                set_clause="abort_requested_at = COALESCE(t.abort_requested_at, now()), "
+                "status = CASE WHEN old.status = 'in_progress' THEN old.status "
+                "ELSE 'cancelled' END, "
+                "finished_at = CASE WHEN old.status = 'in_progress' THEN t.finished_at "
+                "ELSE now() END",
+            )
+        )
+    return {op.name: op for op in operations}
+
+
+JOB_OPERATIONS = _row_operations("job")
+DELIVERY_OPERATIONS = _row_operations("delivery")
+
+#: Endpoint columns that say whether its circuit is closed with nothing counted.
+_CIRCUIT_RESET = (
+    "breaker_state = 'closed', consecutive_failures = 0, failing_since = NULL, "
+    "open_until = NULL, breaker_cooldown = 0"
+)
+
+
+def _circuit_dirty(e: Endpoint) -> bool:
+    return e.breaker_state != "closed" or e.consecutive_failures > 0 or e.failing_since is not None
+
+
+ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
+    op.name: op
+    for op in (
+        # Enabling also closes the circuit, so the endpoint's waiting deliveries go
+        # out at once.
+        EndpointOperation(
+            "endpoint",
+            "enable",
+            "manage_endpoint",
+            _("Enable"),
+            "Enabled",
+            _("Deliveries go out again; the circuit is closed and its counters reset."),
+            bulk_label=_("Enable selected endpoints"),
+            guard="NOT is_active OR breaker_state <> 'closed'",
+            predicate=lambda e: not e.is_active or e.breaker_state != "closed",
+            set_clause="is_active = true, disabled_at = NULL, disabled_reason = '', "
+            + _CIRCUIT_RESET,
+        ),
+        EndpointOperation(
+            "endpoint",
+            "disable",
+            "manage_endpoint",
+            _("Disable"),
+            "Disabled",
+            _("No new deliveries are queued and nothing is sent until it is enabled again."),
+            bulk_label=_("Disable selected endpoints"),
+            guard="is_active",
+            predicate=lambda e: e.is_active,
+            set_clause="is_active = false, disabled_at = now(), "
+            "disabled_reason = 'Disabled by an operator'",
+        ),
+        EndpointOperation(
+            "endpoint",
+            "reset_circuit",
+            "manage_endpoint",
+            _("Reset circuit"),
+            "Circuit reset",
+            _("Closes the circuit breaker now instead of waiting for its next probe."),
+            bulk_label=_("Reset circuit selected endpoints"),
+            guard="breaker_state <> 'closed' OR consecutive_failures > 0 "
+            "OR failing_since IS NOT NULL",
+            predicate=_circuit_dirty,
+            set_clause=_CIRCUIT_RESET,
+        ),
+        EndpointOperation(
+            "endpoint",
+            "send_test_event",
+            "manage_endpoint",
+            _("Send test event"),
+            "Test event queued",
+            _("Queues one pgqueue.test event to this endpoint only, tried once."),
+            bulk_label=_("Send a test event to selected endpoints"),
+        ),
+        EndpointOperation(
+            "endpoint",
+            "rotate_secret",
+            "manage_endpoint_secret",
+            _("Rotate secret"),
+            "Secret rotated",
+            _(
+                "A new signing secret is made current; the old one keeps signing (both "
+                "signatures are sent) for PGQUEUE['WEBHOOKS']['SECRET_ROTATION_GRACE']."
+            ),
+            bulk_label=_("Rotate secrets of selected endpoints"),
+        ),
+        EndpointOperation(
+            "endpoint",
+            "reveal_secret",
+            "manage_endpoint_secret",
+            _("Reveal secret"),
+            "Revealed the signing secret",
+            _("Shows the signing secret once; the view is written to the admin log."),
+        ),
+        # Changes deliveries, so it is allowed by their replay permission.
+        EndpointOperation(
+            "endpoint",
+            "replay_failed",
+            "replay_delivery",
+            _("Replay failed since…"),
+            "Replayed deliveries",
+            _(
+                "Every failed or dead delivery to this endpoint created since the time "
+                "below goes back to pending, due now. Rows a worker holds are skipped."
+            ),
+        ),
+    )
+}
+
+#: Every declaration, by the model it changes (its ``model_name``).
+OPERATIONS: dict[str, dict[str, Any]] = {
+    "job": JOB_OPERATIONS,
+    "delivery": DELIVERY_OPERATIONS,
+    "endpoint": ENDPOINT_OPERATIONS,
+}
+
+
+def operations_of(model: type[models.Model]) -> dict[str, Any]:
+    """The declarations of the operations on ``model`` (empty if it has none)."""
+    return OPERATIONS.get(model._meta.model_name or "", {})
+
+
+@dataclass
+class OperationResult:
+    """What an operator action did: changed rows with their previous state, and skips."""
+
+    operation: str
+    changed: dict[int, str] = field(default_factory=dict)
+    skipped: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def changed_count(self) -> int:
+        return len(self.changed)
+
+
+def _lookup(model: type[models.Model], name: str) -> Any:
+    declared = operations_of(model)
+    try:
+        return declared[name]
+    except KeyError:
+        if name == "abort":
+            raise ValueError(
+                f"{model._meta.verbose_name_plural} cannot be aborted; only jobs can"
+            ) from None
+        raise ValueError(
+            f"Unknown {model._meta.verbose_name} operation {name!r}; expected one of "
+            f"{', '.join(declared)}"
+        ) from None
+
+
+def _start(operation: str, ids: Iterable[int]) -> tuple[list[int], OperationResult, str]:
+    """Sorted distinct ids (a stable lock order), an empty result, the database alias."""
+    return sorted({int(i) for i in ids}), OperationResult(operation), get_settings().DATABASE
+
+
+def _record(model: type[models.Model], result: OperationResult) -> None:
+    """The operation's line in the log: which rows it changed, how many it skipped."""
+    if result.changed or result.skipped:
+        logger.info(
+            "%s %s: changed %s, skipped %d",
+            model._meta.model_name,
+            result.operation,
+            sorted(result.changed),
+            len(result.skipped),
+        )
+
+
+def apply_operation(
+    model: type[models.Model], operation: str, ids: Iterable[int]
+) -> OperationResult:
+    """Apply the row ``operation`` (a :data:`JOB_OPERATIONS` / :data:`DELIVERY_OPERATIONS`
+    name) to the rows of ``model`` with the given ids.
+
+    Returns which rows changed (with the state each left) and which were skipped
+    with the reason (their current state, or that they no longer exist).
+    """
+    op: RowOperation = _lookup(model, operation)
+    id_list, result, alias = _start(operation, ids)
+    if not id_list:
+        return result
+    conn = connections[alias]
+    table = conn.ops.quote_name(model._meta.db_table)
+    set_clause = op.set_clause
+    statement, states = sql.operator_update(table, set_clause), [str(s) for s in op.allowed]
+    with transaction.atomic(using=alias), conn.cursor() as cursor:
+        try:
+            with transaction.atomic(using=alias):
+                cursor.execute(statement, [id_list, states])
+                result.changed = {row[0]: row[1] for row in cursor.fetchall()}
+        except IntegrityError as exc:
+            # A replayed unique job whose key another live job holds: the unique
+            # index refuses it. Replay the rows one by one and skip those.
+            if UNIQUE_LIVE_INDEX not in str(exc):
+                raise
+            for i in id_list:
+                try:
+                    with transaction.atomic(using=alias):
+                        cursor.execute(statement, [[i], states])
+                        result.changed.update({row[0]: row[1] for row in cursor.fetchall()})
+                except IntegrityError as row_exc:
+                    if UNIQUE_LIVE_INDEX not in str(row_exc):
+                        raise
+                    result.skipped[i] = "its unique key is held by another live job"
+        missing = [i for i in id_list if i not in result.changed and i not in result.skipped]
+        if missing:
+            cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s)", [missing])  # noqa: S608
+            current = dict(cursor.fetchall())
+            for i in missing:
+                state = current.get(i)
+                if state is None:
+                    result.skipped[i] = "no longer exists"
+                elif state == Status.IN_PROGRESS:
+                    result.skipped[i] = "held by a worker (in progress)"
+                else:
+                    result.skipped[i] = f"is {state}"
+        if result.changed and op.wakes_workers:
+            wake_workers(alias)
+    _record(model, result)
+    return result
+
+
+def replay(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+    """Put terminal or failed rows back to ``pending``, due now, attempts reset."""
+    return apply_operation(model, "replay", ids)
+
+
+def retry_now(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+    """Make rows with a scheduled retry due now."""
+    return apply_operation(model, "retry_now", ids)
+
+
+def cancel(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+    """Cancel rows that have not started (pending or waiting for a retry)."""
+    return apply_operation(model, "cancel", ids)
+
+
+def move_to_dlq(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+    """Move rows that are not running to the dead-letter queue."""
+    return apply_operation(model, "move_to_dlq", ids)
+
+
+def abort(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+    """Abort jobs: cancel those not running, and flag running ones for their worker.
+
+    A flagged attempt is told (``is_aborted()``) and recorded as ``cancelled`` by
+    its worker at its next lease extension (within a third of ``LEASE_SECONDS``);
+    ``changed`` lists a running job with its state, ``in_progress``, until then.
+    """
+    return apply_operation(model, "abort", ids)
+
+
+def abort_job(job: Any) -> OperationResult:
+    """``django_pgqueue.abort(result)``: abort one job, given its TaskResult or id."""
+    from .models.queue import Job
+
+    return abort(Job, [int(getattr(job, "id", job))])
+
+
+# ----- endpoints --------------------------------------------------------------------
+
+
+def apply_endpoint_operation(operation: str, ids: Iterable[int]) -> OperationResult:
+    """Enable, disable or reset the circuit of endpoints, in one guarded UPDATE.
+
+    ``changed`` maps each changed endpoint to the state it left ("disabled,
+    circuit open"); endpoints already in the wanted state are ``skipped``.
+    """
+    from .models.webhooks import Endpoint
+
+    op: EndpointOperation = _lookup(Endpoint, operation)
+    if not op.set_clause:
+        raise ValueError(
+            f"Endpoint operation {operation!r} is not an update; call its own function"
+        )
+    guard, set_clause = op.guard, op.set_clause
+    id_list, result, alias = _start(operation, ids)
+    if not id_list:
+        return result
+    conn = connections[alias]
+    table = conn.ops.quote_name(Endpoint._meta.db_table)
+    with transaction.atomic(using=alias), conn.cursor() as cursor:
+        cursor.execute(sql.endpoint_update(table, guard, set_clause), [id_list])
+        result.changed = {row[0]: row[1] for row in cursor.fetchall()}
+        if operation == "enable" and result.changed:
+            # Deliveries kept while it was disabled or failing go out now.
+            cursor.execute(sql.DELIVERIES_DUE_NOW, [list(result.changed)])
+            wake_workers(alias)
+    existing = set(
+        Endpoint.objects.using(alias).filter(pk__in=id_list).values_list("pk", flat=True)
+    )
+    for i in id_list:
+        if i not in result.changed:
+            result.skipped[i] = "already done" if i in existing else "no longer exists"
+    _record(Endpoint, result)
+    return result
+
+
+def _rotated(
+    ciphertext: str, previous: list[dict[str, str]], grace: float, now: datetime
+) -> list[dict[str, str]]:
+    """The previous secrets after a rotation: the unexpired ones, and the current one
+    (``ciphertext``) first, signing until ``now + grace``."""
+    expires = (now + dt.timedelta(seconds=grace)).isoformat()
+    kept = [e for e in previous if dt.datetime.fromisoformat(e["expires_at"]) > now]
+    if ciphertext:
+        kept.insert(0, {"secret": ciphertext, "expires_at": expires})
+    return kept
+
+
+def rotate_secret(
+    endpoint: Endpoint, new_secret: str | None = None, grace: float | None = None
+) -> str:
+    """Make ``new_secret`` (generated if None) the endpoint's current signing secret; the
+    old one keeps signing for ``grace`` seconds (default ``SECRET_ROTATION_GRACE``).
+
+    The row is locked while its secrets are read and written, so two rotations at
+    once both keep the secret each replaced. ``endpoint`` is updated in place;
+    an unsaved one is saved. Returns the new secret.
+    """
+    from .models.webhooks import Endpoint
+    from .webhooks.signing import generate_secret
+
+    if grace is None:
+        grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
+    new_secret = new_secret or generate_secret()
+    now = timezone.now()
+    if endpoint.pk is None:
+        endpoint.previous_secrets = _rotated(
+            endpoint.secret_ciphertext, endpoint.previous_secrets, grace, now
+        )
+        endpoint.secret = new_secret
+        endpoint.save()
+        return new_secret
+    alias = get_settings().DATABASE
+    with transaction.atomic(using=alias):
+        row = Endpoint.objects.using(alias).select_for_update().get(pk=endpoint.pk)
+        row.previous_secrets = _rotated(row.secret_ciphertext, row.previous_secrets, grace, now)
+        row.secret = new_secret
+        row.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
+    endpoint.secret_ciphertext, endpoint.previous_secrets = (
+        row.secret_ciphertext,
+        row.previous_secrets,
+    )
+    endpoint.updated_at = row.updated_at
+    logger.info("endpoint rotate_secret: changed [%s], grace %g s", endpoint.pk, grace)
+    return new_secret
+
+
+def reencrypt_secrets(using: str | None = None) -> int:
+    """Re-encrypt every endpoint's secrets with the first key; return how many endpoints.
+
+    Each endpoint is updated in its own short transaction with its row locked, so a
+    concurrent secret rotation is never overwritten.
+    """
+    from .models.webhooks import Endpoint
+    from .webhooks.crypto import rotate_token
+
+    alias = using or get_settings().DATABASE
+    count = 0
+    for pk in Endpoint.objects.using(alias).values_list("pk", flat=True).iterator():
+        with transaction.atomic(using=alias):
+            endpoint = Endpoint.objects.using(alias).select_for_update().get(pk=pk)
+            endpoint.secret_ciphertext = rotate_token(endpoint.secret_ciphertext)
+            endpoint.previous_secrets = [
+                {**entry, "secret": rotate_token(entry["secret"])}
+                for entry in endpoint.previous_secrets
+            ]
+            endpoint.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
+        count += 1
+    logger.info("endpoint reencrypt_secrets: %d endpoints re-encrypted", count)
+    return count
+
+
+def retry_refused_deliveries(endpoint_id: int) -> int:
+    """Make an endpoint's deliveries refused by configuration due now; how many.
+
+    Called when the endpoint is saved: whatever was fixed (its URL, or the settings
+    before a restart), waiting minutes for the breaker's pace would only confuse.
+    """
+    alias = get_settings().DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.REFUSED_DELIVERIES_DUE_NOW, [endpoint_id])
+        count = cursor.rowcount
+    if count:
+        wake_workers(alias)
+    return count
+
+
+def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationResult:
+    """Replay one endpoint's failed and dead deliveries created since ``since``.
+
+    The rows are picked here and changed by the guarded ``replay`` UPDATE, so a
+    delivery a worker took in between is skipped, not replayed twice.
+    """
+    from .models.webhooks import Delivery
+
+    ids = Delivery.objects.filter(
+        endpoint_id=endpoint_id,
+        status__in=[Status.FAILED, Status.DEAD],
+        created_at__gte=since,
+    ).values_list("pk", flat=True)
+    return apply_operation(Delivery, "replay", list(ids))
+
+
+def send_test_event(endpoint: Endpoint, sent_by: str = "") -> Delivery:
+    """Queue one ``pgqueue.test`` event to this endpoint only; returns its Delivery.
+
+    It is tried once (``max_attempts=1``): its outcome is in the delivery's attempt
+    log at once instead of after a retry schedule.
+    """
+    import json
+
+    from django.utils import timezone
+
+    from .models.webhooks import Delivery, Event
+    from .webhooks.signing import new_message_id
+
+    alias = get_settings().DATABASE
+    payload = {
+        "type": "pgqueue.test",
+        "endpoint_id": endpoint.pk,
+        "sent_by": sent_by,
+        "sent_at": timezone.now().isoformat(),
+    }
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True)
+    with transaction.atomic(using=alias):
+        event = Event.objects.using(alias).create(
+            event_type="pgqueue.test",
+            payload=payload,
+            body=body,
+            msg_id=new_message_id(),
+            application_id=endpoint.application_id,
+        )
+        delivery = Delivery.objects.using(alias).create(
+            event=event, endpoint=endpoint, max_attempts=1
+        )
+        wake_workers(alias)
+    return delivery

@@ -1,0 +1,155 @@
+"""Pieces of SQL that more than one statement uses, each built once and named.
+
+Only table names and fixed text are formatted into these; values are always
+parameters of the statements that use them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+JOB_TABLE = "pgqueue_job"
+APPLICATION_TABLE = "pgqueue_application"
+ENDPOINT_TABLE = "pgqueue_endpoint"
+EVENT_TABLE = "pgqueue_event"
+DELIVERY_TABLE = "pgqueue_delivery"
+ATTEMPT_TABLE = "pgqueue_delivery_attempt"
+SCHEDULE_TABLE = "pgqueue_schedule"
+TICK_TABLE = "pgqueue_schedule_tick"
+WORKER_TABLE = "pgqueue_worker"
+
+#: The queue tables whose rows a worker claims (retention and the dashboard read both).
+QUEUE_TABLES = (JOB_TABLE, DELIVERY_TABLE)
+
+# The rows of the queues a worker serves (``runworkers --queues``), or all of them.
+IN_QUEUES = "(%(all_queues)s OR queue_name = ANY(%(queues)s))"
+
+# A disabled endpoint's waiting deliveries are "parked": a trigger on the endpoint
+# table (migration 0004) moves their ``next_attempt_at`` to this instant when
+# ``is_active`` goes false and back to now when it goes true, however the flag is
+# changed. Parked rows lie beyond every ``next_attempt_at <= now()`` range the
+# claim reads, so a big backlog on a disabled endpoint costs the claim nothing.
+# Parking is an optimisation, never a condition of correctness: the claim still
+# checks ``is_active``, so a row a race leaves unparked only costs a scan.
+PARKED_AT = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
+PARKED = "TIMESTAMPTZ '9999-01-01 00:00:00+00'"  # PARKED_AT, as SQL
+
+
+def lease_expired_error(worker_sql: str) -> str:
+    """``last_error`` of a row whose lease lapsed, as an SQL expression: written by the
+    claim that takes it back; ``worker_sql`` is the column naming the worker that let
+    it lapse."""
+    return (
+        f"'LeaseExpired: worker ' || {worker_sql}\n"
+        "                              || ' stopped renewing its lease (worker died?)'"
+    )
+
+
+# ---- Planned at each run ---------------------------------------------------------
+#
+# PLAN_EACH_RUN: a condition that keeps a worker statement prepared but planned at
+# every run, for the table as it is (see "Plans and table growth" in jobs.py).
+_COSTLY_IN_A_GENERIC_PLAN = "(SELECT count(*) FROM generate_series(1, 1000000000)) > 0"
+
+
+def plan_each_run(guard_sql: str) -> str:
+    """PLAN_EACH_RUN on ``guard_sql``, a typed placeholder the worker never passes as NULL."""
+    return f"({guard_sql} IS NOT NULL OR {_COSTLY_IN_A_GENERIC_PLAN})"
+
+
+# The conditions, by the parameter each statement carries anyway.
+PLAN_EACH_RUN_WORKER = plan_each_run("%(worker_id)s::text")
+PLAN_EACH_RUN_IDS = plan_each_run("%(ids)s::bigint[]")
+PLAN_EACH_RUN_QUEUES = plan_each_run("%(all_queues)s::bool")
+PLAN_EACH_RUN_LIMIT = plan_each_run("%(limit)s::bigint")
+
+
+# ---- The claim's skeleton --------------------------------------------------------
+#
+# Every claim (jobs, deliveries) has the same frame:
+#
+# * Sources are ``MATERIALIZED`` CTEs: with the plain
+#   ``WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n)`` form the planner
+#   may run the subquery once per outer row and lock more than ``n`` rows
+#   (PostgreSQL bug #15715). A materialized CTE is evaluated exactly once.
+# * ``SKIP LOCKED`` lets concurrent workers claim disjoint rows without waiting.
+# * The first source is always ``lapsed``: held rows whose lease ran out (their
+#   worker died), oldest lapse first. There are few of them and the partial lease
+#   index answers "any lease older than now()?" by reading one entry, so taking
+#   them first costs nothing when nobody crashed, while putting them last could
+#   starve them.
+# * The picked ids are folded into arrays (``picked``) and joined back through
+#   ``unnest``. The planner cannot estimate a ``LIMIT`` that is a parameter or an
+#   expression and assumes a tenth of the due rows; joining a CTE of that size
+#   makes it hash the whole table (a sequential scan per claim: 40 ms at 20,000
+#   rows, growing with history). ``unnest`` of a parameter-sized array is
+#   estimated at 100 rows, which keeps the join a primary-key lookup per claimed
+#   row, as long as the plan is made for the table's actual size (see "Plans and
+#   table growth" in jobs.py).
+
+
+def lapsed_source(columns_sql: str, rows_sql: str, alias: str, condition_sql: str = "") -> str:
+    """The ``lapsed`` CTE of a claim: up to ``%(limit)s`` rows of ``rows_sql`` (whose
+    claimed table is aliased ``alias``) held past their lease, oldest lapse first."""
+    also_sql = f"\n      AND {condition_sql}" if condition_sql else ""
+    return f"""lapsed AS MATERIALIZED (
+    SELECT {columns_sql}
+    FROM {rows_sql}
+    WHERE {alias}.status = 'in_progress' AND {alias}.locked_until < now(){also_sql}
+    ORDER BY {alias}.locked_until
+    LIMIT %(limit)s
+    FOR UPDATE OF {alias} SKIP LOCKED
+)"""
+
+
+def picked(column_names: Sequence[str], sources_sql: str) -> str:
+    """The ``picked`` CTE: the rows of ``sources_sql`` (a UNION ALL of the claim's
+    sources, one column per name) folded into one array per column."""
+    aggregates = [f"array_agg({column}) AS {column}" for column in column_names]
+    folded_sql = ",\n           ".join(aggregates)
+    return f"""picked AS (
+    SELECT {folded_sql}
+    FROM (
+        {sources_sql}
+    ) AS all_sources
+)"""
+
+
+def unnest_picked(column_names: Sequence[str]) -> str:
+    """``picked``'s arrays back as rows ``p``, for the claim's UPDATE to join by id."""
+    arrays_sql = ", ".join(f"picked.{column}" for column in column_names)
+    names_sql = ", ".join(column_names)
+    return f"picked, unnest({arrays_sql})\n         AS p({names_sql})"
+
+
+# ---- After the claim -------------------------------------------------------------
+
+
+def read_outcomes(marker: str, table: str) -> str:
+    """What rows of ``table`` hold now, by id: after an ambiguous commit (the
+    connection died while COMMIT's reply was in flight) the worker asks, and a row
+    whose ``locked_by`` is still its token and whose status is no longer in_progress
+    was written by it."""
+    return f"""/* pgqueue:{marker} */
+SELECT id, status, locked_by FROM {table}
+WHERE id = ANY((SELECT %(ids)s::bigint[])::bigint[]) AND {PLAN_EACH_RUN_IDS}
+"""
+
+
+def extend_leases(marker: str, table: str, *, also_return_sql: str = "") -> str:
+    """Extend the leases of every row of ``table`` this process still holds.
+
+    Guarded by token like a completion and, like it, without naming ``status``
+    ("still held" is ``locked_until IS NOT NULL``: see COMPLETE_JOBS). Rows missing
+    from RETURNING were lost (re-claimed after a lapse). The arrays come as array
+    literals, read through sub-selects (see "Plans and table growth" in jobs.py).
+    """
+    return f"""/* pgqueue:{marker} */
+UPDATE {table} AS j SET
+    locked_until = now() + make_interval(secs => %(lease)s)
+FROM unnest((SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[])) AS v(id, token)
+WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
+  AND {PLAN_EACH_RUN_IDS}
+RETURNING j.id{also_return_sql}
+"""

@@ -1,0 +1,461 @@
+"""Statements of the job queue: enqueue, claim, complete, leases, atomic jobs, reads."""
+
+from __future__ import annotations
+
+from .fragments import (
+    IN_QUEUES,
+    JOB_TABLE,
+    PLAN_EACH_RUN_IDS,
+    PLAN_EACH_RUN_LIMIT,
+    PLAN_EACH_RUN_QUEUES,
+    PLAN_EACH_RUN_WORKER,
+    extend_leases,
+    lapsed_source,
+    lease_expired_error,
+    picked,
+    read_outcomes,
+    unnest_picked,
+)
+
+#: Columns a worker needs to run a claimed job.
+_CLAIM_RETURNING = """
+    j.id, j.status, j.locked_by, j.attempts, j.max_attempts, j.task_path,
+    j.args, j.kwargs, j.queue_name, j.priority, j.backend, j.created_at,
+    j.started_at, j.last_attempted_at, j.errors, j.worker_ids
+"""
+
+#: A new job's columns, in one list for every way a job is written (INSERT_JOB,
+#: INSERT_KEYED_JOB, INSERT_JOBS, COPY_JOBS and the COPY rows of
+#: ``bulk.copy_chunks``). Each column has its value in the single-row INSERT and,
+#: when every new row holds the same value, that value as COPY text (``None``:
+#: the value comes with the call). ``args`` and ``kwargs`` differ per row.
+NEW_JOB_COLUMNS: tuple[tuple[str, str, str | None], ...] = (
+    ("status", "'pending'", "pending"),
+    ("priority", "%s", None),
+    ("attempts", "0", "0"),
+    ("max_attempts", "%s", None),
+    ("next_attempt_at", "COALESCE(%s, now())", None),
+    ("worker_id", "''", ""),
+    ("last_error", "''", ""),
+    ("errors", "'[]'", "[]"),
+    ("created_at", "now()", None),
+    ("updated_at", "now()", None),
+    ("task_path", "%s", None),
+    ("queue_name", "%s", None),
+    ("backend", "%s", None),
+    ("args", "%s::jsonb", None),
+    ("kwargs", "%s::jsonb", None),
+    ("worker_ids", "'[]'", "[]"),
+)
+_PER_ROW = ("args", "kwargs")
+_NEW_JOB_NAMES = ", ".join(column for column, _, _ in NEW_JOB_COLUMNS)
+_NEW_JOB_VALUES = ", ".join(value for _, value, _ in NEW_JOB_COLUMNS)
+# INSERT_JOBS reads the per-row values from ``unnest`` (``t``), the rest as INSERT_JOB.
+_NEW_JOBS_VALUES = ", ".join(
+    f"t.{column}::jsonb" if column in _PER_ROW else value for column, value, _ in NEW_JOB_COLUMNS
+)
+
+#: The columns COPY_JOBS writes after ``id, args, kwargs``: the same in every row of
+#: one bulk enqueue, formatted once per batch (``copy_tail``).
+COPY_TAIL_COLUMNS = tuple(column for column, _, _ in NEW_JOB_COLUMNS if column not in _PER_ROW)
+
+
+def copy_tail(given: dict[str, object]) -> tuple[object, ...]:
+    """The values of COPY_TAIL_COLUMNS for one bulk enqueue: each column's fixed value,
+    or ``given[column]`` for those that come with the call."""
+    fixed = {column: text for column, _, text in NEW_JOB_COLUMNS}
+    return tuple(
+        given[column] if fixed[column] is None else fixed[column] for column in COPY_TAIL_COLUMNS
+    )
+
+
+# Enqueue one job inside the caller's transaction (Django cursor).
+# ``now()`` is the caller's transaction start, which is what "enqueued at" means.
+# The row is due at ``run_after`` or at once.
+INSERT_JOB = f"""/* pgqueue:enqueue */
+INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES})
+VALUES ({_NEW_JOB_VALUES})
+RETURNING id, created_at
+"""
+
+# Enqueue one unique or atomic job (Django cursor). INSERT_JOB's row plus the
+# unique key and the atomic flag. A live job of the same task with the same key
+# wins: ``ON CONFLICT`` names the partial unique index ``pgq_job_unique_live`` by
+# its columns and predicate (written as in the index so PostgreSQL infers it), a
+# concurrent enqueue of the same key waits for the first transaction and then
+# inserts nothing. No row back means "a live job holds the key" (LIVE_JOB_WITH_KEY
+# then reads it, with a fresh snapshot). Rows without a key never conflict.
+INSERT_KEYED_JOB = f"""/* pgqueue:enqueue_keyed */
+INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES}, unique_key, atomic)
+VALUES ({_NEW_JOB_VALUES}, %s, %s)
+ON CONFLICT (task_path, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'in_progress', 'failed')
+DO NOTHING
+RETURNING id, created_at
+"""
+
+# The live job holding a unique key (the partial unique index answers it).
+LIVE_JOB_WITH_KEY = f"""/* pgqueue:live_job_with_key */
+SELECT id FROM {JOB_TABLE}
+WHERE task_path = %s AND unique_key = %s AND status IN ('pending', 'in_progress', 'failed')
+"""
+
+# Reserve ids for a bulk enqueue. ``INSERT ... RETURNING`` does not promise to
+# return rows in input order, so ids are drawn first and written explicitly: the
+# caller then knows which result belongs to which argument list, and the same
+# rows can go through COPY for large batches. One row holding an array (in draw
+# order, which keeps a batch's jobs FIFO) rather than a row per id: decoding
+# thousands of rows, each with its own timestamp, cost more than the COPY itself.
+# The sequence is looked up once, in a scalar subquery (an InitPlan): written as
+# nextval's argument directly, pg_get_serial_sequence ran once per id, a catalog
+# lookup each, and drawing 100,000 ids took five times as long.
+RESERVE_JOB_IDS = f"""/* pgqueue:reserve_ids */
+SELECT ARRAY(
+    SELECT nextval((SELECT pg_get_serial_sequence('{JOB_TABLE}', 'id')::regclass))
+    FROM generate_series(1, %s) ORDER BY 1
+), now()
+"""
+
+# Bulk enqueue of many jobs of one task in one statement (arrays, not a VALUES
+# list: the statement text stays the same whatever the batch size). The
+# parameters are INSERT_JOB's, with the ids and the per-row arguments as arrays
+# at the end.
+INSERT_JOBS = f"""/* pgqueue:enqueue_many */
+INSERT INTO {JOB_TABLE} (id, {_NEW_JOB_NAMES})
+SELECT t.id, {_NEW_JOBS_VALUES}
+FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS t(id, args, kwargs)
+"""
+
+# The same rows through COPY (text format), for large batches (several times
+# faster than an INSERT). The columns that differ per row come first and the rest
+# are the same in every row, so the caller formats that tail once per batch and
+# each row is its id, its arguments and the tail (bulk.copy_chunks).
+_COPY_TAIL_NAMES = ", ".join(COPY_TAIL_COLUMNS)
+COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STDIN"""
+
+# Claim up to ``limit`` jobs in one statement, in the claim's frame
+# (fragments.py: materialized sources with SKIP LOCKED, lapsed leases first, the
+# picked ids joined back through ``unnest``).
+#
+# * Two sources: rows whose lease lapsed (their worker died) and due rows.
+# * ``attempts`` is counted here, at claim time: a task that kills its worker
+#   still uses up an attempt, so it cannot crash-loop the fleet forever. A lapsed
+#   row that has no attempts left goes to ``dead`` in this same statement instead
+#   of being run again (status 'dead' in RETURNING; the worker skips it). So does
+#   a lapsed row an operator asked to abort, which goes to ``cancelled``.
+# * ``locked_by`` gets a fresh random token per claim: the fencing token every
+#   later write of this attempt must present.
+# * The due source reads the ``(priority DESC, next_attempt_at, id)`` partial
+#   index in order; terminal rows are not in it, so history does not slow it.
+#   Atomic jobs are left to the atomic claim (CLAIM_ATOMIC_JOB), which runs them
+#   inside its own transaction; they are a filter here, not a condition of the
+#   index, because they are expected to be a small share of the due rows.
+_CLAIM_JOB_PICKED = ("id", "exhausted", "lapsed")
+_LAPSED_JOBS = lapsed_source(
+    "j.id, j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL AS exhausted",
+    f"{JOB_TABLE} AS j",
+    "j",
+    IN_QUEUES,
+)
+_PICKED_JOBS = picked(
+    _CLAIM_JOB_PICKED,
+    """SELECT id, exhausted, true AS lapsed FROM lapsed
+        UNION ALL
+        SELECT id, false, false FROM due""",
+)
+_JOB_LEASE_EXPIRED = lease_expired_error("j.worker_id")
+_UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
+CLAIM_JOBS = f"""/* pgqueue:claim */
+WITH {_LAPSED_JOBS}, due AS MATERIALIZED (
+    SELECT id FROM {JOB_TABLE}
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
+      AND {IN_QUEUES}
+    ORDER BY priority DESC, next_attempt_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), {_PICKED_JOBS}
+UPDATE {JOB_TABLE} AS j SET
+    status = CASE WHEN NOT p.exhausted THEN 'in_progress'
+                  WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
+                  ELSE 'dead' END,
+    attempts = CASE WHEN p.exhausted THEN j.attempts ELSE j.attempts + 1 END,
+    locked_by = CASE WHEN p.exhausted THEN j.locked_by ELSE gen_random_uuid() END,
+    locked_until = CASE WHEN p.exhausted THEN NULL
+                        ELSE now() + make_interval(secs => %(lease)s) END,
+    worker_id = CASE WHEN p.exhausted THEN j.worker_id ELSE %(worker_id)s END,
+    worker_ids = CASE WHEN p.exhausted THEN j.worker_ids
+                      ELSE j.worker_ids || to_jsonb(%(worker_id)s::text) END,
+    started_at = COALESCE(j.started_at, now()),
+    last_attempted_at = CASE WHEN p.exhausted THEN j.last_attempted_at ELSE now() END,
+    finished_at = CASE WHEN p.exhausted THEN now() ELSE NULL END,
+    errors = CASE WHEN p.lapsed THEN j.errors || jsonb_build_object(
+                 'attempt', j.attempts,
+                 'exception_class_path', 'django_pgqueue.exceptions.LeaseExpired',
+                 'traceback', 'Lease expired: worker ' || j.worker_id
+                     || ' stopped renewing it (it crashed, was killed or lost the database).',
+                 'at', now(),
+                 'worker_id', j.worker_id)
+             ELSE j.errors END,
+    last_error = CASE WHEN p.lapsed THEN {_JOB_LEASE_EXPIRED}
+                      ELSE j.last_error END,
+    updated_at = now()
+FROM {_UNNEST_PICKED_JOBS}
+WHERE j.id = p.id AND {PLAN_EACH_RUN_WORKER}
+RETURNING {_CLAIM_RETURNING}
+"""
+
+# ---- Atomic jobs (worker/atomic.py) ----------------------------------------------
+#
+# An atomic job is claimed, run and completed in ONE transaction on the queue
+# database (Django cursor, ``%(name)s``): its row stays locked by that
+# transaction the whole time, so no lease, no ``in_progress`` and nothing for
+# other workers to reclaim. A crash rolls the claim back with the task's writes.
+
+# Bound the transaction. ``statement_timeout`` stops a statement that runs too
+# long and ``idle_in_transaction_session_timeout`` ends a session whose task sits
+# between statements (sleeping, HTTP) too long; both only for this transaction.
+ATOMIC_TIMEOUTS = """/* pgqueue:atomic_timeouts */
+SELECT set_config('statement_timeout', %(ms)s, true),
+       set_config('idle_in_transaction_session_timeout', %(ms)s, true)
+"""
+
+# Claim one due atomic job and keep it locked until the transaction ends. Shaped
+# like CLAIM_JOBS's due source (a MATERIALIZED CTE with SKIP LOCKED, reading the
+# ``pgq_job_atomic_due_idx`` partial index in order), but the row keeps its state:
+# the attempt and token counted here commit only if the job finishes.
+CLAIM_ATOMIC_JOB = f"""/* pgqueue:claim_atomic */
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+      AND {IN_QUEUES}
+    ORDER BY priority DESC, next_attempt_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB_TABLE} AS j SET
+    attempts = j.attempts + 1,
+    locked_by = gen_random_uuid(),
+    worker_id = %(worker_id)s,
+    worker_ids = j.worker_ids || to_jsonb(%(worker_id)s::text),
+    started_at = COALESCE(j.started_at, now()),
+    last_attempted_at = now(),
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING {_CLAIM_RETURNING}
+"""
+
+# Success, in the claim's transaction: it commits with the task's own writes.
+COMPLETE_ATOMIC_JOB = f"""/* pgqueue:complete_atomic */
+UPDATE {JOB_TABLE} SET
+    status = 'succeeded', result = %(result)s::jsonb, finished_at = clock_timestamp(),
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND locked_by = %(token)s
+"""
+
+# A failed attempt, recorded in its own short transaction after the task's
+# transaction rolled back (taking the claim's attempt count with it). Counted
+# again here; ``attempts = %(before)s`` makes it a no-op if another worker ran
+# the job in between.
+RECORD_ATOMIC_FAILURE = f"""/* pgqueue:atomic_failure */
+UPDATE {JOB_TABLE} SET
+    status = %(status)s,
+    attempts = attempts + 1,
+    locked_by = %(token)s,
+    worker_id = %(worker_id)s,
+    worker_ids = worker_ids || to_jsonb(%(worker_id)s::text),
+    started_at = COALESCE(started_at, now()),
+    last_attempted_at = now(),
+    next_attempt_at = CASE WHEN %(status)s = 'failed'
+                           THEN now() + make_interval(secs => %(delay)s)
+                           ELSE next_attempt_at END,
+    finished_at = CASE WHEN %(status)s = 'dead' THEN now() END,
+    errors = errors || %(error)s::jsonb,
+    last_error = %(last_error)s,
+    updated_at = now()
+WHERE id = %(id)s AND attempts = %(before)s AND status IN ('pending', 'failed')
+"""
+
+# Any atomic job waiting, due or not (``--until-empty``).
+ATOMIC_LEFT = f"""/* pgqueue:atomic_left */
+SELECT EXISTS (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed')
+      AND {IN_QUEUES}
+      AND {PLAN_EACH_RUN_QUEUES}
+)
+"""
+
+# Whether an atomic job is due (the atomic source's claim sizing and ``--burst``).
+ATOMIC_DUE = f"""/* pgqueue:atomic_due */
+SELECT count(*) FROM (
+    SELECT 1 FROM {JOB_TABLE}
+    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+      AND {IN_QUEUES}
+      AND {PLAN_EACH_RUN_LIMIT}
+    LIMIT %(limit)s
+) AS due
+"""
+
+# ---- Plans and table growth ------------------------------------------------------
+#
+# psycopg prepares a statement after its second run, and after five runs
+# PostgreSQL may settle on one *generic* plan per prepared statement. A generic
+# plan made while the table was empty (a new, truncated or freshly pruned table,
+# its statistics saying "no rows") stays cached as the table grows, until an
+# ANALYZE happens to invalidate it: for a join of ``unnest(ids)`` with the table it
+# is a hash join, or a nested loop, over a Seq Scan, and every completion then
+# reads the whole table (seconds per batch at 100,000 rows, the worker at 100 %
+# CPU with no wait event). The claim's sources become a Seq Scan and a sort.
+#
+# No statement shape avoids it in a generic plan: with the table estimated at
+# zero pages a scan of all of it costs nothing, so the planner prefers it to any
+# index lookup (``id = ANY(ids)`` or a LATERAL lookup become a Seq Scan with a
+# filter just the same). What is robust is planning each run for the table as it
+# is: PostgreSQL reads the table's actual size at planning time whatever its
+# statistics say, and then chooses the primary-key and partial-index lookups.
+# ``SET plan_cache_mode`` is session state, which transaction poolers do not keep
+# (tests/faults/test_static.py); unprepared statements are parsed again at every
+# run. So every statement a worker runs on a table that grows carries
+# PLAN_EACH_RUN (``fragments.plan_each_run``): a condition that is true for every value
+# the worker passes, OR an aggregate over a billion-row ``generate_series``. A
+# custom plan sees the parameter's value, folds the condition to true and drops
+# the aggregate; the generic plan cannot, and carries the aggregate's cost.
+# PostgreSQL compares the two after five runs and keeps making custom plans
+# (``pg_prepared_statements.generic_plans`` stays 0): the statements stay prepared
+# (parsed once) and only planning is redone, 0.1-0.3 ms per statement. Even if a
+# generic plan ran, ``OR`` would not evaluate the aggregate.
+#
+# A custom plan also sees the batch's arrays, and for a batch of hundreds of ids
+# it may hash a Seq Scan of the table rather than look each id up. So the arrays
+# a statement joins to the table are read through sub-selects, ``unnest((SELECT
+# %(ids)s::bigint[]))``: the planner cannot look inside them and estimates 10
+# rows whatever the batch, and then one primary-key lookup per row is the
+# cheapest plan on any table bigger than a few pages.
+#
+# tests/test_plans.py runs each statement enough times on an empty analysed
+# table for a generic plan to be chosen, grows the table to 20,000 rows and
+# checks that the next runs scan none of it sequentially.
+
+# Write the outcomes of a batch of attempts in one statement (coalesced
+# completions). ``unnest`` turns parallel arrays into rows, so one round trip
+# completes a whole batch whatever its size.
+#
+# The guard ``locked_by = token AND status = 'in_progress'`` is the fencing
+# check: a worker whose lease lapsed and whose row was re-claimed (by another
+# host, or another thread of the same process) presents an old token and changes
+# nothing. Rows missing from RETURNING are lost leases; the caller logs them.
+#
+# ``refund`` gives back the attempt counted at claim time when a row is released
+# without having run (graceful shutdown, task not importable on this worker).
+#
+# "Still held" is tested as ``locked_until IS NOT NULL``, which the
+# ``lease_iff_running`` CHECK constraint makes equivalent to ``status =
+# 'in_progress'``. Written with ``status``, the condition matches the partial
+# lease index's predicate and the planner, trusting statistics that say that
+# index is nearly empty, scans all of it and hashes the batch against it; under a
+# steady drain the index holds every claim since the last VACUUM (dead entries),
+# and each completion then reads thousands of them. This form leaves the planner
+# one plan: a primary-key lookup per row of the batch.
+COMPLETE_JOBS = f"""/* pgqueue:complete */
+UPDATE {JOB_TABLE} AS j SET
+    status = v.status,
+    result = CASE WHEN v.status = 'succeeded' THEN v.result::jsonb ELSE j.result END,
+    locked_until = NULL,
+    finished_at = CASE WHEN v.status IN ('succeeded', 'dead', 'cancelled') THEN now()
+                       ELSE NULL END,
+    next_attempt_at = CASE WHEN v.status IN ('failed', 'pending')
+                           THEN now() + make_interval(secs => v.delay)
+                           ELSE j.next_attempt_at END,
+    attempts = j.attempts - v.refund,
+    worker_ids = CASE WHEN v.refund > 0
+                      THEN j.worker_ids - (jsonb_array_length(j.worker_ids) - 1)
+                      ELSE j.worker_ids END,
+    errors = CASE WHEN v.error IS NULL THEN j.errors ELSE j.errors || v.error::jsonb END,
+    last_error = COALESCE(v.last_error, j.last_error),
+    updated_at = now()
+FROM unnest(
+    (SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[]), (SELECT %(statuses)s::text[]),
+    (SELECT %(results)s::text[]), (SELECT %(delays)s::float8[]), (SELECT %(errors)s::text[]),
+    (SELECT %(last_errors)s::text[]), (SELECT %(refunds)s::int[])
+) AS v(id, token, status, result, delay, error, last_error, refund)
+WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
+  AND {PLAN_EACH_RUN_IDS}
+RETURNING j.id
+"""
+
+# Settle an ambiguous commit and extend leases (fragments.py). Extending a job's
+# lease also says whether an operator asked to abort it (operations' ``abort``):
+# the worker learns of an abort from the statement it runs every third of a
+# lease anyway, so aborting costs the hot path nothing.
+READ_OUTCOMES = read_outcomes("read_outcomes", JOB_TABLE)
+EXTEND_JOB_LEASES = extend_leases(
+    "extend_job_leases", JOB_TABLE, also_return_sql=", j.abort_requested_at IS NOT NULL"
+)
+
+
+# Is anything due now or held by anyone? Used by ``--burst`` to decide to exit.
+# Atomic jobs are the atomic source's to answer for (ATOMIC_DUE).
+#
+# Each test reads one row in the order of its partial index (the due index, the
+# lease index) rather than ``EXISTS``: statistics made while the table was empty
+# guess that thousands of rows match, and an ``EXISTS`` then prefers a Seq Scan
+# that "stops at the first match", which reads every finished row when none
+# does. An ordered ``LIMIT 1`` is a sort of all matches for a scan and one index
+# descent for the index, whatever the statistics say.
+def _any_waiting(due_sql: str) -> str:
+    """Whether a waiting job (``due_sql``: and due now) or a held one exists."""
+    return f"""(SELECT true FROM {JOB_TABLE}
+    WHERE status IN ('pending', 'failed'){due_sql}
+      AND {IN_QUEUES}
+      AND {PLAN_EACH_RUN_QUEUES}
+    ORDER BY priority DESC, next_attempt_at, id LIMIT 1) IS NOT NULL
+OR (SELECT true FROM {JOB_TABLE}
+    WHERE status = 'in_progress' AND {IN_QUEUES}
+    ORDER BY locked_until LIMIT 1) IS NOT NULL"""
+
+
+_ANY_DUE = _any_waiting(" AND next_attempt_at <= now() AND NOT atomic")
+ANY_DUE = f"/* pgqueue:any_due */\nSELECT {_ANY_DUE}"
+
+# Is anything left at all: pending or failed (due now or later) or held? Used by
+# ``--until-empty``, which also waits for scheduled retries and deferred jobs.
+_ANY_LEFT = _any_waiting("")
+ANY_LEFT = f"/* pgqueue:any_left */\nSELECT {_ANY_LEFT}"
+
+# Make every scheduled retry due now (django_pgqueue.testing: a test does not
+# wait for a backoff). Only ``failed`` rows: deferred jobs keep their run_after.
+RETRIES_DUE_NOW = f"""/* pgqueue:retries_due_now */
+UPDATE {JOB_TABLE} AS j SET next_attempt_at = now()
+WHERE status = 'failed' AND next_attempt_at > now()
+  AND {IN_QUEUES}
+"""
+
+# Read one job for ``get_result`` (Django cursor).
+GET_JOB = f"""/* pgqueue:get_result */
+SELECT id, status, task_path, args, kwargs, queue_name, priority, backend,
+       next_attempt_at, created_at, started_at, last_attempted_at, finished_at,
+       errors, worker_ids, result
+FROM {JOB_TABLE} WHERE id = %s
+"""
+
+# Wake idle workers. ``pg_notify`` with a constant payload: PostgreSQL folds
+# identical notifications of one transaction into one.
+NOTIFY = "/* pgqueue:notify */ SELECT pg_notify(%s, '')"
+
+# ---------------------------------------------------------------------------------
+# Tracing (``PGQUEUE["TRACING"]``, tracing.py)
+#
+# The enqueue span's W3C context is written into the new row by a second statement
+# in the caller's transaction, rather than by INSERT_JOB itself: with tracing off
+# (the default) the enqueue statement stays as it is, prepared and unchanged.
+STORE_TRACE_CONTEXT = f"""/* pgqueue:store_trace_context */
+UPDATE {JOB_TABLE} AS j SET trace_context = %s::jsonb WHERE j.id = %s
+"""
+
+# The stored contexts of the jobs one claim took, in one statement over the claim
+# connection (primary-key lookups), so each run can continue its enqueue trace.
+READ_TRACE_CONTEXTS = f"""/* pgqueue:read_trace_contexts */
+SELECT id, trace_context FROM {JOB_TABLE}
+WHERE id = ANY((SELECT %(ids)s::bigint[])::bigint[]) AND trace_context IS NOT NULL
+  AND {PLAN_EACH_RUN_IDS}
+"""

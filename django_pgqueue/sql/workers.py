@@ -1,0 +1,38 @@
+"""Worker heartbeats (worker/heartbeat.py) and the list of live workers."""
+
+from __future__ import annotations
+
+from .fragments import WORKER_TABLE
+
+# ---------------------------------------------------------------------------------
+# Worker heartbeats
+#
+# One row per live worker process, written by its completer thread on the lease
+# cadence over the connection it already holds (no extra connection, one statement
+# per beat). The upsert also prunes rows of workers that stopped beating long ago,
+# so the table stays as small as the fleet without a maintenance job: a crashed
+# worker's row is shown as gone until then.
+
+HEARTBEAT = f"""/* pgqueue:heartbeat */
+WITH pruned AS (
+    DELETE FROM {WORKER_TABLE}
+    WHERE last_seen_at < now() - make_interval(secs => %(keep)s) AND worker_id <> %(worker_id)s
+)
+INSERT INTO {WORKER_TABLE} AS w (
+    worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(version)s, %(queues)s::jsonb, %(concurrency)s,
+        now(), now())
+ON CONFLICT (worker_id) DO UPDATE SET last_seen_at = now()
+"""
+
+# A worker that stops cleanly removes its row: it is not "gone", it is done.
+HEARTBEAT_STOP = f"""/* pgqueue:heartbeat_stop */
+DELETE FROM {WORKER_TABLE} WHERE worker_id = %(worker_id)s
+"""
+
+# Every known worker, newest first, with the database's now() to judge staleness.
+WORKERS = f"""/* pgqueue:workers */
+SELECT worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at, now()
+FROM {WORKER_TABLE}
+ORDER BY started_at DESC, worker_id
+"""
