@@ -15,7 +15,7 @@ from django_pgqueue.models import Job
 from testproject.demo import tasks
 from testproject.demo.models import TaskRun
 
-from .conftest import wait_for
+from ..conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +43,7 @@ def test_context_attempt_counts_real_attempts(run_worker, settings):
     settings.TASKS = {
         "default": {
             **settings.TASKS["default"],
-            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.test_worker.no_wait"},
+            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.worker.test_end_to_end.no_wait"},
         }
     }
     result = tasks.flaky_charge.enqueue(7, fail_times=2)
@@ -66,7 +66,7 @@ def test_retry_is_scheduled_with_backoff_then_dead(run_worker, settings):
     settings.TASKS = {
         "default": {
             **settings.TASKS["default"],
-            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.test_worker.ten_minutes"},
+            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.worker.test_end_to_end.ten_minutes"},
         }
     }
     result = tasks.always_fails.enqueue(1)
@@ -103,7 +103,7 @@ def test_backoff_returning_none_stops_retrying(run_worker, settings):
     settings.TASKS = {
         "default": {
             **settings.TASKS["default"],
-            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.test_worker.never"},
+            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.worker.test_end_to_end.never"},
         }
     }
     result = tasks.always_fails.enqueue(2)

@@ -13,7 +13,7 @@ from django_pgqueue.models import Job
 from testproject.demo import tasks
 from testproject.demo.models import TaskRun
 
-from .conftest import job_status, wait_for
+from ..conftest import job_status, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
