@@ -124,7 +124,7 @@ class Worker:
         # after its deadline makes this process drain and exit for a fresh one.
         self.recycle_overdue = recycle_overdue
         self.recycle_requested = False
-        self.test_hooks = hooks._active_points()
+        self.test_hooks = hooks.armed_points()
         # Periodic tasks (periodic/scheduler.py); not in burst runs unless asked.
         self.run_scheduler = (not self.burst) if scheduler is None else scheduler
         self.scheduler_thread: threading.Thread | None = None

@@ -10,9 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_pgqueue.bench.core import WORKLOADS, Bench
 from django_pgqueue.bench.guard import WrongDatabase
-from django_pgqueue.management.commands.runworkers import bounded
-
-positive_int = bounded(int, 1)
+from django_pgqueue.management.argtypes import positive_int
 
 
 def workload_list(value: str) -> list[str]:
