@@ -55,10 +55,6 @@ class NotATask(PgQueueError):
     """The stored task path imports, but not to a Task object."""
 
 
-class LeaseLost(PgQueueError):
-    """A worker's claim token no longer matches the row: another worker owns it."""
-
-
 class CrossDatabaseEnqueueWarning(RuntimeWarning):
     """A job or event was written outside the caller's open transaction.
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from .fault_fixtures import fault_db, fault_pg, fault_proxy, pgbouncer_proxy  # noqa: F401
+from .support.fault_fixtures import fault_db, fault_pg, fault_proxy, pgbouncer_proxy  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
 
 from django_pgqueue.bench.core import WORKLOADS, Bench, fmt, pctl
+from django_pgqueue.models import Job
+from testproject.demo import tasks
+
+#: The rows (workload, words of the config) by which each workload shows in the results.
+EVIDENCE = {
+    "enqueue": ("enqueue", ""),
+    "drain": ("drain", ""),
+    "latency": ("wake-up latency", ""),
+    "webhooks": ("webhooks", ""),
+    "fairness": ("webhooks", "one slow"),
+    "claim_cost": ("claim cost", ""),
+    "notify": ("enqueue + NOTIFY", ""),
+    "mq": ("message queues", ""),
+    "tenant_fanout": ("tenant fan-out", ""),
+}
 
 
 def test_fmt_and_percentiles():
@@ -65,9 +84,12 @@ def test_smallest_run_covers_every_workload(transactional_db, tmp_path, capsys):
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [f"{name}_bench"])
         assert cur.fetchone()[0] == 0
-    assert set(WORKLOADS) >= {"enqueue", "drain", "latency", "webhooks", "claim_cost", "notify"}
-    assert "fairness" in WORKLOADS
-    configs = {row["config"] for row in data["rows"] if row["workload"] == "webhooks"}
+    # Every workload the command knows left its rows (a new one must be added here).
+    assert set(EVIDENCE) == set(WORKLOADS)
+    for name, (workload, words) in EVIDENCE.items():
+        configs = [row["config"] for row in data["rows"] if row["workload"] == workload]
+        assert any(words in config for config in configs), (name, configs)
+    configs = [row["config"] for row in data["rows"] if row["workload"] == "webhooks"]
     assert any("one slow" in c and "p99" in c for c in configs), configs
 
 
@@ -94,3 +116,60 @@ def test_ingest_posts_events_through_a_real_server_beside_the_ceiling(transactio
         assert all(v > 0 for v in row["values"] + row["reference_values"]), row
     assert rows[0]["target"] == "≥ 80% of ceiling" and rows[0]["ratio"] > 0
     assert "1 keep-alive clients" in rows[0]["config"] and "3 keep-alive" in rows[3]["config"]
+def test_a_child_whose_connections_reach_another_database_refuses(transactional_db, tmp_path):
+    """A project naming its database in OPTIONS (libpq prefers it to NAME): a benchmark
+    child pointed at the scratch database by NAME would reach the real one. It must
+    refuse before it runs anything: the job due in the real database stays pending."""
+    real = connection.settings_dict["NAME"]
+    due = tasks.noop.enqueue()
+    (tmp_path / "options_dbname_settings.py").write_text(
+        "from testproject.settings import *\n"
+        "DATABASES['default']['OPTIONS'] = {\n"
+        f"    **DATABASES['default'].get('OPTIONS', {{}}), 'dbname': {real!r}\n"
+        "}\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "options_dbname_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)]),
+    }
+    scratch = f"{real}_bench"
+    argv = ["runworkers", "--burst", "--skip-checks"]
+    child = subprocess.run(
+        [sys.executable, "-m", "django_pgqueue.bench", "default", scratch, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 1, child.stderr
+    assert f"reaches database {real!r}" in child.stderr, child.stderr
+    assert f"not the benchmark's scratch database {scratch!r}" in child.stderr
+    assert Job.objects.get(pk=due.id).status == "pending"
+
+
+def test_the_runtime_does_not_import_the_benchmark():
+    """The benchmark ships as a command: nothing a running project loads imports it."""
+    code = (
+        "import sys, django\n"
+        "django.setup()\n"
+        "from django.core.management import call_command\n"
+        "call_command('check', verbosity=0)\n"
+        "import django_pgqueue.backend, django_pgqueue.worker.worker, django_pgqueue.admin\n"
+        "import django_pgqueue.management.commands.runworkers\n"
+        "print(sorted(m for m in sys.modules if m.startswith('django_pgqueue.bench')))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip().splitlines()[-1] == "[]"

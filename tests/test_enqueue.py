@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -12,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_pgqueue import enqueue_many
-from django_pgqueue.backend import PgQueueBackend, PgQueueTask
+from django_pgqueue.backend import COPY_THRESHOLD, PgQueueBackend, PgQueueTask
 from django_pgqueue.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
@@ -401,3 +402,27 @@ def test_a_failed_prepared_enqueue_leaves_the_connection_usable():
     tasks.add.enqueue(3, 3)  # the rollback cleared psycopg's cache; prepared again
     assert connection.connection.prepare_threshold is None
     assert sorted(Job.objects.values_list("args", flat=True)) == [[1, 1], [3, 3]]
+
+
+@pytest.mark.parametrize(
+    "count", [1, 200, COPY_THRESHOLD - 1, COPY_THRESHOLD, 2 * COPY_THRESHOLD + 1]
+)
+def test_enqueue_many_statements_do_not_grow_with_rows_and_copy_takes_over_at_the_threshold(
+    count,
+):
+    """Ids reserved in one statement, then the rows in one INSERT below COPY_THRESHOLD,
+    or through COPY from it on (COPY is no execute(): Django's capture does not see
+    it, so the rows found with no INSERT captured came through it)."""
+    from django.db import connection
+
+    with CaptureQueriesContext(connection) as ctx:
+        results = enqueue_many(tasks.add, [((i, -i), {}) for i in range(count)])
+    statements = [
+        (re.findall(r"/\* pgqueue:(\w+) \*/", q["sql"]) or [q["sql"]])[0]
+        for q in ctx.captured_queries
+    ]
+    insert = ["enqueue_many"] if count < COPY_THRESHOLD else []
+    assert statements == ["BEGIN", "reserve_ids", *insert, "COMMIT"], statements
+    assert Job.objects.count() == count
+    last = Job.objects.get(pk=int(results[-1].id))
+    assert last.args == [count - 1, 1 - count] and last.status == "pending"

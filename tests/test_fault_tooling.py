@@ -14,20 +14,20 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 try:  # importable both as tests.test_fault_tooling and as a top-level module
-    from .fault_fixtures import fault_db, fault_pg, fault_proxy, pgbouncer_proxy
-    from .faultproxy import FaultProxy
-    from .pgbouncer import PgBouncer
-    from .pgcluster import PgCluster, wait_until
+    from .support.fault_fixtures import fault_db, fault_pg, fault_proxy, pgbouncer_proxy
+    from .support.faultproxy import FaultProxy
+    from .support.pgbouncer import PgBouncer
+    from .support.pgcluster import PgCluster, wait_until
 except ImportError:
-    from fault_fixtures import (  # type: ignore[no-redef]
+    from support.fault_fixtures import (  # type: ignore[no-redef]
         fault_db,
         fault_pg,
         fault_proxy,
         pgbouncer_proxy,
     )
-    from faultproxy import FaultProxy  # type: ignore[no-redef]
-    from pgbouncer import PgBouncer  # type: ignore[no-redef]
-    from pgcluster import PgCluster, wait_until  # type: ignore[no-redef]
+    from support.faultproxy import FaultProxy  # type: ignore[no-redef]
+    from support.pgbouncer import PgBouncer  # type: ignore[no-redef]
+    from support.pgcluster import PgCluster, wait_until  # type: ignore[no-redef]
 
 __all__ = ["fault_db", "fault_pg", "fault_proxy", "pgbouncer_proxy"]  # fixtures, re-exported
 

@@ -13,7 +13,7 @@ from testproject.demo import receivers
 from testproject.demo.tasks import add, always_fails
 
 from .conftest import wait_for
-from .receiver import Receiver
+from .support.receiver import Receiver
 
 pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families

@@ -11,7 +11,7 @@ from django_pgqueue.testing import TooManyJobs, run_jobs, run_queued_jobs
 from testproject.demo import tasks
 from testproject.demo.models import TaskRun
 
-from .receiver import Receiver
+from .support.receiver import Receiver
 
 
 @pytest.mark.django_db  # one transaction, rolled back at the end (TestCase-style)

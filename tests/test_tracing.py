@@ -7,7 +7,7 @@ import pytest
 from django_pgqueue.models import Job
 from testproject.demo.tasks import add, always_fails
 
-from .tracing_fixtures import spans  # noqa: F401
+from .support.tracing_fixtures import spans  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,9 +3,10 @@
     python -m django_pgqueue.bench <alias> <database name> <command> [options...]
 
 ``pgqueue_bench`` starts its ``migrate`` and ``runworkers`` children this way, so
-they use its scratch database whichever alias holds the queue and however the
-project's settings find their databases. The project comes from
-``DJANGO_SETTINGS_MODULE``, as for ``django-admin``.
+they use its scratch database whichever alias holds the queue. Before the command
+runs, the child checks that its connections really reach that database
+(``guard.py``) and exits with status 1 and the reason otherwise. The project comes
+from ``DJANGO_SETTINGS_MODULE``, as for ``django-admin``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def main(argv: list[str]) -> None:
 
     settings.DATABASES[alias]["NAME"] = name
     connections.settings[alias]["NAME"] = name
+
+    from .guard import WrongDatabase, check_scratch_database
+
+    try:
+        check_scratch_database(name, alias)
+    except WrongDatabase as exc:
+        sys.exit(f"pgqueue_bench child ({' '.join(command[:1])}): {exc}")
 
     from django.core.management import execute_from_command_line
 

@@ -36,6 +36,7 @@ from psycopg import sql as pgsql
 from .. import sql
 from ..conf import get_settings
 from ..db import connect, connection_params
+from .guard import check_scratch_database
 from .server import children
 
 WORKLOADS = (
@@ -296,16 +297,27 @@ class Bench:
         return env
 
     def create_database(self) -> None:
+        """Create and migrate the scratch database and switch to it, or drop it again.
+
+        The ``migrate`` child checks that it reaches the scratch database before it
+        migrates; this process checks the same once it switched (guard.py), before any
+        workload truncates or fills a table.
+        """
         with self._admin_connection() as conn:
             name = pgsql.Identifier(self.db_name)
             conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {}").format(name))
             conn.execute(pgsql.SQL("CREATE DATABASE {}").format(name))
-        subprocess.run(
-            [*self._manage(), "migrate", "--database", self.alias, "--verbosity", "0"],
-            env=self.child_env(),
-            check=True,
-        )
-        self._switch_to(self.db_name)
+        try:
+            subprocess.run(
+                [*self._manage(), "migrate", "--database", self.alias, "--verbosity", "0"],
+                env=self.child_env(),
+                check=True,
+            )
+            self._switch_to(self.db_name)
+            check_scratch_database(self.db_name, self.alias)
+        except BaseException:
+            self.drop_database()
+            raise
 
     def _switch_to(self, name: str) -> None:
         from ..notify import notifier
@@ -348,7 +360,7 @@ class Bench:
     def count(self, where: str) -> int:
         with self.conn() as conn:
             query = f"SELECT count(*) FROM {sql.JOB_TABLE} WHERE {where}"  # noqa: S608
-            return conn.execute(query).fetchone()[0]
+            return one(conn, query)[0]
 
     def tasks(self) -> Any:
         from . import tasks
@@ -434,7 +446,7 @@ class Bench:
             self.reset()
             from ..backend import enqueue_many
 
-            args = [((), {})] * self.n_many
+            args: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((), {})] * self.n_many
             t0 = time.perf_counter()
             enqueue_many(noop, args)
             many.values.append(self.n_many / (time.perf_counter() - t0))
@@ -496,7 +508,7 @@ class Bench:
         if proc.returncode != 0:
             raise RuntimeError(f"runworkers exited with {proc.returncode}")
         with self.conn() as conn:
-            done, span = conn.execute(DRAIN_SPAN.format(table=sql.JOB_TABLE)).fetchone()
+            done, span = one(conn, DRAIN_SPAN.format(table=sql.JOB_TABLE))
         if done != n:
             raise RuntimeError(f"drain finished {done} of {n} jobs")
         return {
@@ -746,7 +758,9 @@ class Bench:
             "TRUNCATE pgqueue_delivery_attempt, pgqueue_delivery, pgqueue_event, "
             "pgqueue_endpoint CASCADE"
         )
-        Endpoint.objects.create(url=url, secret=generate_secret())
+        endpoint = Endpoint(url=url)
+        endpoint.secret = generate_secret()
+        endpoint.save(force_insert=True)
         with override_settings(PGQUEUE={**getattr(settings, "PGQUEUE", {}), "NOTIFY": False}):
             for _ in range(self.n_webhooks):
                 send_event("bench.event", payload)
@@ -760,7 +774,7 @@ class Bench:
         elapsed = time.perf_counter() - t0
         with self.conn() as conn:
             query = DRAIN_SPAN.format(table=sql.DELIVERY_TABLE)
-            done, span = conn.execute(query).fetchone()
+            done, span = one(conn, query)
         if done != self.n_webhooks:
             raise RuntimeError(f"webhooks: {done} of {self.n_webhooks} delivered")
         row.values.append(self.n_webhooks / float(span))
@@ -832,7 +846,7 @@ class Bench:
         try:
             with self.conn() as conn:
                 deadline = time.monotonic() + 60
-                while not conn.execute(FAIR_WORKER_UP).fetchone()[0]:
+                while not one(conn, FAIR_WORKER_UP)[0]:
                     if time.monotonic() > deadline or worker.poll() is not None:
                         raise RuntimeError("fairness: the worker did not start")
                     time.sleep(0.05)
@@ -841,7 +855,7 @@ class Bench:
                 for n in range(self.fair_events):
                     send_event("ok", {"n": n})
                 deadline = time.monotonic() + self.timeout
-                while conn.execute(FAIR_HEALTHY_DONE, [slow.pk]).fetchone()[0] < healthy:
+                while one(conn, FAIR_HEALTHY_DONE, [slow.pk])[0] < healthy:
                     if time.monotonic() > deadline:
                         raise RuntimeError("fairness: the healthy deliveries did not finish")
                     time.sleep(0.05)
@@ -934,7 +948,7 @@ class Bench:
 
     def count_deliveries(self) -> int:
         with self.conn() as conn:
-            return conn.execute(f"SELECT count(*) FROM {sql.DELIVERY_TABLE}").fetchone()[0]  # noqa: S608
+            return one(conn, f"SELECT count(*) FROM {sql.DELIVERY_TABLE}")[0]  # noqa: S608
 
     def bench_tenant_fanout(self) -> None:
         row = self.add(
@@ -1108,6 +1122,14 @@ class Bench:
         }
 
 
+def one(conn: psycopg.Connection, query: str, params: Any = None) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate, ``SHOW``)."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query[:80]!r}")
+    return row
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of ``pid`` and its children (KiB; 0 when unreadable)."""
     total = 0
@@ -1180,7 +1202,7 @@ def machine() -> dict[str, Any]:
         info["django"] = django.get_version()
         info["psycopg"] = psycopg.__version__
         with connect("bench-info", prepare=False) as conn:
-            info["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+            info["postgresql"] = one(conn, "SHOW server_version")[0]
     except Exception:  # noqa: S110 - informational only
         pass
     return info

@@ -311,9 +311,9 @@ def _one_repetition(
                 max(1, n_read // 100),
                 5,
                 {
-                    "raw": lambda k, r=raw_round: sum(r() for _ in range(k)),
-                    "pgmq": lambda k, r=pgmq_round: sum(r() for _ in range(k)),
-                    "ours": lambda k, r=ours_round: sum(r() for _ in range(k)),
+                    "raw": _repeated(raw_round),
+                    "pgmq": _repeated(pgmq_round),
+                    "ours": _repeated(ours_round),
                 },
             )
         fill(n_single)
@@ -423,6 +423,11 @@ def _archive_growth(bench: Bench, n_read: int) -> None:
 # -- read_with_poll wake-up ------------------------------------------------------------
 
 
+def _repeated(one_round: Callable[[], int]) -> Callable[[int], int]:
+    """``k`` rounds of ``one_round``, returning the messages they handled."""
+    return lambda k: sum(one_round() for _ in range(k))
+
+
 def _ours_reader() -> Callable[[], float | None]:
     def read() -> float | None:
         got = mq.read_with_poll(QUEUE, vt=30, qty=1, max_poll_seconds=5, poll_interval=1.0)
@@ -436,7 +441,10 @@ def _ours_reader() -> Callable[[], float | None]:
 
 
 def _ours_sender() -> Callable[[], None]:
-    return lambda: mq.send(QUEUE, MESSAGE)
+    def send() -> None:
+        mq.send(QUEUE, MESSAGE)
+
+    return send
 
 
 def _pgmq_reader(peer: PgmqPeer) -> Callable[[], float | None]:
@@ -459,7 +467,11 @@ def _pgmq_reader(peer: PgmqPeer) -> Callable[[], float | None]:
 def _pgmq_sender(peer: PgmqPeer) -> Callable[[], None]:
     conn = peer.conn()
     peer.opened.append(conn)
-    return lambda: conn.execute("SELECT pgmq.send(%s, %s)", [QUEUE, Jsonb(MESSAGE)])
+
+    def send() -> None:
+        conn.execute("SELECT pgmq.send(%s, %s)", [QUEUE, Jsonb(MESSAGE)])
+
+    return send
 
 
 def _wakeups(

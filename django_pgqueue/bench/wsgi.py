@@ -5,6 +5,7 @@ before the first request: the queue's alias points at the scratch database
 (``PGQUEUE_BENCH_ALIAS``, ``PGQUEUE_BENCH_DATABASE``), its connections persist
 between requests as a production deployment keeps them, and the URLconf is the
 benchmark's own (``bench/urls.py``: the HTTP API and the ceiling view side by side).
+A server whose connections reach any other database refuses to start (``guard.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ for _conf in (settings.DATABASES[_alias], connections.settings[_alias]):
     _conf["NAME"] = os.environ["PGQUEUE_BENCH_DATABASE"]
     _conf["CONN_MAX_AGE"] = 600
 settings.ROOT_URLCONF = "django_pgqueue.bench.urls"
+
+# Like every other process of a run: refuse unless the connections reach the scratch
+# database (a project naming its database in OPTIONS would otherwise take the events).
+from .guard import check_scratch_database  # noqa: E402
+
+check_scratch_database(os.environ["PGQUEUE_BENCH_DATABASE"], _alias)
 
 from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
 

@@ -14,37 +14,15 @@ actions, the breaker's automatic disable, a form, ``QuerySet.update()`` or SQL.
 Parked rows are beyond every ``next_attempt_at <= now()`` range scan, so a claim
 never reads them. Their state and attempts do not change.
 
-The SQL is written out here, instant included, not imported from ``sql.py``: a
-migration must keep meaning what it meant when it was applied.
+The trigger and its function are declared in ``models/database_objects.py``
+(``PARKING_TRIGGER``); that declaration is never edited in place, so this migration
+keeps creating what it created. The two statements below are this migration's own
+one-off data changes, written out with the instant (``sql.PARKED_AT``).
 """
 
 from django.db import migrations
 
-CREATE_FUNCTION = """
-CREATE FUNCTION pgqueue_endpoint_active_changed() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.is_active THEN
-        UPDATE pgqueue_delivery SET next_attempt_at = now(), updated_at = now()
-        WHERE endpoint_id = NEW.id AND status IN ('pending', 'failed')
-          AND next_attempt_at >= TIMESTAMPTZ '9999-01-01 00:00:00+00';
-    ELSE
-        UPDATE pgqueue_delivery
-        SET next_attempt_at = TIMESTAMPTZ '9999-01-01 00:00:00+00', updated_at = now()
-        WHERE endpoint_id = NEW.id AND status IN ('pending', 'failed')
-          AND next_attempt_at < TIMESTAMPTZ '9999-01-01 00:00:00+00';
-    END IF;
-    RETURN NULL;
-END
-$$
-"""
-
-CREATE_TRIGGER = """
-CREATE TRIGGER pgqueue_endpoint_parks_deliveries
-AFTER UPDATE OF is_active ON pgqueue_endpoint
-FOR EACH ROW WHEN (OLD.is_active IS DISTINCT FROM NEW.is_active)
-EXECUTE FUNCTION pgqueue_endpoint_active_changed()
-"""
+from django_pgqueue.models.database_objects import PARKING_TRIGGER
 
 # Endpoints disabled before this migration: park what they hold now.
 PARK_EXISTING = """
@@ -68,11 +46,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunSQL(
-            sql=[CREATE_FUNCTION, CREATE_TRIGGER, PARK_EXISTING],
-            reverse_sql=[
-                "DROP TRIGGER pgqueue_endpoint_parks_deliveries ON pgqueue_endpoint",
-                "DROP FUNCTION pgqueue_endpoint_active_changed()",
-                UNPARK_ALL,
-            ],
+            sql=[*PARKING_TRIGGER.create_sql(), PARK_EXISTING],
+            reverse_sql=[*PARKING_TRIGGER.drop_sql(), UNPARK_ALL],
         ),
     ]

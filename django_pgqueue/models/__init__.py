@@ -1,4 +1,8 @@
-"""Database models: the abstract queue row, jobs, schedules and webhook deliveries."""
+"""Database models: the abstract queue row, jobs, schedules and webhook deliveries.
+
+What the models cannot declare (the queue tables' autovacuum settings, the trigger
+that parks a disabled endpoint's deliveries) is declared in ``database_objects.py``.
+"""
 
 from django.apps import apps as _apps
 from django.core.exceptions import ImproperlyConfigured as _ImproperlyConfigured

@@ -125,10 +125,6 @@ class QueueRow(models.Model):
     class Meta:
         abstract = True
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL
-
 
 class Job(QueueRow):
     """One enqueued task: a row of Django's Tasks framework handled by our backend."""

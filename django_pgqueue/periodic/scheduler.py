@@ -58,7 +58,7 @@ class Scheduler:
         self.db = conf.DATABASE
         self.default_catch_up = conf.SCHEDULE_CATCH_UP
         self.grace = dt.timedelta(seconds=conf.SCHEDULE_GRACE_SECONDS)
-        self.test_hooks = hooks._active_points()
+        self.test_hooks = hooks.armed_points()
         self.enqueued = 0
 
     def now(self) -> dt.datetime:

@@ -126,6 +126,7 @@ class DeliverySource(Source):
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self._local = _Transports()
+        self.test_hooks = hooks.armed_points()
 
     # -- claiming --------------------------------------------------------------------
 
@@ -199,7 +200,7 @@ class DeliverySource(Source):
         else:
             result = self._transport().post(item.url, body, headers)
             local_error = False
-        if hooks.enabled("after_http_response"):
+        if "after_http_response" in self.test_hooks:
             hooks.pause("after_http_response", item.id, item.token)
         outcome = self._outcome(item, result, started_at, local_error=local_error)
         outcome.duration = time.perf_counter() - started

@@ -185,9 +185,9 @@ class _Watchdog:
     It holds only the requests in flight (at most one per task thread) and sleeps until
     the earliest of their deadlines. Every request has the same budget, so a new one
     almost never expires before those already watched: ``watch`` then adds it without
-    waking the thread. Waking it on every request (the first design) handed the GIL to
-    the watchdog and back once per delivery, a quarter of a worker's time at a few
-    hundred deliveries per second. A request that ends before its deadline is dropped
+    waking the thread. Waking it on every request would hand the GIL to the watchdog
+    and back once per delivery, a quarter of a worker's time at a few hundred
+    deliveries per second. A request that ends before its deadline is dropped
     from the set; the thread finds out when it wakes at that deadline and sleeps on.
     """
 

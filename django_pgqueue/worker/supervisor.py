@@ -29,10 +29,9 @@ RECYCLE_EXIT_CODE = 75
 
 
 class Supervisor:
-    def __init__(self, child_argv: Sequence[str], processes: int, *, burst: bool) -> None:
+    def __init__(self, child_argv: Sequence[str], processes: int) -> None:
         self.child_argv = list(child_argv)
         self.processes = processes
-        self.burst = burst
         self.stopping = threading.Event()
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts = 0

@@ -46,6 +46,7 @@ from ..outcomes import Outcome
 from ..tracing import traced_claim
 from . import hooks
 from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
+from .claim_state import PassResult, QuietSources, failure_delay
 from .completer import Completer, Key
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -124,7 +125,7 @@ class Worker:
         # after its deadline makes this process drain and exit for a fresh one.
         self.recycle_overdue = recycle_overdue
         self.recycle_requested = False
-        self.test_hooks = hooks._active_points()
+        self.test_hooks = hooks.armed_points()
         # Periodic tasks (periodic/scheduler.py); not in burst runs unless asked.
         self.run_scheduler = (not self.burst) if scheduler is None else scheduler
         self.scheduler_thread: threading.Thread | None = None
@@ -300,19 +301,15 @@ class Worker:
         return self.concurrency + prefetch, self.concurrency + prefetch // 2
 
     def _claim_loop(self) -> None:
+        """Claim passes until stopped, out of time, at ``max_tasks`` or (burst) done."""
         params: dict[str, Any] = {
             "all_queues": not self.queues,
             "queues": self.queues,
             "lease": self.lease_seconds,
             "worker_id": self.worker_id,
         }
+        quiet = QuietSources(self.poll_interval, len(self.sources))
         failures = 0
-        # A source whose last claim came back empty is not asked again until a
-        # NOTIFY arrives or a poll interval has passed: while one source is being
-        # drained the loop comes round once per batch, and an empty claim on the
-        # others each time would cost a statement and a commit per batch.
-        quiet_until: dict[str, float] = {}
-        wakeups = -1
         deadline = None if self.max_time is None else time.monotonic() + self.max_time
         while not self.stopping.is_set():
             if deadline is not None and time.monotonic() > deadline:
@@ -322,79 +319,79 @@ class Worker:
                     self.worker_id,
                     self.max_time,
                 )
-                break
+                return
             if self.max_tasks is not None and self.claimed >= self.max_tasks:
                 self._wait_until_idle()
-                break
+                return
             self.wake.clear()
-            claimed_any = False
-            more = False
             heard = self.listener.wakeups if self.listener is not None else 0
-            if heard != wakeups:  # a NOTIFY, or the sweep after a reconnect
-                wakeups = heard
-                quiet_until.clear()
-            while self._recheck:
-                quiet_until.pop(self._recheck.pop(), None)
+            quiet.refresh(heard, self._recheck)
             try:
-                for source in self.sources:
-                    if len(self.sources) > 1 and quiet_until.get(source.name, 0.0) > (
-                        time.monotonic()
-                    ):
-                        continue
-                    with self._inflight_lock:
-                        capacity, refill_at = self._capacity()
-                        free = capacity - self._inflight
-                        self._full = free <= 0 or self._inflight > refill_at
-                        self._refill_at = refill_at
-                    if self._full:
-                        more = True
-                        break
-                    limit = min(free, self.batch_size)
-                    if self.max_tasks is not None:
-                        limit = min(limit, self.max_tasks - self.claimed)
-                        if limit <= 0:
-                            break
-                    items = self._claim(source, params, limit)
-                    if items:
-                        claimed_any = True
-                        self._dispatch(source, items)
-                        quiet_until.pop(source.name, None)
-                    else:
-                        quiet_until[source.name] = time.monotonic() + self.poll_interval
-                    if len(items) == limit:
-                        more = True  # a full batch: more may be due right now
-                failures = 0
+                result = self._claim_pass(params, quiet)
             except Exception as exc:
                 failures += 1
-                delay = min(10.0, 0.2 * 2 ** min(failures, 6))
-                if is_connection_error(exc):
-                    logger.warning("Claim failed (%s); reconnecting in %.1f s", exc, delay)
-                else:
-                    logger.exception("Claim failed; retrying in %.1f s", delay)
-                self._drop_claim_connection()
-                self.stopping.wait(delay)
+                self._claim_failed(exc, failure_delay(failures))
                 continue
-            if more:
-                if self._full:
-                    self.wake.wait(self.poll_interval)  # a task thread frees a slot
+            failures = 0
+            if result is PassResult.FULL:
+                self.wake.wait(self.poll_interval)  # a task thread frees a slot
+            elif result is PassResult.EMPTY and not self._wait_for_work(params, quiet):
+                return  # a burst run whose work is done
+            # FULL_BATCH and SHORT_BATCH: claim again at once.
+
+    def _claim_pass(self, params: dict[str, Any], quiet: QuietSources) -> PassResult:
+        """Claim from each source that is not quiet, while slots are free."""
+        full = full_batch = claimed_any = False
+        for source in self.sources:
+            if quiet.skip(source.name):
                 continue
-            if claimed_any:
-                # A short batch: other workers took the rest (SKIP LOCKED) or the
-                # queue just ran dry. Ask once more before sleeping a poll interval.
-                continue
-            if self.burst:
-                if not claimed_any and self._is_idle():
-                    if not self._anything_due(params):
-                        if not (self.until_empty and self._anything_left(params)):
-                            break
-                        # A retry or deferred job is waiting for its time.
-                        self.wake.wait(self.poll_interval)
-                        continue
-                    quiet_until.clear()  # something is due: ask every source again
-                # Burst runs end as soon as the work does: re-check often.
-                self.wake.wait(min(self.poll_interval, 0.05))
-                continue
+            with self._inflight_lock:
+                capacity, refill_at = self._capacity()
+                free = capacity - self._inflight
+                self._full = free <= 0 or self._inflight > refill_at
+                self._refill_at = refill_at
+            if self._full:
+                full = True
+                break
+            limit = min(free, self.batch_size)
+            if self.max_tasks is not None:
+                limit = min(limit, self.max_tasks - self.claimed)
+                if limit <= 0:
+                    break
+            items = self._claim(source, params, limit)
+            if items:
+                claimed_any = True
+                self._dispatch(source, items)
+            quiet.claimed(source.name, len(items))
+            if len(items) == limit:
+                full_batch = True
+        return PassResult.of(full=full, full_batch=full_batch, claimed_any=claimed_any)
+
+    def _claim_failed(self, exc: Exception, delay: float) -> None:
+        """Log a failed pass, drop the claim connection and back off ``delay`` seconds."""
+        if is_connection_error(exc):
+            logger.warning("Claim failed (%s); reconnecting in %.1f s", exc, delay)
+        else:
+            logger.exception("Claim failed; retrying in %.1f s", delay)
+        self._drop_claim_connection()
+        self.stopping.wait(delay)
+
+    def _wait_for_work(self, params: dict[str, Any], quiet: QuietSources) -> bool:
+        """Sleep after an empty pass; False when a burst run has nothing left to do."""
+        if not self.burst:
             self.wake.wait(self.poll_interval)
+            return True
+        if self._is_idle():
+            if not self._anything_due(params):
+                if not (self.until_empty and self._anything_left(params)):
+                    return False
+                # A retry or deferred job is waiting for its time.
+                self.wake.wait(self.poll_interval)
+                return True
+            quiet.clear()  # something is due: ask every source again
+        # Burst runs end as soon as the work does: re-check often.
+        self.wake.wait(min(self.poll_interval, 0.05))
+        return True
 
     @traced_claim
     def _claim(self, source: Source, params: dict[str, Any], limit: int) -> list[Any]:

@@ -1,12 +1,16 @@
 """Changelists stay bounded in queries on big lists; the dashboard is one query per table
-(jobs, deliveries, workers)."""
+(jobs, deliveries, workers) and shows the right numbers."""
 
 from __future__ import annotations
+
+import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from django_pgqueue.admin.paginator import EstimatedCountPaginator
 from django_pgqueue.models import Job, Status
@@ -123,3 +127,86 @@ def test_dashboard_lists_workers_and_marks_gone_ones(operator):
     gone = html[html.index("w-gone") :]
     assert "alive" in alive[: alive.index("</tr>")]
     assert "gone" in gone[: gone.index("</tr>")]
+
+
+def _row_cells(html: str, table_id: str, name: str) -> list[str]:
+    """The text of each cell of the row headed ``name`` in table ``table_id``."""
+    table = html[html.index(f'id="{table_id}"') :]
+    table = table[: table.index("</table>")]
+    for row in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S):
+        head = re.search(r"<th scope=\"row\">(.*?)</th>", row, flags=re.S)
+        if head and re.sub(r"<[^>]+>", "", head.group(1)).strip() == name:
+            cells = re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)
+            return [re.sub(r"<[^>]+>", "", cell).strip() for cell in cells]
+    raise AssertionError(f"no row {name!r} in #{table_id}")
+
+
+def test_dashboard_numbers_per_queue(operator, make_job):
+    """Counts by state, the oldest due job's age, in flight, stuck and dead, per queue,
+    as computed and as shown (the page renders in the test's transaction, whose now()
+    is when it began: the ages below are read against that)."""
+    now = timezone.now()
+    for due_at in (now - timedelta(hours=1), now - timedelta(minutes=5)):
+        make_job(Status.PENDING, queue_name="reports", next_attempt_at=due_at)
+    make_job(Status.PENDING, queue_name="reports", next_attempt_at=now + timedelta(hours=1))
+    make_job(Status.FAILED, queue_name="reports")  # its retry is an hour away: deferred
+    make_job(Status.IN_PROGRESS, queue_name="reports")
+    make_job(Status.IN_PROGRESS, queue_name="reports", locked_until=now - timedelta(minutes=10))
+    for _ in range(3):
+        make_job(Status.DEAD, queue_name="reports")
+    for _ in range(2):
+        make_job(Status.SUCCEEDED, queue_name="reports")
+    make_job(Status.PENDING, queue_name="other", next_attempt_at=now - timedelta(days=2))
+
+    page = csrf_client(operator).get(reverse("admin:django_pgqueue_job_dashboard"))
+    assert page.status_code == 200
+    stats = {row["stats"].name: row["stats"] for row in page.context["queues"]}
+    reports = stats["reports"]
+    assert reports.counts == {"pending": 3, "failed": 1, "in_progress": 2, "dead": 3,
+                              "succeeded": 2}  # fmt: skip
+    assert (reports.due, reports.deferred) == (2, 2)
+    assert (reports.in_flight, reports.lapsed, reports.dead) == (2, 1, 3)
+    age = reports.oldest_due_age.total_seconds()
+    assert 3540 < age <= 3600, age  # the hour-old job, not the other queue's
+    assert 2 * 86400 - 60 < stats["other"].oldest_due_age.total_seconds() <= 2 * 86400
+
+    cells = _row_cells(page.content.decode(), "pgq-queues", "reports")
+    # pending, in progress, failed, dead, succeeded, cancelled, oldest, in flight, stuck, DLQ
+    assert cells[:6] == ["3", "2", "1", "3", "2", "0"]
+    assert cells[6].startswith("0:59:") or cells[6] == "1:00:00", cells[6]
+    assert cells[7:] == ["2", "1", "3"]
+
+
+def test_dashboard_endpoint_numbers_and_open_circuits(webhook_operator, make_delivery):
+    from django_pgqueue.models.webhooks import BreakerState, Endpoint
+
+    now = timezone.now()
+    healthy = Endpoint.objects.create(url="https://hooks.example.com/healthy")
+    tripped = Endpoint.objects.create(
+        url="https://hooks.example.com/tripped",
+        breaker_state=BreakerState.OPEN,
+        open_until=now + timedelta(minutes=10),
+    )
+    disabled = Endpoint.objects.create(url="https://hooks.example.com/off", is_active=False)
+    make_delivery(Status.SUCCEEDED, endpoint=healthy)
+    for _ in range(2):
+        make_delivery(Status.PENDING, endpoint=tripped, next_attempt_at=now - timedelta(hours=2))
+    make_delivery(Status.DEAD, endpoint=tripped)
+
+    page = csrf_client(webhook_operator).get(reverse("admin:django_pgqueue_job_dashboard"))
+    assert page.status_code == 200
+    stats = {row["stats"].endpoint_id: row["stats"] for row in page.context["endpoints"]}
+    assert stats[tripped.pk].counts == {"pending": 2, "dead": 1}
+    assert 2 * 3600 - 60 < stats[tripped.pk].oldest_due_age.total_seconds() <= 2 * 3600
+    assert stats[healthy.pk].counts == {"succeeded": 1}
+    assert stats[disabled.pk].counts == {} and stats[disabled.pk].oldest_due_age is None
+    attention = [s.endpoint_id for _, group in page.context["attention"] for s in group]
+    assert sorted(attention) == sorted([tripped.pk, disabled.pk])
+    html = page.content.decode()
+    attention_html = html[html.index('id="pgq-attention"') :]
+    attention_html = attention_html[: attention_html.index("</div>")]
+    assert attention_html.count("circuit open") == 1
+    assert attention_html.count(">disabled<") == 1
+    assert "hooks.example.com/healthy" not in attention_html
+    cells = _row_cells(html, "pgq-endpoints", "https://hooks.example.com/tripped")
+    assert cells[:6] == ["2", "0", "0", "1", "0", "0"] and cells[7:] == ["0", "0", "1"]

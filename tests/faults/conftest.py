@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from ..conftest import REPO, database_url
-from ..pgcluster import PgCluster
+from ..support.pgcluster import PgCluster
 
 #: Lease and poll of fault-test workers: short, so a lapse costs seconds, not minutes.
 LEASE = 2.0

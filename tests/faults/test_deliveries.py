@@ -15,7 +15,7 @@ from standardwebhooks import Webhook
 
 from django_pgqueue.webhooks import verify
 
-from ..receiver import Receiver
+from ..support.receiver import Receiver
 from .conftest import LEASE, worker_env
 from .helpers import backends, paused_fields, query, wait_until
 

@@ -1,7 +1,7 @@
 """Hostile webhook receivers cannot stop a worker (catalogue S3, receiver side).
 
 Anyone who registers an endpoint controls what comes back. Each test points one
-endpoint at a real misbehaving receiver on 127.0.0.1 (``tests/hostile.py``, raw
+endpoint at a real misbehaving receiver on 127.0.0.1 (``tests/support/hostile.py``, raw
 sockets) and three at a polite one, sends six events to all four, and runs a real
 ``Worker`` until every delivery has settled. Then:
 
@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from .. import hostile
 from ..conftest import wait_for
-from ..hostile import HostileReceiver
-from ..receiver import Receiver
+from ..support import hostile
+from ..support.hostile import HostileReceiver
+from ..support.receiver import Receiver
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120), pytest.mark.django_db(transaction=True)]
 

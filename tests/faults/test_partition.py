@@ -1,7 +1,7 @@
 """N1: a worker host cut off from the database in the middle of its tasks.
 
 The partitioned worker runs in its own network namespace, reaching a private
-PostgreSQL cluster through a veth pair (tests/netns.py); a second worker runs in
+PostgreSQL cluster through a veth pair (tests/support/netns.py); a second worker runs in
 the host namespace on 127.0.0.1. The link is taken down while the partitioned
 worker's tasks run: its leases lapse, the host worker finishes the work, and once
 the link is back the partitioned worker's late completions are fenced by the
@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..netns import NetNs
-from ..pgcluster import PgCluster
+from ..support.netns import NetNs
+from ..support.pgcluster import PgCluster
 from .conftest import _manage, worker_env
 from .helpers import enqueue_sql, ledger, query, wait_terminal, wait_until
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from ..receiver import Receiver
+from ..support.receiver import Receiver
 from ..webhooks.conftest import FAST_WEBHOOKS
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120), pytest.mark.django_db(transaction=True)]

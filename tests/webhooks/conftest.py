@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ..receiver import Receiver
+from ..support.receiver import Receiver
 
 #: Fast, deterministic delivery settings: retries due at once, a short breaker.
 FAST_WEBHOOKS: dict[str, Any] = {

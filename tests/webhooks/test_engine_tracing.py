@@ -6,7 +6,7 @@ import pytest
 
 from django_pgqueue import send_event
 
-from ..tracing_fixtures import spans  # noqa: F401
+from ..support.tracing_fixtures import spans  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("webhooks_conf")]
 

@@ -23,8 +23,8 @@ from django_pgqueue.webhooks.transport import (
     parse_retry_after,
 )
 
-from .. import hostile as hostile_receiver
-from ..hostile import HostileReceiver
+from ..support import hostile as hostile_receiver
+from ..support.hostile import HostileReceiver
 
 LOOPBACK = ["127.0.0.0/8"]
 

@@ -6,12 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from django_pgqueue.bench.core import WORKLOADS, Bench
-from django_pgqueue.management.commands.runworkers import bounded
-
-positive_int = bounded(int, 1)
+from django_pgqueue.bench.guard import WrongDatabase
+from django_pgqueue.management.argtypes import positive_int
 
 
 def workload_list(value: str) -> list[str]:
@@ -173,7 +172,10 @@ class Command(BaseCommand):
             keep=options["keep"],
             out=self.stdout.write,
         )
-        bench.run()
+        try:
+            bench.run()
+        except WrongDatabase as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write("")
         self.stdout.write(bench.table())
         if options["json_path"]:

@@ -8,10 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_pgqueue.maintenance import DEFAULT_BATCH_SIZE, DEFAULT_DEAD_RETENTION, prune
-from django_pgqueue.management.commands.runworkers import bounded
-
-positive_int = bounded(int, 1)
-non_negative_float = bounded(float, 0)
+from django_pgqueue.management.argtypes import non_negative_float, positive_int
 
 
 def describe(seconds: float) -> str:

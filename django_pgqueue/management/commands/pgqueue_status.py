@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_pgqueue.management.commands.runworkers import non_negative_int
+from django_pgqueue.management.argtypes import non_negative_int
 from django_pgqueue.status import Thresholds, parse_duration, render_text, snapshot
 
 #: Exit status when a threshold is exceeded (Nagios' CRITICAL; 1 is a command error).

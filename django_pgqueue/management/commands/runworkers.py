@@ -11,31 +11,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from django_pgqueue.logs import configure_worker_logging
+from django_pgqueue.management.argtypes import (
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from django_pgqueue.worker import Worker
 from django_pgqueue.worker.selection import check_queue_selection
 from django_pgqueue.worker.supervisor import Supervisor, child_argv
-
-
-def bounded(kind: type[int] | type[float], minimum: float, *, strict: bool = False) -> Any:
-    """An argparse type: a number of ``kind`` at least ``minimum`` (above it if ``strict``)."""
-    noun = "a whole number" if kind is int else "a number of seconds"
-
-    def parse(value: str) -> int | float:
-        try:
-            number = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {noun}, got {value!r}") from None
-        if number < minimum or (strict and number == minimum):
-            bound = f"above {minimum:g}" if strict else f"{minimum:g} or more"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
-        return number
-
-    return parse
-
-
-positive_int = bounded(int, 1)
-non_negative_int = bounded(int, 0)
-positive_float = bounded(float, 0, strict=True)
 
 
 def queue_list(value: str) -> list[str]:
@@ -114,7 +97,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-port",
-            type=bounded(int, 1),
+            type=positive_int,
             default=None,
             help="Serve Prometheus metrics on this port (child k of --processes: port + k); "
             "needs the [metrics] extra.",
@@ -129,6 +112,9 @@ class Command(BaseCommand):
             action="store_true",
             help="Restart when Python code changes (development; Django's autoreloader).",
         )
+        # Set by a --processes parent on each child: the child then leaves the queue
+        # selection warnings to its parent, may recycle itself (recycle_overdue) and
+        # serves its metrics on the port plus its slot.
         parser.add_argument("--worker-slot", type=int, default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -155,9 +141,7 @@ class Command(BaseCommand):
                 )
             if options["worker_id"]:
                 raise CommandError("--worker-id names one process; it cannot go with --processes")
-            code = Supervisor(
-                child_argv(sys.argv), options["processes"], burst=options["burst"]
-            ).run()
+            code = Supervisor(child_argv(sys.argv), options["processes"]).run()
         else:
             worker = self._worker(options)
             code = worker.run()

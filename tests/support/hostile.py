@@ -1,6 +1,6 @@
 """A hostile webhook receiver on 127.0.0.1, written on raw sockets.
 
-``tests.receiver.Receiver`` is a polite HTTP/1.1 server; this one answers each request
+``tests.support.receiver.Receiver`` is a polite HTTP/1.1 server; this one answers each request
 path with a *behaviour* that decides, byte by byte, what goes back on the socket: a
 response no HTTP library would write (malformed status lines and headers, NUL and
 control bytes), bodies that never end or expand, a status line dripped one byte at a

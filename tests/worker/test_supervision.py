@@ -23,7 +23,7 @@ from django_pgqueue.worker.sources import JobSource
 from testproject.demo import tasks, unruly
 from testproject.demo.models import TaskRun
 
-from .conftest import wait_for
+from ..conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +38,7 @@ def slow_retries(settings):
     settings.TASKS = {
         "default": {
             **settings.TASKS["default"],
-            "OPTIONS": {"BACKOFF": "tests.test_supervision.ten_minutes"},
+            "OPTIONS": {"BACKOFF": "tests.worker.test_supervision.ten_minutes"},
         }
     }
 

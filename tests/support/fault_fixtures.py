@@ -1,6 +1,6 @@
 """Pytest fixtures for fault-injection tests: a private cluster, a fault proxy, a PgBouncer.
 
-Import the fixtures into a test module or a conftest (``from .fault_fixtures import *``
+Import the fixtures into a test module or a conftest (``from .support.fault_fixtures import *``
 or by name). None of them needs Django.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-try:  # importable both as tests.fault_fixtures and as a top-level module
+try:  # importable both as tests.support.fault_fixtures and as a top-level module
     from .faultproxy import FaultProxy
     from .pgbouncer import PgBouncer
     from .pgcluster import PgCluster

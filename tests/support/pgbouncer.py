@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-try:  # importable both as tests.pgbouncer and as a top-level module
+try:  # importable both as tests.support.pgbouncer and as a top-level module
     from .pgcluster import SERVICE_USER, _apt_install, clean_env, free_port, is_root, wait_until
 except ImportError:
     from pgcluster import (  # type: ignore[no-redef]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 from django.utils import timezone
@@ -15,7 +14,7 @@ from django_pgqueue.models import Job
 from testproject.demo import tasks
 from testproject.demo.models import TaskRun
 
-from .conftest import wait_for
+from ..conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +42,7 @@ def test_context_attempt_counts_real_attempts(run_worker, settings):
     settings.TASKS = {
         "default": {
             **settings.TASKS["default"],
-            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.test_worker.no_wait"},
+            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.worker.test_end_to_end.no_wait"},
         }
     }
     result = tasks.flaky_charge.enqueue(7, fail_times=2)
@@ -66,7 +65,7 @@ def test_retry_is_scheduled_with_backoff_then_dead(run_worker, settings):
     settings.TASKS = {
         "default": {
             **settings.TASKS["default"],
-            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.test_worker.ten_minutes"},
+            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.worker.test_end_to_end.ten_minutes"},
         }
     }
     result = tasks.always_fails.enqueue(1)
@@ -103,7 +102,7 @@ def test_backoff_returning_none_stops_retrying(run_worker, settings):
     settings.TASKS = {
         "default": {
             **settings.TASKS["default"],
-            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.test_worker.never"},
+            "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": "tests.worker.test_end_to_end.never"},
         }
     }
     result = tasks.always_fails.enqueue(2)
@@ -216,14 +215,23 @@ def _complete(job_id: int, token, status: str = "succeeded") -> list:
         ).fetchall()
 
 
+def _lapsed(job_id: int) -> bool:
+    """Whether the row's lease has lapsed by the database's clock, the one the claim
+    reads (``now()``): once this is true, every later claim sees it lapsed too."""
+    with connect("test") as conn:
+        row = conn.execute(
+            "SELECT locked_until < now() FROM pgqueue_job WHERE id = %s", [job_id]
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def test_lapsed_lease_is_reclaimed_with_a_new_token(run_worker):
     result = tasks.add.enqueue(1, 1)
     (row,) = _claim("crashed-worker", lease=0.2)
     token_a = row[2]
     assert row[0] == int(result.id)
     assert _claim("other") == []  # leased: not claimable yet
-    wait_for(lambda: Job.objects.get(pk=row[0]).locked_until < timezone.now(), 5, "lease lapse")
-    time.sleep(0.05)
+    wait_for(lambda: _lapsed(row[0]), 5, "lease lapse")
     worker = run_worker()
     job = Job.objects.get(pk=row[0])
     assert job.status == "succeeded"
@@ -251,8 +259,7 @@ def test_exhausted_lapsed_row_goes_dead_at_claim_without_running():
     job = Job.objects.create(task_path="testproject.demo.tasks.add", max_attempts=1, args=[1, 1])
     (row,) = _claim("dies", lease=0.1)
     assert row[3] == 1
-    wait_for(lambda: Job.objects.get(pk=job.pk).locked_until < timezone.now(), 5, "lease lapse")
-    time.sleep(0.05)
+    wait_for(lambda: _lapsed(job.pk), 5, "lease lapse")
     (again,) = _claim("next")
     assert again[1] == "dead"
     job.refresh_from_db()

@@ -1,0 +1,1 @@
+"""The worker: its loop end to end, as real processes, supervised task threads."""
