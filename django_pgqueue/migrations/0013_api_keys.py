@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgqueue", "0010_applications"),
+        ("django_pgqueue", "0012_delivery_drop_unused_fields"),
     ]
 
     operations = [
