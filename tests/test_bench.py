@@ -116,6 +116,8 @@ def test_ingest_posts_events_through_a_real_server_beside_the_ceiling(transactio
         assert all(v > 0 for v in row["values"] + row["reference_values"]), row
     assert rows[0]["target"] == "≥ 80% of ceiling" and rows[0]["ratio"] > 0
     assert "1 keep-alive clients" in rows[0]["config"] and "3 keep-alive" in rows[3]["config"]
+
+
 def test_a_child_whose_connections_reach_another_database_refuses(transactional_db, tmp_path):
     """A project naming its database in OPTIONS (libpq prefers it to NAME): a benchmark
     child pointed at the scratch database by NAME would reach the real one. It must

@@ -88,8 +88,10 @@ def test_effects_exactly_once_only_in_atomic_mode(mode, worker_process, test_dsn
     # its handlers exist ends it with -15. Its heartbeat row is written after they are.
     pids = [w.pid for w in workers]
     wait_until(
-        lambda: len(query(test_dsn, "SELECT 1 FROM pgqueue_worker WHERE pid = ANY(%s)", (pids,)))
-        == len(pids),
+        lambda: (
+            len(query(test_dsn, "SELECT 1 FROM pgqueue_worker WHERE pid = ANY(%s)", (pids,)))
+            == len(pids)
+        ),
         60,
         "every worker to have started",
     )
