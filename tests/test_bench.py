@@ -27,6 +27,7 @@ EVIDENCE = {
     "notify": ("enqueue + NOTIFY", ""),
     "mq": ("message queues", ""),
     "tenant_fanout": ("tenant fan-out", ""),
+    "ingest": ("ingest", "keep-alive clients"),
 }
 
 
