@@ -99,6 +99,21 @@ def check_json_document(
     return text
 
 
+_get_settings: Any = None
+
+
+def _settings() -> Any:
+    """``conf.get_settings()`` (``conf`` imports this module: looked up once, on first
+    use; an import statement in a function called once per job costs more than the
+    rest of a no-op task's result handling)."""
+    global _get_settings
+    if _get_settings is None:
+        from .conf import get_settings
+
+        _get_settings = get_settings
+    return _get_settings()
+
+
 def return_value_json(value: Any) -> str:
     """A task's return value as JSON text, under the same contract as its arguments.
 
@@ -106,9 +121,7 @@ def return_value_json(value: Any) -> str:
     ``PGQUEUE["MAX_RESULT_BYTES"]``): the worker records that as the attempt's
     failure, like an exception raised by the task.
     """
-    from .conf import get_settings
-
-    conf = get_settings()
+    conf = _settings()
     if value is None and conf.MAX_RESULT_BYTES >= 4:
         return "null"  # most tasks return nothing: no need to serialise and check it
     return check_json_document(

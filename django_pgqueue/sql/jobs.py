@@ -21,7 +21,7 @@ from .fragments import (
 _CLAIM_RETURNING = """
     j.id, j.status, j.locked_by, j.attempts, j.max_attempts, j.task_path,
     j.args, j.kwargs, j.queue_name, j.priority, j.backend, j.created_at,
-    j.started_at, j.last_attempted_at, j.errors, j.worker_ids
+    j.started_at, j.last_attempted_at, j.errors::text, j.worker_ids::text
 """
 
 #: A new job's columns, in one list for every way a job is written (INSERT_JOB,

@@ -15,6 +15,7 @@ import traceback
 import uuid
 import weakref
 from dataclasses import dataclass
+from inspect import iscoroutinefunction
 from typing import Any
 
 from django.conf import settings
@@ -50,6 +51,12 @@ FALLBACK_RETRY_DELAY = 60.0
 #: the same check moments ago.
 CONNECTION_CHECK_SECONDS = 1.0
 
+#: Seconds a SignalGate reuses its answer: the logging configuration it depends
+#: on is read again after that (a receiver connected or disconnected is noticed at
+#: once). Walking the logger chain twice per job cost a no-op task a third of the
+#: runner's own time.
+GATE_RECHECK_SECONDS = 1.0
+
 #: Set in each thread that ever opened a Django database connection. Django's
 #: connections are per thread, so a task thread that never opened one has nothing
 #: for ``close_old_connections()`` to close: a task that does not use the ORM
@@ -81,10 +88,17 @@ class SignalGate:
     ``DEBUG`` (any other filter is assumed to let it through). Django's default
     logging sends ``django.*`` INFO records to a console handler that only writes
     when ``DEBUG`` is on, so in production they are built and then dropped.
+
+    An answer is reused for ``recheck_seconds``, unless the signal's receivers
+    changed meanwhile: a logging change made while a worker runs takes effect
+    within that time.
     """
 
-    def __init__(self, signal: Any) -> None:
+    def __init__(self, signal: Any, recheck_seconds: float = GATE_RECHECK_SECONDS) -> None:
         self.signal = signal
+        self.recheck_seconds = recheck_seconds
+        # level -> (answer, receivers' fingerprint, monotonic time it expires)
+        self._answers: dict[int, tuple[bool, tuple[int, Any], float]] = {}
         module = importlib.import_module(f"{TASKS_MODULE}.signals")
         self.builtin = {
             getattr(module, name, None)
@@ -141,6 +155,18 @@ class SignalGate:
         return not found and level >= logging.WARNING
 
     def wanted(self, level: int) -> bool:
+        receivers = self.signal.receivers
+        # Connecting or disconnecting changes the list's length or its last entry.
+        fingerprint = (len(receivers), receivers[-1][0] if receivers else None)
+        now = time.monotonic()
+        known = self._answers.get(level)
+        if known is not None and known[1] == fingerprint and now < known[2]:
+            return known[0]
+        answer = self._wanted(level)
+        self._answers[level] = (answer, fingerprint, now + self.recheck_seconds)
+        return answer
+
+    def _wanted(self, level: int) -> bool:
         keys = tuple(entry[0] for entry in self.signal.receivers)
         if keys != self._keys:
             others = False
@@ -177,12 +203,20 @@ class ClaimedJob:
     created_at: Any
     started_at: Any
     last_attempted_at: Any
-    errors: list[dict[str, Any]]
-    worker_ids: list[str]
+    # The attempt log and worker ids come as JSON text from the claim and are
+    # decoded only when a TaskResult is built (see SignalGate): a drain of short
+    # tasks spent a visible share of its claim loop decoding them for nobody.
+    errors: list[dict[str, Any]] | str
+    worker_ids: list[str] | str
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
         return cls(*row)
+
+
+def _decoded(value: Any) -> Any:
+    """A JSON column as claimed: text from the claim, already decoded elsewhere."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _error_entry(job: ClaimedJob, worker_id: str, exc_path: str, tb: str) -> dict[str, Any]:
@@ -231,6 +265,8 @@ class TaskRunner:
         self._backends: dict[str, Any] = {}
         # Each task's time limit, by (task path, backend alias): looked up per job.
         self._timeouts: dict[tuple[str, str], float | None] = {}
+        # Whether a task function may be called directly (see _callable).
+        self._direct: dict[Any, bool] = {}
         self._local = threading.local()
 
     def _task_for(self, job: ClaimedJob) -> Task:
@@ -245,6 +281,19 @@ class TaskRunner:
         ):
             task = task.using(queue_name=job.queue_name, priority=job.priority, backend=job.backend)
         return task
+
+    def _callable(self, task: Task) -> Any:
+        """What runs ``task``: its function itself when ``Task.call`` would only
+        check that it is not a coroutine function (asked once per function, not
+        per job); ``task.call`` for a coroutine function or a Task subclass that
+        overrides ``call``."""
+        func = task.func
+        direct = self._direct.get(func)
+        if direct is None:
+            direct = self._direct[func] = type(task).call is Task.call and not (
+                iscoroutinefunction(func)
+            )
+        return func if direct else task.call
 
     def _backend_for(self, alias: str) -> Any:
         backend = self._backends.get(alias)
@@ -266,8 +315,8 @@ class TaskRunner:
             args=job.args,
             kwargs=job.kwargs,
             backend=job.backend,
-            errors=task_errors(job.errors),
-            worker_ids=list(job.worker_ids),
+            errors=task_errors(_decoded(job.errors)),
+            worker_ids=list(_decoded(job.worker_ids)),
         )
 
     def release(self, job: ClaimedJob, reason: str, delay: float = 0.0) -> JobOutcome:
@@ -398,9 +447,10 @@ class TaskRunner:
         # The TaskResult is built only when something will look at it (see
         # SignalGate): a no-op task otherwise spends more time on it than running.
         result: TaskResult | None = None
-        if task.takes_context or started_gate.wanted(logging.INFO):
+        send_started = started_gate.wanted(logging.INFO)
+        if task.takes_context or send_started:
             result = self._result(job, task)
-            if started_gate.wanted(logging.INFO):
+            if send_started:
                 task_started.send(sender=sender, task_result=result)
         local = self._local
         manage_connections = self.manage_connections and getattr(_opened, "any", False)
@@ -416,7 +466,7 @@ class TaskRunner:
                     AttemptContext(task_result=result, run=attempt), *job.args, **job.kwargs
                 )
             else:
-                value = task.call(*job.args, **job.kwargs)
+                value = self._callable(task)(*job.args, **job.kwargs)
             result_json = return_value_json(value)  # an unstorable value fails the attempt
         except BaseException as exc:  # the task's failure (SystemExit from a task too)
             if result is None:

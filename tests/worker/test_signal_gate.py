@@ -15,7 +15,7 @@ from django_pgqueue.worker.runner import SignalGate
 def gate():
     """A gate on task_started whose logger stops propagating (handlers set per test;
     pytest's own capture handlers are replaced inside each test body)."""
-    gate = SignalGate(task_started)
+    gate = SignalGate(task_started, recheck_seconds=0)
     logger = gate.logger
     saved = (logger.level, logger.propagate, list(logger.handlers))
     logger.propagate = False
@@ -67,3 +67,32 @@ def test_any_other_receiver_is_always_served(gate):
     finally:
         task_started.disconnect(receiver)
     assert not gate.wanted(logging.INFO)
+
+
+def test_an_answer_is_reused_until_it_expires_but_not_past_a_new_receiver(settings):
+    """The worker asks twice per job: the logger chain is walked once a second at
+    most, while a receiver connected meanwhile is served at once."""
+    settings.DEBUG = False
+    gate = SignalGate(task_started, recheck_seconds=3600)
+    logger = gate.logger
+    saved = (logger.level, logger.propagate, list(logger.handlers))
+    try:
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        logger.handlers[:] = [handler(logging.INFO, RequireDebugTrue())]
+        assert not gate.wanted(logging.INFO)
+        logger.handlers[:] = [handler(logging.INFO)]  # would write now...
+        assert not gate.wanted(logging.INFO)  # ...but the answer is not an hour old
+
+        def receiver(sender, task_result, **kwargs):
+            pass
+
+        task_started.connect(receiver)
+        try:
+            assert gate.wanted(logging.INFO)
+        finally:
+            task_started.disconnect(receiver)
+        assert gate.wanted(logging.INFO)  # read again after the change: the handler writes
+    finally:
+        logger.level, logger.propagate = saved[0], saved[1]
+        logger.handlers[:] = saved[2]
