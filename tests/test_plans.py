@@ -52,6 +52,16 @@ def seq_scans(conn: psycopg.Connection, table: str, run: Callable[[], Any]) -> i
     return int(after[0]) - int(before[0]) if before else int(after[0])
 
 
+def rows_read_by_seq_scans(conn: psycopg.Connection, table: str, run: Callable[[], Any]) -> int:
+    """Rows of ``table`` that sequential scans read during ``run()`` (one transaction)."""
+    query = "SELECT seq_tup_read FROM pg_stat_xact_user_tables WHERE relname = %s"
+    with conn.transaction():
+        before = conn.execute(query, [table]).fetchone()
+        run()
+        after = conn.execute(query, [table]).fetchone()
+    return int(after[0]) - int(before[0]) if before else int(after[0])
+
+
 def grow(conn: psycopg.Connection, statement: str, table: str) -> None:
     """Analyse ``table`` empty, warm the plans (``run`` is called by the caller), then fill it."""
     conn.execute(statement, {"n": ROWS})
@@ -220,7 +230,10 @@ def test_delivery_claim_and_burst_checks_do_not_scan_a_grown_table(conn):
         seq_scans(conn, sql.DELIVERY_TABLE, lambda: claimed.extend(source.claim(conn, params))) == 0
     )
     assert len(claimed) == 10
-    assert seq_scans(conn, sql.DELIVERY_TABLE, checks) == 0
+    # An EXISTS may rightly start a sequential scan once autovacuum has analysed the
+    # grown table (nearly every row matches, so the first page answers): what must
+    # not happen is reading the table through. Counted in rows, not in scans.
+    assert rows_read_by_seq_scans(conn, sql.DELIVERY_TABLE, checks) < ROWS // 100
 
 
 def test_worker_statements_are_never_given_a_generic_plan(conn):
