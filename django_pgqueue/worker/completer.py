@@ -88,7 +88,8 @@ class Completer(threading.Thread):
     # -- main loop -----------------------------------------------------------------
 
     def submit(self, outcome: Outcome) -> None:
-        self.idle.clear()
+        if self.idle.is_set():  # clear() takes the event's lock: once per batch, not per job
+            self.idle.clear()
         self.outcomes.put(outcome)
 
     def stop(self) -> None:
