@@ -89,8 +89,9 @@ DEFAULTS: dict[str, Any] = {
     # between claims. None = adaptive: about 50 ms of work per thread, measured
     # from recent task durations, capped by BATCH_SIZE.
     "PREFETCH": None,
-    # Upper bound on rows claimed by one statement.
-    "BATCH_SIZE": 100,
+    # Upper bound on rows claimed by one statement (only short tasks reach it: the
+    # adaptive prefetch keeps claims small for slow ones).
+    "BATCH_SIZE": 250,
     # LISTEN/NOTIFY wake-ups; polling still runs when this is False.
     "NOTIFY": True,
     "NOTIFY_CHANNEL": "pgqueue",

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from django.db import transaction
+from django.db import connections
 
 from . import sql
 from .conf import get_settings
@@ -154,4 +154,12 @@ def wake_workers(alias: str | None = None) -> None:
     if not conf.NOTIFY:
         return
     channel = conf.NOTIFY_CHANNEL
-    transaction.on_commit(lambda: notifier.request(channel), using=alias or conf.DATABASE)
+    connection = connections[alias or conf.DATABASE]
+    if connection.in_atomic_block:
+        connection.on_commit(lambda: notifier.request(channel))
+    elif connection.get_autocommit():
+        # Committed already (each enqueue of a ``for`` loop outside ``atomic``):
+        # what ``on_commit`` would do, without building a callback per call.
+        notifier.request(channel)
+    else:
+        connection.on_commit(lambda: notifier.request(channel))  # raises, as Django does
