@@ -100,8 +100,18 @@ from .maintenance import (
     prune_count,
 )
 from .operators import (
+    ABORT_SET,
+    CANCEL_SET,
+    CIRCUIT_RESET_SET,
+    DISABLE_SET,
+    ENABLE_SET,
+    MOVE_TO_DLQ_SET,
+    REPLAY_JOB_SET,
+    REPLAY_SET,
+    RETRY_NOW_SET,
     endpoint_update,
     operator_update,
+    row_states,
 )
 from .periodic import (
     ADVANCE_SCHEDULE,
@@ -118,6 +128,7 @@ from .workers import (
 )
 
 __all__ = [
+    "ABORT_SET",
     "ADVANCE_SCHEDULE",
     "ANY_DUE",
     "ANY_DUE_DELIVERIES",
@@ -128,6 +139,8 @@ __all__ = [
     "ATOMIC_LEFT",
     "ATOMIC_TIMEOUTS",
     "ATTEMPT_TABLE",
+    "CANCEL_SET",
+    "CIRCUIT_RESET_SET",
     "CLAIM_ATOMIC_JOB",
     "CLAIM_DELIVERIES",
     "CLAIM_JOBS",
@@ -141,6 +154,8 @@ __all__ = [
     "DELIVERY_OVERVIEW",
     "DELIVERY_RETRIES_DUE_NOW",
     "DELIVERY_TABLE",
+    "DISABLE_SET",
+    "ENABLE_SET",
     "ENDPOINT_TABLE",
     "ESTIMATED_ROWS",
     "EVENT_TABLE",
@@ -161,6 +176,7 @@ __all__ = [
     "JOB_TABLE",
     "LIVE_JOB_WITH_KEY",
     "MISSING_TABLES",
+    "MOVE_TO_DLQ_SET",
     "NEW_JOB_COLUMNS",
     "NOTIFY",
     "PARKED",
@@ -177,8 +193,11 @@ __all__ = [
     "READ_TRACE_CONTEXTS",
     "RECORD_ATOMIC_FAILURE",
     "REFUSED_DELIVERIES_DUE_NOW",
+    "REPLAY_JOB_SET",
+    "REPLAY_SET",
     "RESERVE_JOB_IDS",
     "RETRIES_DUE_NOW",
+    "RETRY_NOW_SET",
     "SCHEDULE_STATE",
     "SCHEDULE_TABLE",
     "SELECT_APPLICATION",
@@ -193,4 +212,5 @@ __all__ = [
     "operator_update",
     "prune_candidates",
     "prune_count",
+    "row_states",
 ]
