@@ -4,8 +4,9 @@ One module per concern: ``jobs`` (enqueue, claim, complete, leases, atomic jobs)
 ``deliveries`` (events, fan-out, the deliveries' claim, completion and breaker),
 ``operators`` (admin and CLI actions), ``maintenance`` (retention, checks),
 ``periodic`` (the scheduler), ``workers`` (heartbeats), ``dashboard`` (the admin's
-and ``pgqueue_status``'s reads), and ``fragments``: the pieces several statements
-share (table names, the claim's frame, the LeaseExpired text), each built once.
+and ``pgqueue_status``'s reads), ``api`` (the HTTP API's authentication and rate
+limit), and ``fragments``: the pieces several statements share (table names, the
+claim's frame, the LeaseExpired text), each built once.
 Every name is also importable from this package (``sql.CLAIM_JOBS``).
 
 Rules kept by every statement here:
@@ -25,6 +26,11 @@ Django cursor (enqueue, results) use positional ``%s``.
 
 from __future__ import annotations
 
+from .api import (
+    API_KEY_TABLE,
+    API_RATE_TABLE,
+    AUTHENTICATE,
+)
 from .dashboard import (
     DELIVERY_OVERVIEW,
     ESTIMATED_ROWS,
@@ -134,11 +140,14 @@ __all__ = [
     "ANY_DUE_DELIVERIES",
     "ANY_LEFT",
     "ANY_LEFT_DELIVERIES",
+    "API_KEY_TABLE",
+    "API_RATE_TABLE",
     "APPLICATION_TABLE",
     "ATOMIC_DUE",
     "ATOMIC_LEFT",
     "ATOMIC_TIMEOUTS",
     "ATTEMPT_TABLE",
+    "AUTHENTICATE",
     "CANCEL_SET",
     "CIRCUIT_RESET_SET",
     "CLAIM_ATOMIC_JOB",
