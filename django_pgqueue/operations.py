@@ -113,12 +113,15 @@ class EndpointOperation(Operation):
     rule over an ``Endpoint``) are the two spellings of which endpoints it changes;
     tests/admin/test_operations.py checks they agree on every combination of state.
     Operations without ``set_clause`` (rotating the secret, a test event...) apply
-    to every endpoint and are carried out by their own function below.
+    to every endpoint and are carried out by their own function below. An operation
+    with a ``default_reason`` writes a reason (``disabled_reason``), the set clause's
+    one parameter: that one, or the caller's own.
     """
 
     guard: str = "true"
     predicate: Callable[[Any], bool] = _always
     set_clause: str = ""
+    default_reason: str = ""
 
     def applies(self, obj: Any) -> bool:
         return self.predicate(obj)
@@ -140,11 +143,7 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
             style="default",
             allowed=(Status.SUCCEEDED, Status.DEAD, Status.CANCELLED, Status.FAILED),
             result_state=Status.PENDING,
-            # Back to the start: attempts reset, due now; errors and results history kept.
-            set_clause="status = 'pending', attempts = 0, next_attempt_at = now(), "
-            "finished_at = NULL, locked_until = NULL"
-            # A replayed job runs afresh.
-            + (", abort_requested_at = NULL" if kind == "job" else ""),
+            set_clause=sql.REPLAY_JOB_SET if kind == "job" else sql.REPLAY_SET,
             wakes_workers=True,
         ),
         RowOperation(
@@ -157,8 +156,7 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
             bulk_label=_("Retry selected now"),
             allowed=(Status.FAILED,),
             result_state=Status.FAILED,
-            # A scheduled retry runs now instead of waiting out its backoff.
-            set_clause="next_attempt_at = now()",
+            set_clause=sql.RETRY_NOW_SET,
             wakes_workers=True,
         ),
         RowOperation(
@@ -171,7 +169,7 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
             bulk_label=_("Cancel selected"),
             allowed=(Status.PENDING, Status.FAILED),
             result_state=Status.CANCELLED,
-            set_clause="status = 'cancelled', finished_at = now()",
+            set_clause=sql.CANCEL_SET,
         ),
         RowOperation(
             kind,
@@ -183,8 +181,7 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
             bulk_label=_("Move selected to the dead-letter queue"),
             allowed=(Status.PENDING, Status.FAILED, Status.CANCELLED),
             result_state=Status.DEAD,
-            set_clause="status = 'dead', finished_at = now(), "
-            "last_error = 'Moved to the dead-letter queue by an operator'",
+            set_clause=sql.MOVE_TO_DLQ_SET,
         ),
     ]
     if kind == "job":
@@ -203,14 +200,8 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
                 bulk_label=_("Abort selected (cancel, or stop if running)"),
                 allowed=(Status.PENDING, Status.FAILED, Status.IN_PROGRESS),
                 result_state=Status.CANCELLED,
-                # A row not running is cancelled at once; a running one is flagged (the
-                # lease is left alone) and its worker records the attempt as cancelled.
-                # ``old.status`` is the state the row was locked in (sql.operator_update).
-                set_clause="abort_requested_at = COALESCE(t.abort_requested_at, now()), "
-                "status = CASE WHEN old.status = 'in_progress' THEN old.status "
-                "ELSE 'cancelled' END, "
-                "finished_at = CASE WHEN old.status = 'in_progress' THEN t.finished_at "
-                "ELSE now() END",
+                # Cancels a row not running; flags a running one for its worker.
+                set_clause=sql.ABORT_SET,
             )
         )
     return {op.name: op for op in operations}
@@ -218,12 +209,6 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
 
 JOB_OPERATIONS = _row_operations("job")
 DELIVERY_OPERATIONS = _row_operations("delivery")
-
-#: Endpoint columns that say whether its circuit is closed with nothing counted.
-_CIRCUIT_RESET = (
-    "breaker_state = 'closed', consecutive_failures = 0, failing_since = NULL, "
-    "open_until = NULL, breaker_cooldown = 0"
-)
 
 
 def _circuit_dirty(e: Endpoint) -> bool:
@@ -233,6 +218,10 @@ def _circuit_dirty(e: Endpoint) -> bool:
 ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
     op.name: op
     for op in (
+        # The guards stay here, beside their predicates: they are two spellings of one
+        # rule, read and changed together (tests/admin/test_operations.py checks they
+        # agree). What each operation sets is in sql/operators.py.
+        #
         # Enabling also closes the circuit, so the endpoint's waiting deliveries go
         # out at once.
         EndpointOperation(
@@ -245,8 +234,7 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             bulk_label=_("Enable selected endpoints"),
             guard="NOT is_active OR breaker_state <> 'closed'",
             predicate=lambda e: not e.is_active or e.breaker_state != "closed",
-            set_clause="is_active = true, disabled_at = NULL, disabled_reason = '', "
-            + _CIRCUIT_RESET,
+            set_clause=sql.ENABLE_SET,
         ),
         EndpointOperation(
             "endpoint",
@@ -258,8 +246,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             bulk_label=_("Disable selected endpoints"),
             guard="is_active",
             predicate=lambda e: e.is_active,
-            set_clause="is_active = false, disabled_at = now(), "
-            "disabled_reason = 'Disabled by an operator'",
+            set_clause=sql.DISABLE_SET,
+            default_reason="Disabled by an operator",
         ),
         EndpointOperation(
             "endpoint",
@@ -272,7 +260,7 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             guard="breaker_state <> 'closed' OR consecutive_failures > 0 "
             "OR failing_since IS NOT NULL",
             predicate=_circuit_dirty,
-            set_clause=_CIRCUIT_RESET,
+            set_clause=sql.CIRCUIT_RESET_SET,
         ),
         EndpointOperation(
             "endpoint",
@@ -414,7 +402,7 @@ def apply_operation(
                     result.skipped[i] = "its unique key is held by another live job"
         missing = [i for i in id_list if i not in result.changed and i not in result.skipped]
         if missing:
-            cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s)", [missing])  # noqa: S608
+            cursor.execute(sql.row_states(table), [missing])
             current = dict(cursor.fetchall())
             for i in missing:
                 state = current.get(i)
@@ -470,8 +458,14 @@ def abort_job(job: Any) -> OperationResult:
 # ----- endpoints --------------------------------------------------------------------
 
 
-def apply_endpoint_operation(operation: str, ids: Iterable[int]) -> OperationResult:
+def apply_endpoint_operation(
+    operation: str, ids: Iterable[int], *, reason: str | None = None
+) -> OperationResult:
     """Enable, disable or reset the circuit of endpoints, in one guarded UPDATE.
+
+    ``reason``: why the endpoints are disabled (``disabled_reason``, shown in the
+    admin, the portal and the API), instead of "Disabled by an operator"; only
+    ``disable`` takes one. An endpoint already disabled keeps its reason.
 
     ``changed`` maps each changed endpoint to the state it left ("disabled,
     circuit open"); endpoints already in the wanted state are ``skipped``.
@@ -483,14 +477,17 @@ def apply_endpoint_operation(operation: str, ids: Iterable[int]) -> OperationRes
         raise ValueError(
             f"Endpoint operation {operation!r} is not an update; call its own function"
         )
+    if reason is not None and not op.default_reason:
+        raise ValueError(f"Endpoint operation {operation!r} takes no reason")
     guard, set_clause = op.guard, op.set_clause
+    written = [reason if reason is not None else op.default_reason] if op.default_reason else []
     id_list, result, alias = _start(operation, ids)
     if not id_list:
         return result
     conn = connections[alias]
     table = conn.ops.quote_name(Endpoint._meta.db_table)
     with transaction.atomic(using=alias), conn.cursor() as cursor:
-        cursor.execute(sql.endpoint_update(table, guard, set_clause), [id_list])
+        cursor.execute(sql.endpoint_update(table, guard, set_clause), [id_list, *written])
         result.changed = {row[0]: row[1] for row in cursor.fetchall()}
         if operation == "enable" and result.changed:
             # Deliveries kept while it was disabled or failing go out now.

@@ -13,19 +13,19 @@ project configures its SDK and exporter as usual. Then:
 * ``deliver <event type>`` (CLIENT) surrounds each webhook attempt, and the request
   carries ``traceparent`` (W3C Trace Context) so the receiver can join the trace.
 
-Each wrapper costs one settings lookup when tracing is off.
+Each wrapper costs one settings lookup when tracing is off. The statements are
+``jobs/store.py``'s (``store_trace_context``, ``read_trace_contexts``); this module
+runs no SQL of its own.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from . import sql
 from .conf import get_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,17 +95,12 @@ def traced_enqueue(method: F) -> F:
             span.set_attribute("messaging.message.id", str(result.id))
             carrier = current_carrier()
             if carrier:
-                _store_context(int(result.id), carrier)
+                from .jobs import store
+
+                store.store_trace_context(int(result.id), carrier)
             return result
 
     return enqueue  # type: ignore[return-value]
-
-
-def _store_context(job_id: int, carrier: dict[str, str]) -> None:
-    from django.db import connections
-
-    with connections[get_settings().DATABASE].cursor() as cursor:
-        cursor.execute(sql.STORE_TRACE_CONTEXT, [json.dumps(carrier), job_id])
 
 
 # -- claim -------------------------------------------------------------------------------
@@ -123,8 +118,10 @@ def traced_claim(method: F) -> F:
             items: list[Any] = method(worker, source, params, limit)
             span.set_attribute("pgqueue.claimed", len(items))
             if items and source.name == "jobs":
-                rows = worker._claim_connection().execute(
-                    sql.READ_TRACE_CONTEXTS, {"ids": [item.id for item in items]}
+                from .jobs import store
+
+                rows = store.read_trace_contexts(
+                    worker._claim_connection(), [item.id for item in items]
                 )
                 with _claimed_lock:
                     for job_id, carrier in rows:

@@ -61,3 +61,23 @@ def test_every_setting_is_documented():
     keys = [*DEFAULTS, *WEBHOOK_DEFAULTS, *RETENTION_DEFAULTS, *API_DEFAULTS]
     missing = [key for key in keys if f"`{key}`" not in text]
     assert not missing, f"settings.md does not document {missing}"
+
+
+def test_the_architecture_page_names_only_modules_that_exist():
+    """docs/architecture.md is a map: every module it names (``jobs/store.py``, or a bare
+    ``fragments.py`` in the ``sql/`` row) is a file of the package or the repository."""
+    import re
+
+    repo = DOCS.parent
+    package = repo / "django_pgqueue"
+    files = [p.relative_to(repo).as_posix() for p in repo.rglob("*.py") if ".venv" not in str(p)]
+    named = set(re.findall(r"`([\w/.]+\.py)`", (DOCS / "architecture.md").read_text()))
+    assert len(named) > 30
+    missing = sorted(
+        name
+        for name in named
+        if not (package / name).exists()
+        and not (repo / name).exists()
+        and not any(f.endswith("/" + name) for f in files)
+    )
+    assert not missing, missing

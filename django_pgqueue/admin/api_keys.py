@@ -7,10 +7,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from ..api.keys import assign_new_key, check_scopes
+from ..api.keys import assign_new_key, check_scopes, revoke_keys
 from ..models.api import ApiKey, ApiScope
 
 
@@ -56,5 +55,5 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Revoke the selected keys"), permissions=["change"])
     def revoke(self, request: Any, queryset: Any) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = revoke_keys(queryset.values_list("prefix", flat=True))
         self.message_user(request, _("Revoked %(count)d key(s).") % {"count": count})

@@ -1,5 +1,5 @@
 """``/deliveries``: list with filters and a cursor, one with its attempts, replay one
-or many (``storage.replay``: the admin's and the portal's operation)."""
+or many (``operations.replay``: the admin's and the portal's operation)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .. import storage
+from .. import operations
 from ..conf import get_settings
 from ..models.queue import Status
 from ..models.webhooks import Delivery
@@ -86,7 +86,7 @@ def get_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
 
 def replay_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     delivery = scoping.get(scoping.deliveries(principal), "delivery", pk=scoping.object_id(pk))
-    return respond(operation_result(storage.replay(Delivery, [delivery.pk])))
+    return respond(operation_result(operations.replay(Delivery, [delivery.pk])))
 
 
 def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpResponse:
@@ -106,7 +106,7 @@ def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpRespons
     wanted = {i for i in ids if 1 <= i <= scoping.MAX_ID}
     # Only the key's own deliveries are replayed; others are "not found", whoever owns them.
     visible = set(scoping.deliveries(principal).filter(pk__in=wanted).values_list("pk", flat=True))
-    result = storage.replay(Delivery, sorted(visible))
+    result = operations.replay(Delivery, sorted(visible))
     for pk in set(ids) - visible:
         result.skipped[pk] = "not found"
     return respond(operation_result(result))

@@ -3,7 +3,7 @@ disable, send a test event, replay since a time.
 
 Every change goes through what the admin and the portal use: the model's
 ``full_clean`` (the SSRF check of the URL, headers, subscriptions), ``save``,
-``rotate_secret``, and the operations of ``storage.py``.
+``rotate_secret``, and the operations of ``operations.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 
-from .. import storage
+from .. import operations
 from ..conf import get_settings
 from ..models.webhooks import Endpoint, Ordering, RatePeriod
 from . import scoping
@@ -153,7 +153,7 @@ def rotate_secret(request: HttpRequest, principal: Principal, pk: str) -> HttpRe
 def _operation(operation: str) -> Any:
     def view(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
         endpoint = _endpoint(principal, pk)
-        storage.apply_endpoint_operation(operation, [endpoint.pk])
+        operations.apply_endpoint_operation(operation, [endpoint.pk])
         return respond(render(_endpoint(principal, pk)))
 
     return view
@@ -165,7 +165,7 @@ disable_endpoint = _operation("disable")
 
 def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk)
-    delivery = storage.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
+    delivery = operations.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
     return respond(
         {
             "delivery_id": delivery.pk,
@@ -176,7 +176,7 @@ def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpRespon
     )
 
 
-def operation_result(result: storage.OperationResult) -> dict[str, Any]:
+def operation_result(result: operations.OperationResult) -> dict[str, Any]:
     return {
         "changed": sorted(result.changed),
         "skipped": {str(pk): reason for pk, reason in sorted(result.skipped.items())},
@@ -188,4 +188,4 @@ def replay_since(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
     body = read_json(request)
     check_fields(body, ("since",), required=("since",))
     since = scoping.parse_time(body["since"], "since", code="validation_error")
-    return respond(operation_result(storage.replay_endpoint_deliveries(endpoint.pk, since)))
+    return respond(operation_result(operations.replay_endpoint_deliveries(endpoint.pk, since)))

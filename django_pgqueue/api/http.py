@@ -26,11 +26,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from .. import sql
 from ..conf import get_settings
 from ..contract import check_json_document
 from ..docs import docs_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
-from . import sql
 from .keys import hash_key, split_key
 
 logger = logging.getLogger("django_pgqueue.api")

@@ -135,3 +135,27 @@ def record_atomic_failure(
             "last_error": outcome.last_error or "",
         },
     )
+
+
+# -- trace contexts (tracing.py, with PGQUEUE["TRACING"]) --------------------------
+
+
+def store_trace_context(job_id: int, carrier: dict[str, str]) -> None:
+    """Write the enqueue span's W3C context (``traceparent``...) into the new job.
+
+    On Django's connection to the queue database, so in the enqueuing transaction:
+    the context exists exactly when the job does.
+    """
+    import json
+
+    from django.db import connections
+
+    from ..conf import get_settings
+
+    with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.execute(sql.STORE_TRACE_CONTEXT, [json.dumps(carrier), job_id])
+
+
+def read_trace_contexts(conn: Any, ids: list[int]) -> list[tuple[int, dict[str, str]]]:
+    """The stored trace contexts of claimed jobs (those that have one), by id."""
+    return [(row[0], row[1]) for row in conn.execute(sql.READ_TRACE_CONTEXTS, {"ids": ids})]

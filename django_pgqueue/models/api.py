@@ -78,7 +78,7 @@ class ApiKey(models.Model):
 class ApiRateLimit(models.Model):
     """One key's rate-limit state: the GCRA "theoretical arrival time" (``tat``).
 
-    Written only by ``api/sql.py``'s ``AUTHENTICATE`` (one UPSERT per request), a row
+    Written only by ``sql/api.py``'s ``AUTHENTICATE`` (one UPSERT per request), a row
     per key, so the table stays as small as the key table.
     """
 

@@ -3,6 +3,8 @@
 A read is the claim: ``mq.read`` with the consumer's visibility timeout (at least
 the worker's ``LEASE_SECONDS``, so the lease keeper extends it in time), then the
 handler runs on a task thread and the completer archives or deletes the message.
+Every read and write goes through ``store.py`` (its worker functions); this module
+runs no SQL of its own.
 The fencing token of a read is its ``read_ct``: any later read of the message
 increments it, so every write for a handled message (archive, delete, extend,
 release) is guarded by ``read_ct`` and a worker that lost the message (killed,
@@ -25,7 +27,6 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from ..db import array_literal, text_array_literal
 from ..outcomes import MessageOutcome
 from ..worker.attempt import current_attempt
 from ..worker.sources import Source
@@ -115,16 +116,11 @@ class MessageSource(Source):
                 continue
             vt = max(consumer.vt, params.get("lease", self.lease))
             qty = min(consumer.batch, limit - len(items))
-            query, args = store.read_query(info, vt, qty)
             try:
-                rows = conn.execute(query, args).fetchall()
-            except Exception as exc:
-                if getattr(exc, "sqlstate", None) == "42P01":  # dropped meanwhile
-                    store.forget(consumer.queue)
-                    continue
-                raise
-            rows.sort()
-            items.extend(ClaimedMessage(consumer, store.Message.from_row(r)) for r in rows)
+                read = store.claim(conn, info, vt, qty)
+            except QueueNotFound:  # dropped meanwhile
+                continue
+            items.extend(ClaimedMessage(consumer, message) for message in read)
         with self._lock:
             for item in items:
                 self._held[item.id] = item
@@ -134,7 +130,7 @@ class MessageSource(Source):
         for consumer in self._selected(params):
             if self._info(conn, consumer) is None:
                 continue
-            if conn.execute(sql.statement("any_visible", consumer.queue)).fetchone()[0]:
+            if store.any_visible(conn, consumer.queue):
                 return True
         return False
 
@@ -221,16 +217,20 @@ class MessageSource(Source):
         written: set[int] = set()
         for queue, items in self._by_queue(list(outcomes)).items():
             by_msg = {item.message.msg_id: item.id for item in items}
-            rows = conn.execute(
-                sql.statement("settle", queue),
+            settled = store.settle(
+                conn,
+                queue,
                 [
-                    array_literal([str(item.message.msg_id) for item in items]),
-                    array_literal([str(item.message.read_ct) for item in items]),
-                    text_array_literal([outcomes[item.id].action for item in items]),
-                    array_literal([repr(float(outcomes[item.id].delay)) for item in items]),
+                    (
+                        item.message.msg_id,
+                        item.message.read_ct,
+                        outcomes[item.id].action,
+                        outcomes[item.id].delay,
+                    )
+                    for item in items
                 ],
-            ).fetchall()
-            written |= {by_msg[row[0]] for row in rows}
+            )
+            written |= {by_msg[msg_id] for msg_id in settled}
         with self._lock:
             for i in outcomes:
                 self._held.pop(i, None)
@@ -240,11 +240,7 @@ class MessageSource(Source):
         """After an ambiguous write: still ours and unsettled, settled, or re-read."""
         state: dict[int, tuple[str, uuid.UUID | None]] = {}
         for queue, items in self._by_queue(ids).items():
-            rows = conn.execute(
-                sql.statement("read_counts", queue),
-                [array_literal([str(item.message.msg_id) for item in items])],
-            ).fetchall()
-            counts = dict(rows)
+            counts = store.read_counts(conn, queue, [item.message.msg_id for item in items])
             for item in items:
                 count = counts.get(item.message.msg_id)
                 if count is None:
@@ -270,15 +266,8 @@ class MessageSource(Source):
                 continue
             vt = max(items[0].consumer.vt, lease)
             by_msg = {item.message.msg_id: item.id for item in items}
-            rows = conn.execute(
-                sql.statement("extend", queue),
-                [
-                    vt,
-                    array_literal([str(item.message.msg_id) for item in items]),
-                    array_literal([str(item.message.read_ct) for item in items]),
-                ],
-            ).fetchall()
-            kept |= {by_msg[row[0]] for row in rows}
+            held = [(item.message.msg_id, item.message.read_ct) for item in items]
+            kept |= {by_msg[msg_id] for msg_id in store.extend(conn, queue, held, vt)}
         return kept
 
     def describe(self, item: Any) -> str:

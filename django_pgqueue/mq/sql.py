@@ -234,8 +234,15 @@ UPDATE {q} m SET vt = clock_timestamp() + make_interval(secs => %s)
 FROM unnest(%s::bigint[], %s::int[]) AS o(msg_id, read_ct)
 WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct
 RETURNING m.msg_id""",
+    # After an ambiguous commit of "settle", the read_ct of each message still in
+    # the queue: source.py takes a missing message as archived or deleted (the
+    # write landed), the same read_ct as still held, another as read again since.
+    # The queue table only, by primary key: the archive is not needed to tell these
+    # apart, and it grows with history.
     "read_counts": """/* pgqueue:mq_read_counts */
 SELECT msg_id, read_ct FROM {q} WHERE msg_id = ANY(%s::bigint[])""",
+    # ``--burst``: whether a read would find anything now. EXISTS stops at the first
+    # visible row (the vt index), however long the queue.
     "any_visible": """/* pgqueue:mq_any_visible */
 SELECT EXISTS (SELECT 1 FROM {q} WHERE vt <= clock_timestamp())""",
     "delete": """/* pgqueue:mq_delete */

@@ -3,7 +3,9 @@
 Operations run on Django's connection to the queue database (``PGQUEUE['DATABASE']``),
 so they join the caller's transaction: a message sent inside ``atomic()`` exists if
 and only if that transaction commits, and a read inside one is undone by its
-rollback. Outside a transaction each call is its own (autocommit).
+rollback. Outside a transaction each call is its own (autocommit). The worker's
+functions (claim, settle, extend, read-back; ``source.MessageSource`` calls them)
+run on the worker's own autocommit connection instead.
 
 A queue's options are looked up once per process and cached for
 ``CONFIG_TTL_SECONDS``; a statement that finds the queue's table gone (the queue
@@ -25,6 +27,7 @@ import psycopg
 from django.db import DatabaseError, connections, transaction
 
 from ..conf import get_settings
+from ..db import array_literal, text_array_literal
 from ..notify import notifier
 from . import sql
 from .exceptions import QueueExists, QueueInUse, QueueNotFound
@@ -281,8 +284,6 @@ def send_batch(
         if len(heads) != len(bodies):
             raise ValueError(f"{len(heads)} headers for {len(bodies)} messages")
     get_queue(name)
-    from ..db import text_array_literal
-
     with _cursor(name) as cursor:
         cursor.execute(
             sql.statement("send_batch", name),
@@ -349,8 +350,6 @@ def set_vt(name: str, msg_id: int, vt: float) -> Message | None:
 
 
 def _ids(msg_ids: int | Iterable[int]) -> str:
-    from ..db import array_literal
-
     if isinstance(msg_ids, int):
         msg_ids = [msg_ids]
     return array_literal([str(int(i)) for i in msg_ids])
@@ -431,3 +430,73 @@ def browse_ids(name: str, msg_ids: list[int]) -> list[Any]:
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("browse_ids", name), [_ids(msg_ids)])
         return cursor.fetchall()
+
+
+# -- the worker (mq/source.py) ----------------------------------------------------------
+#
+# ``MessageSource`` calls these and runs no SQL itself. They run on the worker's own
+# autocommit psycopg connection (``conn``), not Django's. Every write for a message a
+# consumer holds is guarded by the ``read_ct`` of the read that handed it out, its
+# fencing token: a later read of the message increments it, so a worker that lost
+# the message (killed, stalled past its time limit) changes nothing.
+
+
+def claim(conn: Any, info: QueueInfo, vt: float, qty: int) -> list[Message]:
+    """Read up to ``qty`` messages of a queue for a consumer, hidden for ``vt`` seconds
+    (with the queue's dead-letter policy), in ``msg_id`` order.
+
+    QueueNotFound, with the cached options forgotten, if the queue's table was
+    dropped since its options were cached.
+    """
+    query, params = read_query(info, vt, qty)
+    try:
+        rows = conn.execute(query, params).fetchall()
+    except psycopg.errors.UndefinedTable as exc:
+        forget(info.name)
+        raise QueueNotFound(f"message queue {info.name!r} does not exist") from exc
+    rows.sort()
+    return [Message.from_row(row) for row in rows]
+
+
+def any_visible(conn: Any, name: str) -> bool:
+    """Whether a message of the queue is visible now (``--burst``)."""
+    return bool(conn.execute(sql.statement("any_visible", name)).fetchone()[0])
+
+
+def _fence(held: Iterable[tuple[int, int]]) -> tuple[str, str]:
+    """The ``msg_id`` and ``read_ct`` arrays of held messages, as array literals."""
+    pairs = list(held)
+    return (
+        array_literal([str(msg_id) for msg_id, _ in pairs]),
+        array_literal([str(read_ct) for _, read_ct in pairs]),
+    )
+
+
+def settle(conn: Any, name: str, outcomes: Iterable[tuple[int, int, str, float]]) -> set[int]:
+    """Write consumers' outcomes for one queue in one statement; the msg_ids written.
+
+    Each outcome is ``(msg_id, read_ct, action, delay)``: ``archive``, ``delete``,
+    ``retry`` (visible again after ``delay`` seconds) or ``release`` (visible at once,
+    the read not counted). A message missing from the answer was read again since.
+    """
+    rows = list(outcomes)
+    msg_ids, read_cts = _fence((msg_id, read_ct) for msg_id, read_ct, _, _ in rows)
+    actions = text_array_literal([action for _, _, action, _ in rows])
+    delays = array_literal([repr(float(delay)) for _, _, _, delay in rows])
+    written = conn.execute(sql.statement("settle", name), [msg_ids, read_cts, actions, delays])
+    return {row[0] for row in written.fetchall()}
+
+
+def read_counts(conn: Any, name: str, msg_ids: Iterable[int]) -> dict[int, int]:
+    """``read_ct`` of each of these messages still in the queue (to settle an ambiguous
+    commit: a message missing was archived or deleted)."""
+    ids = array_literal([str(msg_id) for msg_id in msg_ids])
+    return dict(conn.execute(sql.statement("read_counts", name), [ids]).fetchall())
+
+
+def extend(conn: Any, name: str, held: Iterable[tuple[int, int]], vt: float) -> set[int]:
+    """Hide held ``(msg_id, read_ct)`` messages for ``vt`` more seconds; the msg_ids
+    still held (a message missing was read again since)."""
+    msg_ids, read_cts = _fence(held)
+    rows = conn.execute(sql.statement("extend", name), [vt, msg_ids, read_cts]).fetchall()
+    return {row[0] for row in rows}

@@ -158,12 +158,10 @@ def _endpoint_operation(operation: str, done: str) -> View:
     @require_POST
     def view(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
         endpoint = _endpoint(application, pk)
-        result = operations.apply_endpoint_operation(operation, [endpoint.pk])
-        if operation == "disable" and result.changed:
-            # The operator operation's reason, told apart for the admin and the portal.
-            Endpoint.objects.filter(pk=endpoint.pk, is_active=False).update(
-                disabled_reason=DISABLED_IN_PORTAL
-            )
+        # The operator operation, with the portal's own reason: the admin and the
+        # customer can tell who disabled it.
+        reason = DISABLED_IN_PORTAL if operation == "disable" else None
+        operations.apply_endpoint_operation(operation, [endpoint.pk], reason=reason)
         messages.success(request, done)
         return _to_endpoint(endpoint)
 

@@ -4,8 +4,9 @@ One module per concern: ``jobs`` (enqueue, claim, complete, leases, atomic jobs)
 ``deliveries`` (events, fan-out, the deliveries' claim, completion and breaker),
 ``operators`` (admin and CLI actions), ``maintenance`` (retention, checks),
 ``periodic`` (the scheduler), ``workers`` (heartbeats), ``dashboard`` (the admin's
-and ``pgqueue_status``'s reads), and ``fragments``: the pieces several statements
-share (table names, the claim's frame, the LeaseExpired text), each built once.
+and ``pgqueue_status``'s reads), ``api`` (the HTTP API's authentication and rate
+limit), and ``fragments``: the pieces several statements share (table names, the
+claim's frame, the LeaseExpired text), each built once.
 Every name is also importable from this package (``sql.CLAIM_JOBS``).
 
 Rules kept by every statement here:
@@ -25,6 +26,11 @@ Django cursor (enqueue, results) use positional ``%s``.
 
 from __future__ import annotations
 
+from .api import (
+    API_KEY_TABLE,
+    API_RATE_TABLE,
+    AUTHENTICATE,
+)
 from .dashboard import (
     DELIVERY_OVERVIEW,
     ESTIMATED_ROWS,
@@ -100,8 +106,18 @@ from .maintenance import (
     prune_count,
 )
 from .operators import (
+    ABORT_SET,
+    CANCEL_SET,
+    CIRCUIT_RESET_SET,
+    DISABLE_SET,
+    ENABLE_SET,
+    MOVE_TO_DLQ_SET,
+    REPLAY_JOB_SET,
+    REPLAY_SET,
+    RETRY_NOW_SET,
     endpoint_update,
     operator_update,
+    row_states,
 )
 from .periodic import (
     ADVANCE_SCHEDULE,
@@ -118,16 +134,22 @@ from .workers import (
 )
 
 __all__ = [
+    "ABORT_SET",
     "ADVANCE_SCHEDULE",
     "ANY_DUE",
     "ANY_DUE_DELIVERIES",
     "ANY_LEFT",
     "ANY_LEFT_DELIVERIES",
+    "API_KEY_TABLE",
+    "API_RATE_TABLE",
     "APPLICATION_TABLE",
     "ATOMIC_DUE",
     "ATOMIC_LEFT",
     "ATOMIC_TIMEOUTS",
     "ATTEMPT_TABLE",
+    "AUTHENTICATE",
+    "CANCEL_SET",
+    "CIRCUIT_RESET_SET",
     "CLAIM_ATOMIC_JOB",
     "CLAIM_DELIVERIES",
     "CLAIM_JOBS",
@@ -141,6 +163,8 @@ __all__ = [
     "DELIVERY_OVERVIEW",
     "DELIVERY_RETRIES_DUE_NOW",
     "DELIVERY_TABLE",
+    "DISABLE_SET",
+    "ENABLE_SET",
     "ENDPOINT_TABLE",
     "ESTIMATED_ROWS",
     "EVENT_TABLE",
@@ -161,6 +185,7 @@ __all__ = [
     "JOB_TABLE",
     "LIVE_JOB_WITH_KEY",
     "MISSING_TABLES",
+    "MOVE_TO_DLQ_SET",
     "NEW_JOB_COLUMNS",
     "NOTIFY",
     "PARKED",
@@ -177,8 +202,11 @@ __all__ = [
     "READ_TRACE_CONTEXTS",
     "RECORD_ATOMIC_FAILURE",
     "REFUSED_DELIVERIES_DUE_NOW",
+    "REPLAY_JOB_SET",
+    "REPLAY_SET",
     "RESERVE_JOB_IDS",
     "RETRIES_DUE_NOW",
+    "RETRY_NOW_SET",
     "SCHEDULE_STATE",
     "SCHEDULE_TABLE",
     "SELECT_APPLICATION",
@@ -193,4 +221,5 @@ __all__ = [
     "operator_update",
     "prune_candidates",
     "prune_count",
+    "row_states",
 ]

@@ -443,7 +443,7 @@ FROM {JOB_TABLE} WHERE id = %s
 NOTIFY = "/* pgqueue:notify */ SELECT pg_notify(%s, '')"
 
 # ---------------------------------------------------------------------------------
-# Tracing (``PGQUEUE["TRACING"]``, tracing.py)
+# Tracing (``PGQUEUE["TRACING"]``: tracing.py, through jobs/store.py)
 #
 # The enqueue span's W3C context is written into the new row by a second statement
 # in the caller's transaction, rather than by INSERT_JOB itself: with tracing off

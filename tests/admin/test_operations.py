@@ -219,6 +219,25 @@ def test_is_active_cannot_be_changed_through_the_form():
 
 
 @pytest.mark.django_db
+def test_disable_writes_the_callers_reason_or_the_default_and_keeps_an_earlier_one():
+    mine, default = (Endpoint.objects.create(url=f"https://hooks.example.com/{n}") for n in "ab")
+    result = operations.apply_endpoint_operation("disable", [mine.pk], reason="Moved to v2")
+    assert list(result.changed) == [mine.pk]
+    operations.apply_endpoint_operation("disable", [default.pk])
+    reasons = dict(Endpoint.objects.values_list("pk", "disabled_reason"))
+    assert reasons == {mine.pk: "Moved to v2", default.pk: "Disabled by an operator"}
+    # Already disabled: the guard skips it, and the reason it has stays.
+    again = operations.apply_endpoint_operation("disable", [mine.pk], reason="Other")
+    assert again.skipped == {mine.pk: "already done"}
+    assert Endpoint.objects.get(pk=mine.pk).disabled_reason == "Moved to v2"
+    # Only disabling has a reason; enabling clears it.
+    with pytest.raises(ValueError, match="takes no reason"):
+        operations.apply_endpoint_operation("enable", [mine.pk], reason="Back")
+    operations.apply_endpoint_operation("enable", [mine.pk])
+    assert Endpoint.objects.get(pk=mine.pk).disabled_reason == ""
+
+
+@pytest.mark.django_db
 def test_rotating_a_secret_goes_through_the_operation_and_keeps_the_old_one():
     endpoint = Endpoint.objects.create(url="https://hooks.example.com/r")
     first = endpoint.secret

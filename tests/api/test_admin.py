@@ -35,13 +35,26 @@ def test_a_key_created_in_the_admin_is_shown_once_and_works(admin_client, api_co
 
 
 def test_keys_are_revoked_by_the_admin_action(admin_client, api, tenants):
-    client = api("read")
-    admin_client.post(
+    client, kept = api("read"), api("read")
+    first, second = ApiKey.objects.order_by("pk")
+    response = admin_client.post(
         "/admin/django_pgqueue/apikey/",
-        {"action": "revoke", "_selected_action": [ApiKey.objects.get().pk]},
+        {"action": "revoke", "_selected_action": [first.pk]},
+        follow=True,
     )
-    assert ApiKey.objects.get().revoked_at is not None
+    assert "Revoked 1 key(s)." in response.content.decode()
+    revoked_at = ApiKey.objects.get(pk=first.pk).revoked_at
+    assert revoked_at is not None and ApiKey.objects.get(pk=second.pk).revoked_at is None
     assert client.get("applications").status_code == 401
+    assert kept.get("applications").status_code == 200
+    # Revoking again changes nothing: the first revocation's time stays.
+    response = admin_client.post(
+        "/admin/django_pgqueue/apikey/",
+        {"action": "revoke", "_selected_action": [first.pk, second.pk]},
+        follow=True,
+    )
+    assert "Revoked 1 key(s)." in response.content.decode()
+    assert ApiKey.objects.get(pk=first.pk).revoked_at == revoked_at
 
 
 def test_a_key_needs_a_scope(admin_client, tenants):

@@ -116,7 +116,7 @@ def test_queue_tables_are_logged_and_enqueue_keeps_synchronous_commit(cluster_db
             # (docs/message-queues.md); jobs and deliveries never use it.
             continue
         text = path.read_text().lower()
-        if path.relative_to(package).parts == ("api", "sql.py"):
+        if path.relative_to(package).parts == ("sql", "api.py"):
             # The HTTP API's rate-limit counter, and only it, commits asynchronously: a
             # transaction-local set_config in its own autocommit statement, never in the
             # event's transaction (tests/api/test_events.py checks the setting after it).

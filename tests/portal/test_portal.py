@@ -13,6 +13,7 @@ from django.test import Client
 from django_pgqueue import send_event
 from django_pgqueue.models import Application, Delivery, DeliveryAttempt, Endpoint
 from django_pgqueue.portal import urls as portal_urls
+from django_pgqueue.portal.views import DISABLED_IN_PORTAL
 
 pytestmark = pytest.mark.django_db
 
@@ -122,6 +123,21 @@ def test_disable_enable_rotate_and_test_event(world):
     delivery = Delivery.objects.filter(endpoint=endpoint).latest("id")
     assert delivery.event.event_type == "pgqueue.test"
     assert delivery.event.application == world["cust_a"]["app"]
+
+
+def test_portal_disable_is_the_operation_with_the_portals_reason(world, caplog):
+    client = login("cust_a")
+    endpoint, other = world["cust_a"]["endpoint"], world["cust_b"]["endpoint"]
+    with caplog.at_level("INFO", logger="django_pgqueue.operations"):
+        client.post(f"{PORTAL}endpoints/{endpoint.pk}/disable/")
+    assert f"endpoint disable: changed [{endpoint.pk}]" in caplog.text  # the audit line
+    assert Endpoint.objects.get(pk=endpoint.pk).disabled_reason == DISABLED_IN_PORTAL
+    assert Endpoint.objects.get(pk=other.pk).is_active
+    # Disabled by the breaker before the customer clicked: its reason stays.
+    client.post(f"{PORTAL}endpoints/{endpoint.pk}/enable/")
+    Endpoint.objects.filter(pk=endpoint.pk).update(is_active=False, disabled_reason="410 Gone")
+    client.post(f"{PORTAL}endpoints/{endpoint.pk}/disable/")
+    assert Endpoint.objects.get(pk=endpoint.pk).disabled_reason == "410 Gone"
 
 
 def test_changes_are_posts_only(world):

@@ -1,14 +1,12 @@
-"""The HTTP API's SQL: authentication and the per-key rate limit, in one statement.
-
-Same rules as ``django_pgqueue/sql.py``: values are parameters, table names are
-module constants, each statement carries a ``/* pgqueue:<name> */`` marker.
-"""
+"""The HTTP API's SQL (``api/http.py``): authentication and the per-key rate limit, in
+one statement. The package's rules hold here too (see ``sql/__init__.py``)."""
 
 from __future__ import annotations
 
-KEY_TABLE = "pgqueue_api_key"
-RATE_TABLE = "pgqueue_api_rate"
-APPLICATION_TABLE = "pgqueue_application"
+from .fragments import APPLICATION_TABLE
+
+API_KEY_TABLE = "pgqueue_api_key"
+API_RATE_TABLE = "pgqueue_api_rate"
 
 # One round trip per request, in autocommit (never inside the event's transaction,
 # where the rate row's lock would be held until the event commits and serialise a
@@ -38,13 +36,13 @@ WITH relaxed AS (
            a.uid AS application_uid,
            -- seconds one request costs; NULL: no limit for this key
            %(window)s::float8 / COALESCE(k.rate_limit, %(default_limit)s) AS cost
-    FROM {KEY_TABLE} AS k LEFT JOIN {APPLICATION_TABLE} AS a ON a.id = k.application_id
+    FROM {API_KEY_TABLE} AS k LEFT JOIN {APPLICATION_TABLE} AS a ON a.id = k.application_id
     WHERE k.prefix = %(prefix)s
 ), valid AS (
     SELECT f.id, f.cost FROM found AS f, relaxed
     WHERE f.key_hash = %(key_hash)s AND f.revoked_at IS NULL
 ), hit AS (
-    INSERT INTO {RATE_TABLE} AS r (key_id, tat)
+    INSERT INTO {API_RATE_TABLE} AS r (key_id, tat)
     SELECT v.id, now() + make_interval(secs => v.cost) FROM valid AS v
     WHERE v.cost IS NOT NULL
     ON CONFLICT (key_id) DO UPDATE
@@ -53,7 +51,7 @@ WITH relaxed AS (
               <= now() + make_interval(secs => %(window)s)
     RETURNING r.key_id
 ), used AS (
-    UPDATE {KEY_TABLE} AS k SET last_used_at = now()
+    UPDATE {API_KEY_TABLE} AS k SET last_used_at = now()
     FROM valid AS v
     WHERE k.id = v.id
       AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '60 seconds')
@@ -64,7 +62,7 @@ SELECT f.id, f.key_hash, f.scopes, f.application_id, f.application_uid, f.revoke
        extract(epoch FROM (
            SELECT GREATEST(r.tat, now()) + make_interval(secs => f.cost)
                   - make_interval(secs => %(window)s) - now()
-           FROM {RATE_TABLE} AS r WHERE r.key_id = f.id
+           FROM {API_RATE_TABLE} AS r WHERE r.key_id = f.id
        ))::float8 AS retry_after
 FROM found AS f
 """
