@@ -186,6 +186,7 @@ def _schemas() -> dict[str, Any]:
                 "application": _nullable(STRING),
                 "channels": {"type": "array", "items": STRING},
                 "idempotency_key": _nullable(STRING),
+                "ordering_key": _nullable(STRING),
                 "created_at": DATETIME,
                 "deliveries": {"type": "integer", "minimum": 0},
             },
