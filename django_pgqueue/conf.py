@@ -73,6 +73,9 @@ API_DEFAULTS: dict[str, Any] = {
     # Items per page of a list, unless the request asks for fewer or more (?limit=).
     "PAGE_SIZE": 50,
     "MAX_PAGE_SIZE": 500,
+    # The user the admin's log entries of API changes are by (created on first use,
+    # inactive); each entry names the key. None: only a log line.
+    "AUDIT_USER": "pgqueue-api",
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -322,6 +325,11 @@ def validate_api(raw: Any) -> dict[str, Any]:
         raise ImproperlyConfigured(
             f"{prefix}['MAX_BATCH'] must be at most 1000 (one transaction holds the whole "
             f"batch), got {merged['MAX_BATCH']!r}"
+        )
+    audit_user = merged["AUDIT_USER"]
+    if audit_user is not None and (not isinstance(audit_user, str) or not audit_user.strip()):
+        raise ImproperlyConfigured(
+            f"{prefix}['AUDIT_USER'] must be a user name or None, got {audit_user!r}"
         )
     if merged["PAGE_SIZE"] > merged["MAX_PAGE_SIZE"]:
         raise ImproperlyConfigured(

@@ -152,7 +152,7 @@ def main() -> int:
         key = manage(
             url,
             *("pgqueue_api_key", "create", "--name", "schemathesis"),
-            *("--scope", "send", "--scope", "read", "--scope", "manage"),
+            *("--scope", "send", "--scope", "read", "--scope", "manage", "--scope", "secrets"),
             # Thousands of requests in a minute: the limit must not turn them into 429s.
             *("--rate-limit", "1000000"),
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -21,24 +21,39 @@ def log_changes(
     model: type[models.Model],
     messages_by_pk: Mapping[int, str],
 ) -> None:
-    """One admin ``LogEntry`` per changed object, in one INSERT.
+    """One admin ``LogEntry`` per changed object, in one INSERT, by the admin's user.
 
     ``messages_by_pk`` maps each object's pk to its change message (what was
     done and from which state). Django's ``log_actions`` takes one message for
     all objects; ours differ per object, so the entries are built here.
     """
+    # The admin's user is logged in.
+    log_entries(request.user.pk, model, messages_by_pk)  # type: ignore[arg-type]
+
+
+def log_entries(
+    user_id: int,
+    model: type[models.Model],
+    messages_by_pk: Mapping[Any, str],
+    *,
+    action_flag: int = CHANGE,
+    reprs: Mapping[Any, str] | None = None,
+) -> None:
+    """One ``LogEntry`` per object by ``user_id``, in one INSERT: the admin's actions
+    and the HTTP API's changes (``api/audit.py``) alike. ``reprs`` names objects
+    that no longer exist (a deletion); the others are read."""
     if not messages_by_pk:
         return
     content_type = ContentType.objects.get_for_model(model, for_concrete_model=False)
-    objects = model._default_manager.in_bulk(list(messages_by_pk))
+    objects = model._default_manager.in_bulk(list(messages_by_pk)) if reprs is None else reprs
     LogEntry.objects.bulk_create(
         [
             LogEntry(
-                user_id=request.user.pk,  # type: ignore[misc]  # the admin's user is logged in
+                user_id=user_id,
                 content_type_id=content_type.pk,
                 object_id=str(pk),
                 object_repr=str(objects.get(pk, f"{model._meta.verbose_name} #{pk}"))[:200],
-                action_flag=CHANGE,
+                action_flag=action_flag,
                 change_message=message,
             )
             for pk, message in messages_by_pk.items()

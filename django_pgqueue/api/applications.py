@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_settings
 from ..models.webhooks import Application
-from . import scoping
+from . import audit, scoping
 from .http import (
     ApiError,
     Principal,
@@ -80,6 +80,7 @@ def create_application(request: HttpRequest, principal: Principal) -> HttpRespon
             application.save(using=alias)
     except IntegrityError:
         raise ApiError("conflict", f"An application with uid {uid!r} exists already.") from None
+    audit.record(principal, Application, {application.pk: "Added."}, action_flag=audit.ADDITION)
     return respond(render(application), status=201)
 
 
@@ -91,12 +92,16 @@ def update_application(request: HttpRequest, principal: Principal, uid: str) -> 
     application = _application(principal, uid)
     body = read_json(request)
     check_fields(body, tuple(EDITABLE))
+    before = audit.snapshot(application, (name for name in EDITABLE if name in body))
     _apply(application, body)
     application.save()
+    audit.record_change(principal, application, before)
     return respond(render(application))
 
 
 def delete_application(request: HttpRequest, principal: Principal, uid: str) -> HttpResponse:
     _unscoped(principal, "delete applications")
-    _application(principal, uid).delete()
+    audit.delete(
+        principal, _application(principal, uid), "Deleted, with its endpoints, events and keys."
+    )
     return HttpResponse(status=204)

@@ -13,7 +13,7 @@ from ..models.queue import Status
 from ..models.webhooks import Delivery
 from ..webhooks.routing import EVENT_TYPE_PATTERN
 from . import scoping
-from .endpoints import operation_result
+from .endpoints import operation_result, record_replays
 from .http import ApiError, Principal, check_fields, paginate, read_json, respond
 
 
@@ -86,7 +86,9 @@ def get_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
 
 def replay_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     delivery = scoping.get(scoping.deliveries(principal), "delivery", pk=scoping.object_id(pk))
-    return respond(operation_result(operations.replay(Delivery, [delivery.pk])))
+    return respond(
+        operation_result(record_replays(principal, operations.replay(Delivery, [delivery.pk])))
+    )
 
 
 def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpResponse:
@@ -106,7 +108,7 @@ def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpRespons
     wanted = {i for i in ids if 1 <= i <= scoping.MAX_ID}
     # Only the key's own deliveries are replayed; others are "not found", whoever owns them.
     visible = set(scoping.deliveries(principal).filter(pk__in=wanted).values_list("pk", flat=True))
-    result = operations.replay(Delivery, sorted(visible))
+    result = record_replays(principal, operations.replay(Delivery, sorted(visible)))
     for pk in set(ids) - visible:
         result.skipped[pk] = "not found"
     return respond(operation_result(result))

@@ -15,8 +15,9 @@ from django.http import HttpRequest, HttpResponse
 
 from .. import operations
 from ..conf import get_settings
-from ..models.webhooks import Endpoint, Ordering, RatePeriod
-from . import scoping
+from ..models.webhooks import Delivery, Endpoint, Ordering, RatePeriod
+from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
+from . import audit, scoping
 from .http import (
     ApiError,
     Principal,
@@ -123,6 +124,7 @@ def create_endpoint(request: HttpRequest, principal: Principal) -> HttpResponse:
     _apply(endpoint, body)
     with transaction.atomic(using=get_settings().DATABASE):
         endpoint.save(using=get_settings().DATABASE)
+    audit.record(principal, Endpoint, {endpoint.pk: "Added."}, action_flag=audit.ADDITION)
     # The one answer that carries the secret; GET never does.
     return respond({**render(endpoint), "secret": endpoint.secret}, status=201)
 
@@ -135,25 +137,38 @@ def update_endpoint(request: HttpRequest, principal: Principal, pk: str) -> Http
     endpoint = _endpoint(principal, pk)
     body = read_json(request)
     check_fields(body, tuple(EDITABLE))
+    before = audit.snapshot(endpoint, (name for name in EDITABLE if name in body))
     _apply(endpoint, body)
     endpoint.save()
+    audit.record_change(principal, endpoint, before)
     return respond(render(endpoint))
 
 
 def delete_endpoint(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
-    _endpoint(principal, pk).delete()
+    audit.delete(principal, _endpoint(principal, pk), "Deleted, with its deliveries.")
     return HttpResponse(status=204)
 
 
 def rotate_secret(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk)
-    return respond({"secret": endpoint.rotate_secret()})
+    secret = endpoint.rotate_secret()
+    hours = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"] / 3600
+    audit.record(
+        principal,
+        Endpoint,
+        {endpoint.pk: f"Rotated the signing secret (the old one signs for {hours:g} h)"},
+    )
+    return respond({"secret": secret})
 
 
 def _operation(operation: str) -> Any:
     def view(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
         endpoint = _endpoint(principal, pk)
-        operations.apply_endpoint_operation(operation, [endpoint.pk])
+        result = operations.apply_endpoint_operation(operation, [endpoint.pk])
+        op = ENDPOINT_OPERATIONS[operation]
+        audit.record(
+            principal, Endpoint, {done: op.audit(was) for done, was in result.changed.items()}
+        )
         return respond(render(_endpoint(principal, pk)))
 
     return view
@@ -166,6 +181,7 @@ disable_endpoint = _operation("disable")
 def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk)
     delivery = operations.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
+    audit.record(principal, Endpoint, {endpoint.pk: f"Sent a test event (delivery #{delivery.pk})"})
     return respond(
         {
             "delivery_id": delivery.pk,
@@ -174,6 +190,19 @@ def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpRespon
         },
         status=202,
     )
+
+
+def record_replays(
+    principal: Principal, result: operations.OperationResult, note: str = ""
+) -> operations.OperationResult:
+    """Put each replayed delivery on record (``note`` says how it was chosen)."""
+    replay = DELIVERY_OPERATIONS["replay"]
+    audit.record(
+        principal,
+        Delivery,
+        {pk: f"{replay.audit(old)}{note}" for pk, old in result.changed.items()},
+    )
+    return result
 
 
 def operation_result(result: operations.OperationResult) -> dict[str, Any]:
@@ -188,4 +217,16 @@ def replay_since(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
     body = read_json(request)
     check_fields(body, ("since",), required=("since",))
     since = scoping.parse_time(body["since"], "since", code="validation_error")
-    return respond(operation_result(operations.replay_endpoint_deliveries(endpoint.pk, since)))
+    result = operations.replay_endpoint_deliveries(endpoint.pk, since)
+    when = f"{since:%Y-%m-%d %H:%M}"
+    record_replays(principal, result, f" (endpoint replay since {when})")
+    if result.changed:
+        audit.record(
+            principal,
+            Endpoint,
+            {
+                endpoint.pk: f"Replayed {result.changed_count} failed/dead deliveries "
+                f"created since {when}"
+            },
+        )
+    return respond(operation_result(result))

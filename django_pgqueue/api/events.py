@@ -93,17 +93,21 @@ def _record(request: dict[str, Any], where: str) -> dict[str, Any]:
         "application": request["application"],
         "channels": list(event.channels),
         "idempotency_key": event.idempotency_key,
+        "ordering_key": event.ordering_key,
         "created_at": event.created_at,
         "deliveries": queued,
     }
 
 
 def _check_same_request(event: Event, request: dict[str, Any]) -> None:
-    """A repeat must be the same request: the same type, payload bytes and channels."""
+    """A repeat must be the same request: every field ``record_event`` stores (the type,
+    the payload's bytes, the channels and the ordering key; ``record_event`` itself
+    refuses another application) is the same."""
     same = (
         event.event_type == request["event_type"]
         and event.body == serialize_payload(request["payload"])
         and list(event.channels) == check_channels(request["channels"])
+        and event.ordering_key == request["ordering_key"]
     )
     if not same:
         raise ApiError(

@@ -222,6 +222,7 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
                 request,
             )
 
+    view.scopes = {method: scope for method, (scope, _) in methods.items()}  # type: ignore[attr-defined]
     return view
 
 

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 
 from ..__about__ import __version__
 from ..conf import get_settings
+from ..models.api import ApiScope
 from ..models.queue import Status
 from ..models.webhooks import BreakerState, Ordering, RatePeriod
 from ..webhooks.routing import MAX_CHANNELS
@@ -186,6 +187,7 @@ def _schemas() -> dict[str, Any]:
                 "application": _nullable(STRING),
                 "channels": {"type": "array", "items": STRING},
                 "idempotency_key": _nullable(STRING),
+                "ordering_key": _nullable(STRING),
                 "created_at": DATETIME,
                 "deliveries": {"type": "integer", "minimum": 0},
             },
@@ -446,7 +448,7 @@ def build_document(base: str = "") -> dict[str, Any]:
                 "post": _op(
                     "endpoints_rotate_secret",
                     "A new signing secret (shown once); the old one signs during the grace period.",
-                    "manage",
+                    "secrets",
                     ("200", "Secret"),
                     params=ep,
                     problems=("404",),
@@ -605,7 +607,11 @@ def build_document(base: str = "") -> dict[str, Any]:
                 "bearerAuth": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "pgq_<prefix>_<secret>",
+                    "description": (
+                        "pgq_<prefix>_<secret>. A key holds one or more scopes ("
+                        + ", ".join(scope.value for scope in ApiScope)
+                        + "); each operation's description names the one it needs."
+                    ),
                 }
             },
         },

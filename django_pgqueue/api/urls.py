@@ -15,7 +15,7 @@ from .openapi import openapi_view
 
 app_name = "pgqueue_api"
 
-SEND, READ, MANAGE = "send", "read", "manage"
+SEND, READ, MANAGE, SECRETS = "send", "read", "manage", "secrets"
 
 urlpatterns = [
     path("openapi.json", require_GET(openapi_view), name="openapi"),
@@ -37,7 +37,7 @@ urlpatterns = [
     ),
     path(
         "endpoints/<str:pk>/rotate-secret",
-        route(POST=(MANAGE, endpoints.rotate_secret)),
+        route(POST=(SECRETS, endpoints.rotate_secret)),
         name="endpoint_rotate_secret",
     ),
     path(

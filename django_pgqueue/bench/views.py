@@ -33,6 +33,7 @@ def ceiling_event(request: HttpRequest) -> HttpResponse:
         request.headers.get("Idempotency-Key"),
         None,
         "[]",
+        None,
     ]
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(sql.INSERT_EVENT, params)

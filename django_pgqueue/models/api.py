@@ -17,6 +17,9 @@ class ApiScope(models.TextChoices):
     SEND = "send", _("Send events")
     READ = "read", _("Read endpoints, deliveries, applications and event types")
     MANAGE = "manage", _("Manage endpoints, deliveries and applications")
+    #: Replacing an endpoint's signing secret: the admin's ``manage_endpoint_secret``,
+    #: apart from ``manage`` as there (least privilege).
+    SECRETS = "secrets", _("Rotate endpoint signing secrets")
 
 
 class ApiKey(models.Model):
@@ -33,7 +36,8 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, editable=False)
     key_hash = models.CharField(max_length=64, editable=False)
     scopes = models.JSONField(
-        default=list, help_text=_("What the key may do: 'send', 'read' and/or 'manage'.")
+        default=list,
+        help_text=_("What the key may do: 'send', 'read', 'manage' and/or 'secrets'."),
     )
     application = models.ForeignKey(
         Application,

@@ -397,6 +397,15 @@ class Event(models.Model):
         blank=True,
         help_text=_("send_event with the same key returns this event instead of a new one."),
     )
+    # Kept on the event (its deliveries to key-ordered endpoints carry it too) so that
+    # a repeat with the same idempotency key is compared with everything it asked for.
+    ordering_key = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("The FIFO line it was sent in (empty: none)."),
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:

@@ -33,8 +33,9 @@ from .fragments import (
 # is parsed from the very text stored in ``body``, the bytes that get signed.
 INSERT_EVENT = f"""/* pgqueue:insert_event */
 INSERT INTO {EVENT_TABLE} (
-    event_type, payload, body, msg_id, idempotency_key, application_id, channels, created_at)
-VALUES (%s, %s::jsonb, %s, %s, %s, %s, %s::jsonb, now())
+    event_type, payload, body, msg_id, idempotency_key, application_id, channels, ordering_key,
+    created_at)
+VALUES (%s, %s::jsonb, %s, %s, %s, %s, %s::jsonb, %s, now())
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at
 """

@@ -173,6 +173,7 @@ def record_event(
                 idempotency_key,
                 application_id,
                 json.dumps(channel_list),
+                ordering_key,
             ],
         )
         row = cursor.fetchone()
@@ -210,6 +211,7 @@ def record_event(
         body=body,
         msg_id=msg_id,
         idempotency_key=idempotency_key,
+        ordering_key=ordering_key,
         created_at=created_at,
     )
     event._state.adding = False

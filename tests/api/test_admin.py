@@ -34,6 +34,17 @@ def test_a_key_created_in_the_admin_is_shown_once_and_works(admin_client, api_co
     assert f"pgq_{stored.prefix}_".encode() in listing.content
 
 
+def test_the_admin_form_offers_the_secrets_scope(admin_client, api_conf, tenants):
+    page = admin_client.get("/admin/django_pgqueue/apikey/add/")
+    assert b'value="secrets"' in page.content
+    response = admin_client.post(
+        "/admin/django_pgqueue/apikey/add/",
+        {"name": "rotator", "scopes": ["manage", "secrets"], "application": "", "rate_limit": ""},
+    )
+    assert response.status_code == 302, response.content[:2000]
+    assert ApiKey.objects.get().scopes == ["manage", "secrets"]
+
+
 def test_keys_are_revoked_by_the_admin_action(admin_client, api, tenants):
     client, kept = api("read"), api("read")
     first, second = ApiKey.objects.order_by("pk")

@@ -118,22 +118,64 @@ def test_the_header_is_the_same_key_as_the_field(api, tenants):
     problem_of(mixed, 422)
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"payload": {"id": 2}},
-        {"event_type": "order.refunded"},
-        {"channels": ["eu"]},
-        {"application": "cust_a"},
-    ],
-)
-def test_the_same_key_with_another_request_is_a_409(api, tenants, change):
+#: The first request of each case, then a repeat with the same key changing one stored
+#: field (every field of ``EVENT_FIELDS`` but the key itself, both ways where it is
+#: optional).
+FIRST = {"event_type": "order.paid", "payload": {"id": 1}, "ordering_key": "o-1"}
+CHANGES = {
+    "payload": ({}, {"payload": {"id": 2}}),
+    "payload key order": (
+        {"payload": {"a": 1, "b": 2}},
+        {"payload": {"b": 2, "a": 1}},
+    ),
+    "event_type": ({}, {"event_type": "order.refunded"}),
+    "channels added": ({}, {"channels": ["eu"]}),
+    "channels changed": ({"channels": ["eu"]}, {"channels": ["us"]}),
+    "channels removed": ({"channels": ["eu"]}, {"channels": None}),
+    "application added": ({}, {"application": "cust_a"}),
+    "application changed": ({"application": "cust_a"}, {"application": "cust_b"}),
+    "application removed": ({"application": "cust_a"}, {"application": None}),
+    "ordering_key changed": ({}, {"ordering_key": "o-2"}),
+    "ordering_key removed": ({}, {"ordering_key": None}),
+    "ordering_key added": ({"ordering_key": None}, {"ordering_key": "o-1"}),
+}
+
+
+def test_every_stored_field_of_a_request_is_compared():
+    from django_pgqueue.api.events import EVENT_FIELDS
+
+    changed = {name.split()[0] for name in CHANGES}
+    assert changed == set(EVENT_FIELDS) - {"idempotency_key"}
+
+
+def _post(client, batch: bool, request: dict):
+    if batch:
+        return client.post("events/batch", {"events": [request]})
+    return client.post("events", request)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["events", "batch"])
+@pytest.mark.parametrize(("first", "change"), list(CHANGES.values()), ids=list(CHANGES))
+def test_the_same_key_with_another_request_is_a_409(api, tenants, batch, first, change):
     client = api("send")
-    request = {"event_type": "order.paid", "payload": {"id": 1}, "idempotency_key": "k-1"}
-    assert client.post("events", request).status_code == 202
-    body = problem_of(client.post("events", {**request, **change}), 409)
+    request = {**FIRST, **first, "idempotency_key": "k-1"}
+    assert _post(client, batch, request).status_code == 202
+    # The same request again is the same answer...
+    assert _post(client, batch, request).status_code == 202
+    # ...and one stored field changed is a conflict, whatever the field.
+    body = problem_of(_post(client, batch, {**request, **change}), 409)
     assert body["code"] == "idempotency_conflict"
+    assert "k-1" in body["detail"]
     assert Event.objects.count() == 1
+
+
+def test_the_ordering_key_of_an_event_is_stored(api, tenants):
+    """The ordering key is kept on the event, so a repeat is compared with it even when
+    no endpoint orders by key (and the event has no delivery that carries it)."""
+    client = api("send")
+    event = client.post("events", {**FIRST, "idempotency_key": "k-1"}).json()
+    assert Event.objects.get(pk=event["id"]).ordering_key == "o-1"
+    assert event["ordering_key"] == "o-1"
 
 
 def test_concurrent_duplicates_create_one_event(api, tenants):

@@ -9,6 +9,7 @@ import pytest
 from django.urls import URLPattern
 
 from django_pgqueue.api import urls
+from django_pgqueue.api.keys import SCOPES
 from django_pgqueue.api.openapi import build_document
 from django_pgqueue.models import Application, Delivery, Endpoint, Status
 
@@ -31,7 +32,7 @@ ROUTES = [
     ("get", "endpoints/{ep}", "read", None),
     ("patch", "endpoints/{ep}", "manage", {"description": "taken"}),
     ("delete", "endpoints/{ep}", "manage", None),
-    ("post", "endpoints/{ep}/rotate-secret", "manage", None),
+    ("post", "endpoints/{ep}/rotate-secret", "secrets", None),
     ("post", "endpoints/{ep}/enable", "manage", None),
     ("post", "endpoints/{ep}/disable", "manage", None),
     ("post", "endpoints/{ep}/test", "manage", None),
@@ -97,7 +98,7 @@ def _snapshot():
 
 @pytest.mark.parametrize(("method", "path", "scope", "body"), ROUTES)
 def test_a_key_of_one_application_never_reaches_another(api, world, method, path, scope, body):
-    client = api("send", "read", "manage", application="cust_a")
+    client = api(*SCOPES, application="cust_a")
     before = _snapshot()
     response = client.call(method, _path(path, world), _fill(body, world))
     if "{app}" in path:
@@ -135,7 +136,7 @@ def test_lists_of_a_scoped_key_hold_its_own_objects(api, world):
 
 @pytest.mark.parametrize(("method", "path", "scope", "body"), ROUTES)
 def test_a_key_without_the_scope_is_refused(api, world, method, path, scope, body):
-    others = [s for s in ("send", "read", "manage") if s != scope]
+    others = [s for s in SCOPES if s != scope]
     client = api(*others)
     before = _snapshot()
     response = client.call(method, _path(path, world), _fill(body, world))
@@ -147,6 +148,24 @@ def test_a_key_without_the_scope_is_refused(api, world, method, path, scope, bod
 def test_no_key_is_a_401_everywhere(api, world, method, path, scope, body):
     response = ApiClient(None).call(method, _path(path, world), _fill(body, world))
     problem_of(response, 401)
+
+
+def test_the_scopes_are_send_read_manage_and_secrets():
+    assert set(SCOPES) == {"send", "read", "manage", "secrets"}
+    assert {scope for _, _, scope, _ in ROUTES} == set(SCOPES)
+
+
+def test_rotating_a_secret_needs_the_secrets_scope_manage_is_not_enough(api, world):
+    endpoint = world["ep_a"]
+    for scopes in (("manage",), ("send", "read", "manage")):
+        problem_of(api(*scopes).post(f"endpoints/{endpoint.pk}/rotate-secret"), 403)
+    endpoint.refresh_from_db()
+    assert endpoint.previous_secrets == []
+    # ``secrets`` alone suffices: rotating is its own privilege, not a kind of managing.
+    rotated = api("secrets").post(f"endpoints/{endpoint.pk}/rotate-secret")
+    assert rotated.status_code == 200, rotated.content
+    endpoint.refresh_from_db()
+    assert rotated.json()["secret"] == endpoint.secret
 
 
 def test_a_send_key_cannot_read_secrets_or_deliveries(api, world):

@@ -37,6 +37,17 @@ def test_the_command_prints_the_key_once_and_stores_its_hash(tenants):
     assert key not in out.getvalue()
 
 
+def test_the_command_creates_a_key_with_the_secrets_scope(tenants):
+    key = create("--name", "rotator", "--scope", "secrets")
+    assert ApiKey.objects.get().scopes == ["secrets"]
+    endpoint = tenants["ep_a"]
+    response = ApiClient(key).post(f"endpoints/{endpoint.pk}/rotate-secret")
+    assert response.status_code == 200, response.content
+    # Only that: no reading, no managing.
+    problem_of(ApiClient(key).get(f"endpoints/{endpoint.pk}"), 403)
+    problem_of(ApiClient(key).post(f"endpoints/{endpoint.pk}/disable"), 403)
+
+
 def test_a_revoked_key_is_refused(tenants):
     key = create("--name", "old", "--scope", "send")
     call_command("pgqueue_api_key", "revoke", key[:16], stdout=io.StringIO())

@@ -31,6 +31,16 @@ def test_every_schema_is_a_valid_json_schema():
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.parametrize(("method", "path", "scope", "body"), ROUTES)
+def test_every_operation_documents_the_scope_its_route_checks(method, path, scope, body):
+    from django.urls import resolve
+
+    operation = DOCUMENT["paths"][_template(path)][method]
+    assert operation["description"].startswith(f"Scope: `{scope}`.")
+    view = resolve("/webhooks/api/" + path.replace("{ep}", "1").replace("{dlv}", "1"))
+    assert view.func.scopes[method.upper()] == scope
+
+
 def _template(path: str) -> str:
     return "/" + path.replace("{ep}", "{id}").replace("{dlv}", "{id}").replace("{app}", "{uid}")
 

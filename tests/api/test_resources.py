@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_an_endpoint_secret_is_shown_on_create_and_rotation_only(api, tenants):
-    client = api("read", "manage")
+    client = api("read", "manage", "secrets")
     response = client.post(
         "endpoints",
         {

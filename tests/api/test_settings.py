@@ -25,6 +25,8 @@ def test_the_defaults():
         ({"MAX_BATCH": 1001}, "at most 1000"),
         ({"PAGE_SIZE": 600}, "must not exceed"),
         ({"MAX_PAGE_SIZE": True}, "MAX_PAGE_SIZE'] must be a positive integer"),
+        ({"AUDIT_USER": ""}, "AUDIT_USER'] must be a user name or None"),
+        ({"AUDIT_USER": 7}, "AUDIT_USER'] must be a user name or None"),
     ],
 )
 def test_bad_values_name_the_key(api, words, settings):

@@ -36,7 +36,7 @@ class Command(BaseCommand):
             required=True,
             choices=SCOPES,
             dest="scopes",
-            help="What the key may do (repeat for several): send, read, manage.",
+            help=f"What the key may do (repeat for several): {', '.join(SCOPES)}.",
         )
         create.add_argument(
             "--application",
