@@ -94,7 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "PREFETCH": None,
     # Upper bound on rows claimed by one statement (only short tasks reach it: the
     # adaptive prefetch keeps claims small for slow ones).
-    "BATCH_SIZE": 250,
+    "BATCH_SIZE": 100,
     # LISTEN/NOTIFY wake-ups; polling still runs when this is False.
     "NOTIFY": True,
     "NOTIFY_CHANNEL": "pgqueue",
