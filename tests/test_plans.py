@@ -260,3 +260,34 @@ def test_worker_statements_are_never_given_a_generic_plan(conn):
         "pgqueue:any_due",
     }
     assert all(generic == 0 and custom >= WARM_UP - 2 for _, generic, custom in rows), rows
+
+
+def test_claims_do_not_scan_an_analysed_backlog(conn):
+    """With the table analysed after a backlog built up (autovacuum's normal work),
+    the planner knows nearly every row is due: each claim must still read its rows
+    through the indexes, not the backlog (a semi-join it may hash over a sequential
+    scan of every due delivery)."""
+    from django_pgqueue.models import Endpoint
+    from django_pgqueue.webhooks.delivery_source import DeliverySource
+
+    Endpoint.objects.create(url="https://example.com/hook", event_types=["e"])
+    deliveries = DeliverySource("plan-test")
+    jobs = JobSource(TaskRunner("plan-test", 60.0))
+    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
+    pending_deliveries = FILL_DELIVERIES.replace("'in_progress'", "'pending'").replace(
+        "gen_random_uuid(),\n         now() + interval '1 hour'", "NULL, NULL"
+    )
+    pending_jobs = FILL_JOBS.replace("'in_progress'", "'pending'").replace(
+        "gen_random_uuid(), now() + interval '1 hour'", "NULL, NULL"
+    )
+    for fill, table in ((pending_deliveries, sql.DELIVERY_TABLE), (pending_jobs, sql.JOB_TABLE)):
+        grow(conn, fill, table)
+        conn.execute(f"ANALYZE {table}")
+    for source, table in ((deliveries, sql.DELIVERY_TABLE), (jobs, sql.JOB_TABLE)):
+        for _ in range(WARM_UP):
+            claimed: list[Any] = []
+            read = rows_read_by_seq_scans(
+                conn, table, lambda s=source: claimed.extend(s.claim(conn, params))
+            )
+            assert len(claimed) == 10
+            assert read < ROWS // 100, (table, read)
