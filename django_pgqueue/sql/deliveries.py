@@ -40,40 +40,86 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at
 """
 
-# The application ``send_event(application=uid)`` names, and whether it is active.
-SELECT_APPLICATION = f"""/* pgqueue:select_application */
-SELECT id, is_active FROM {APPLICATION_TABLE} WHERE uid = %s
-"""
-
-# One delivery per active endpoint subscribed to the event, in one set-based
-# statement: the cost is one round trip whatever the number of endpoints.
-# * Tenancy: the endpoints of the event's application, or the global ones
-#   (application NULL) for an event sent without one. The two shapes are two
-#   statements rather than ``IS NOT DISTINCT FROM`` (which no index answers): each
-#   is one range of ``pgq_ep_app_idx``, so the cost follows the endpoints of
-#   that application and not the number of applications.
-# * Type: an empty ``event_types`` subscribes to everything; otherwise it holds the
-#   type or one of its wildcards (``order.*``): the caller passes the type and its
-#   wildcards (routing.subscription_keys) and ``?|`` asks for any of them.
-# * Channels: an endpoint without channels takes every event; one with channels
-#   only events that carry one of them.
-# A FIFO endpoint's delivery gets its ordering key here ('' puts all of an
-# endpoint's deliveries in one line; a keyed endpoint's deliveries without a key
-# are not ordered).
-_FAN_OUT = f"""/* pgqueue:fan_out */
-INSERT INTO {DELIVERY_TABLE} (
-    event_id, endpoint_id, status, attempts, max_attempts, next_attempt_at,
-    worker_id, last_error, created_at, updated_at, ordering_key
+# An event and its deliveries, in one statement: one round trip where an event
+# INSERT then a fan-out INSERT were two (docs/performance.md, "HTTP API ingest").
+# Data-modifying CTEs share the statement's snapshot, so ``fanned`` cannot read
+# ``event``'s table for the new row; it joins the row ``event`` RETURNs instead.
+#
+# * ``app`` (application events only): the application the event names, read in
+#   the same statement rather than by a lookup of its own (one round trip more).
+#   The event is written only if it is active; the last SELECT returns what it
+#   found in any case, so the caller tells "no application" and "inactive" apart
+#   and raises before anything else, as the lookup did.
+# * ``event``: INSERT_EVENT's row and its idempotency: with a key already used
+#   (even by a concurrent transaction: ON CONFLICT waits for it), nothing is
+#   inserted and ``event`` is empty, so ``fanned`` inserts nothing either. The
+#   caller then reads the first event by its own query: this statement's snapshot
+#   predates the concurrent commit and cannot see it.
+# * ``fanned``: one delivery per active endpoint subscribed to the event,
+#   set-based: one statement whatever the number of endpoints.
+#   - Tenancy: the endpoints of the event's application, or the global ones
+#     (application NULL) for an event sent without one. The two shapes are two
+#     statements rather than ``IS NOT DISTINCT FROM`` (which no index answers):
+#     each is one range of ``pgq_ep_app_idx``, so the cost follows the endpoints of
+#     that application and not the number of applications.
+#   - Type: an empty ``event_types`` subscribes to everything; otherwise it holds
+#     the type or one of its wildcards (``order.*``): the caller passes the type
+#     and its wildcards (routing.subscription_keys) and ``?|`` asks for any of them.
+#   - Channels: an endpoint without channels takes every event; one with channels
+#     only events that carry one of them.
+#   A FIFO endpoint's delivery gets its ordering key here ('' puts all of an
+#   endpoint's deliveries in one line; a keyed endpoint's deliveries without a
+#   key are not ordered).
+# * The last SELECT always returns one row (LEFT JOINs from a one-row VALUES):
+#   the application found and whether it is active (NULL, NULL without one), the
+#   event's id and ``created_at`` (NULL when the key was used before) and how many
+#   deliveries were queued, counted from ``fanned`` since the statement's own row
+#   count is the SELECT's.
+_RECORD_EVENT = f"""/* pgqueue:{{name}} */
+WITH {{app}}event AS (
+    INSERT INTO {EVENT_TABLE} (
+        event_type, payload, body, msg_id, idempotency_key, application_id, channels,
+        ordering_key, created_at)
+    SELECT %(event_type)s, %(body)s::jsonb, %(body)s, %(msg_id)s, %(idempotency_key)s,
+           {{application_id}}, %(channels_json)s::jsonb, %(ordering_key)s, now(){{from_app}}
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, created_at, application_id
+), fanned AS (
+    INSERT INTO {DELIVERY_TABLE} (
+        event_id, endpoint_id, status, attempts, max_attempts, next_attempt_at,
+        worker_id, last_error, created_at, updated_at, ordering_key
+    )
+    SELECT v.id, e.id, 'pending', 0, %(max_attempts)s, now(), '', '', now(),
+           now(), CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %(ordering_key)s END
+    FROM event AS v JOIN {ENDPOINT_TABLE} AS e ON {{tenant}}
+    WHERE e.is_active
+      AND (e.event_types = '[]'::jsonb OR e.event_types ?| %(type_keys)s::text[])
+      AND (e.channels = '[]'::jsonb OR e.channels ?| %(channels)s::text[])
+    RETURNING 1
 )
-SELECT %(event_id)s, e.id, 'pending', 0, %(max_attempts)s, now(), '', '', now(),
-       now(), CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %(ordering_key)s END
-FROM {ENDPOINT_TABLE} AS e
-WHERE e.is_active AND {{tenant}}
-  AND (e.event_types = '[]'::jsonb OR e.event_types ?| %(type_keys)s::text[])
-  AND (e.channels = '[]'::jsonb OR e.channels ?| %(channels)s::text[])
+SELECT {{found}}, v.id, v.created_at, (SELECT count(*) FROM fanned)
+FROM (VALUES (1)) AS one {{join_app}}LEFT JOIN event AS v ON true
 """
-INSERT_DELIVERIES = _FAN_OUT.format(tenant="e.application_id IS NULL")
-INSERT_APPLICATION_DELIVERIES = _FAN_OUT.format(tenant="e.application_id = %(application_id)s")
+RECORD_EVENT = _RECORD_EVENT.format(
+    name="record_event",
+    app="",
+    application_id="NULL::bigint",
+    from_app="",
+    tenant="e.application_id IS NULL",
+    found="NULL::bigint, NULL::boolean",
+    join_app="",
+)
+RECORD_APPLICATION_EVENT = _RECORD_EVENT.format(
+    name="record_application_event",
+    app=f"""app AS (
+    SELECT id, is_active FROM {APPLICATION_TABLE} WHERE uid = %(application)s
+), """,
+    application_id="a.id",
+    from_app="\n    FROM app AS a WHERE a.is_active",
+    tenant="e.application_id = v.application_id",
+    found="a.id, a.is_active",
+    join_app="LEFT JOIN app AS a ON true ",
+)
 
 # Delivery ``d`` may go now as far as FIFO ordering goes: it has no ordering key,
 # or it is the head of its key (no older delivery of the key waiting or in flight)

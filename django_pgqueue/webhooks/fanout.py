@@ -152,32 +152,31 @@ def record_event(
     msg_id = new_message_id()
     warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=3)
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        application_id = None
-        if uid is not None:
-            cursor.execute(sql.SELECT_APPLICATION, [uid])
-            found = cursor.fetchone()
-            if found is None or not found[1]:
-                state = "no application" if found is None else "the application is inactive"
-                raise UnknownApplication(
-                    f"send_event(application={uid!r}): {state} with that uid; nothing was "
-                    f"sent. Create it (Application.objects.create(uid={uid!r})) or activate it."
-                )
-            application_id = found[0]
+        # The application's lookup, the event and its fan-out: one statement.
         cursor.execute(
-            sql.INSERT_EVENT,
-            [
-                event_type,
-                body,
-                body,
-                msg_id,
-                idempotency_key,
-                application_id,
-                json.dumps(channel_list),
-                ordering_key,
-            ],
+            sql.RECORD_EVENT if uid is None else sql.RECORD_APPLICATION_EVENT,
+            {
+                "application": uid,
+                "event_type": event_type,
+                "body": body,
+                "msg_id": msg_id,
+                "idempotency_key": idempotency_key,
+                "channels_json": json.dumps(channel_list),
+                "ordering_key": ordering_key,
+                "max_attempts": max_attempts(webhooks),
+                "type_keys": subscription_keys(event_type),
+                "channels": channel_list,
+            },
         )
-        row = cursor.fetchone()
-        if row is None:
+        application_id, active, event_id, created_at, queued = cursor.fetchone()
+        if uid is not None and not active:
+            # Nothing was written: the event is inserted only for an active application.
+            state = "no application" if application_id is None else "the application is inactive"
+            raise UnknownApplication(
+                f"send_event(application={uid!r}): {state} with that uid; nothing was "
+                f"sent. Create it (Application.objects.create(uid={uid!r})) or activate it."
+            )
+        if event_id is None:
             # The key was used before (or by a transaction that just committed).
             first = Event.objects.using(alias).get(idempotency_key=idempotency_key)
             if first.application_id != application_id:
@@ -189,19 +188,6 @@ def record_event(
                     f"application's uid to keep them apart."
                 )
             return first, None
-        event_id, created_at = row
-        cursor.execute(
-            sql.INSERT_DELIVERIES if application_id is None else sql.INSERT_APPLICATION_DELIVERIES,
-            {
-                "event_id": event_id,
-                "max_attempts": max_attempts(webhooks),
-                "ordering_key": ordering_key,
-                "type_keys": subscription_keys(event_type),
-                "channels": channel_list,
-                "application_id": application_id,
-            },
-        )
-        queued = cursor.rowcount
     event = Event(
         id=event_id,
         application_id=application_id,

@@ -1,7 +1,7 @@
 """Who receives an event: applications, channels and wildcard event types.
 
 The rules are checked here, in Python, before any SQL; the fan-out
-(``sql.INSERT_DELIVERIES``) then matches with plain ``jsonb`` containment:
+(``sql.RECORD_EVENT``) then matches with plain ``jsonb`` containment:
 
 * an endpoint of an application receives only that application's events; a global
   endpoint (no application) only events sent without one;

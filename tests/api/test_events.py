@@ -38,14 +38,13 @@ def test_an_event_and_all_its_deliveries_exist_when_the_202_comes(api, tenants):
         response = client.post("events", {"event_type": "order.paid", "payload": {"id": 1}})
     assert response.status_code == 202, response.content
     # The hot path: the key with its rate limit, then the event and its fan-out in one
-    # transaction, committed before the answer; no savepoints.
+    # statement and one transaction, committed before the answer; no savepoints.
     statements = [q["sql"].split("*/")[0].strip("/* ") for q in queries.captured_queries]
     assert not [s for s in statements if "SAVEPOINT" in s]
     # Django logs BEGIN and COMMIT on some versions only.
     assert [s for s in statements if s not in ("BEGIN", "COMMIT")] == [
         "pgqueue:api_authenticate",
-        "pgqueue:insert_event",
-        "pgqueue:fan_out",
+        "pgqueue:record_event",
     ]
     body = response.json()
     assert len(_committed_deliveries(body["id"])) == body["deliveries"] == 1
@@ -72,7 +71,7 @@ def test_an_application_event_fans_out_to_that_application(api, tenants):
 
 
 def test_a_failing_fan_out_leaves_nothing(api, tenants):
-    """The event row is written, then the fan-out fails: the answer is an error, not
+    """The event row is written, then its fan-out fails: the answer is an error, not
     a 2xx, and the event is gone with the rolled-back transaction."""
     with connections["default"].cursor() as cursor:
         cursor.execute(

@@ -153,14 +153,18 @@ def test_the_fan_out_reads_one_application_through_its_index(make_endpoint):
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")  # tiny table: ask for the index
         cursor.execute(
-            "EXPLAIN " + sql.INSERT_APPLICATION_DELIVERIES,
+            "EXPLAIN " + sql.RECORD_APPLICATION_EVENT,
             {
-                "event_id": 1,
-                "max_attempts": 3,
+                "application": "cust_a",
+                "event_type": "a.b",
+                "body": "{}",
+                "msg_id": "msg_1",
+                "idempotency_key": None,
+                "channels_json": "[]",
                 "ordering_key": None,
+                "max_attempts": 3,
                 "type_keys": ["a.b", "a.*"],
                 "channels": [],
-                "application_id": 1,
             },
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
