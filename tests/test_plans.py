@@ -287,7 +287,7 @@ def test_claims_do_not_scan_an_analysed_backlog(conn):
         for _ in range(WARM_UP):
             claimed: list[Any] = []
             read = rows_read_by_seq_scans(
-                conn, table, lambda s=source: claimed.extend(s.claim(conn, params))
+                conn, table, lambda s=source, c=claimed: c.extend(s.claim(conn, params))
             )
             assert len(claimed) == 10
             assert read < ROWS // 100, (table, read)
