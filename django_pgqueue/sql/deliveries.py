@@ -235,22 +235,24 @@ _PICKED_DELIVERIES = picked(
 _DELIVERY_LEASE_EXPIRED = lease_expired_error("d.worker_id")
 _UNNEST_PICKED_DELIVERIES = unnest_picked(_CLAIM_DELIVERY_PICKED)
 
-# "Has endpoint ``e`` a delivery due now?", asked per endpoint the claim looks at.
-# ``OFFSET 0`` keeps it a per-endpoint probe of the due index (one descent, the
-# first entry answers): without it PostgreSQL may turn the EXISTS into a semi-join,
-# and once the table is analysed with a large backlog it prefers hashing every due
-# delivery by endpoint (a sequential scan of the backlog on every claim; 20,000 rows
-# for a one-endpoint backlog of 20,000 in tests/test_plans.py). A subquery with an
-# OFFSET is never pulled up into a join.
-_DUE_PROBE = f"""SELECT 1 FROM {DELIVERY_TABLE} AS d
-          WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'failed')
-            AND d.next_attempt_at <= now()
-          OFFSET 0"""
+# "Has endpoint ``e`` a delivery due now?", asked per endpoint the claim looks at,
+# as "is its oldest waiting delivery due?": a scalar sub-select ordered like the
+# due index ``(endpoint_id, next_attempt_at, id)``, so the answer is one descent of
+# that index whatever the statistics say (no other index gives that order without a
+# sort). Written as ``EXISTS``, PostgreSQL may turn it into a semi-join and, once
+# the table is analysed with a large backlog, hash every due delivery by endpoint:
+# a sequential scan of the backlog on every claim (20,000 rows for a one-endpoint
+# backlog of 20,000 in tests/test_plans.py); kept as a per-row ``EXISTS`` it may
+# still prefer a sequential scan "until the first match". A scalar sub-select is
+# never pulled up into a join. Parked deliveries (PARKED) are never due.
+_HAS_DUE = f"""(SELECT d.next_attempt_at FROM {DELIVERY_TABLE} AS d
+           WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'failed')
+           ORDER BY d.next_attempt_at LIMIT 1) <= now()"""
 CLAIM_DELIVERIES = f"""/* pgqueue:claim_deliveries */
 WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     SELECT e.id FROM {ENDPOINT_TABLE} AS e
     WHERE e.is_active AND e.breaker_state IN ('open', 'half_open') AND e.open_until <= now()
-      AND EXISTS ({_DUE_PROBE})
+      AND {_HAS_DUE}
     LIMIT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed))
     FOR UPDATE OF e SKIP LOCKED
 ), probes AS MATERIALIZED (
@@ -290,7 +292,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
       AND COALESCE({_RATE_ALLOWANCE}, 1) > 0
       AND (COALESCE(e.max_in_flight, %(max_in_flight)s::int) IS NULL
            OR COALESCE(e.max_in_flight, %(max_in_flight)s::int) > ({_IN_FLIGHT}))
-      AND EXISTS ({_DUE_PROBE})
+      AND {_HAS_DUE}
     ORDER BY e.served_at NULLS FIRST, e.id
     LIMIT (SELECT n FROM free)
 ), locked AS MATERIALIZED (

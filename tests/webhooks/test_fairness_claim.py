@@ -266,8 +266,10 @@ def test_claim_cost_stays_flat_behind_a_large_backlog_and_uses_the_partial_index
     backlog(20_000, "large")
     large = buffers_of_claim()
     # 100x the backlog: the claim reads the same few pages (a full scan would read
-    # hundreds more), and goes through the partial indexes.
-    assert large <= small + 20, (small, large)
+    # hundreds more), and goes through the partial indexes. Each index descent reads
+    # one page more once the due index has grown a level (about two dozen descents
+    # per claim: the walk, each candidate's due and in-flight probes, the picks).
+    assert large <= small + 40, (small, large)
     text = plan_text()
     assert "pgq_dlv_due_idx" in text and "pgq_dlv_flight_idx" in text
     assert "Seq Scan on pgqueue_delivery" not in text
