@@ -125,6 +125,21 @@ class Principal:
     application_uid: str | None
 
 
+def _retry_after(conf: Any, key_id: int) -> float | None:
+    """Seconds until key ``key_id`` may send again, read afresh (sql.RATE_RETRY_AFTER)."""
+    with connections[conf.DATABASE].cursor() as cursor:
+        cursor.execute(
+            sql.RATE_RETRY_AFTER,
+            {
+                "key_id": key_id,
+                "window": float(conf.API["RATE_WINDOW"]),
+                "default_limit": conf.API["RATE_LIMIT"],
+            },
+        )
+        row = cursor.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
 def authenticate(request: HttpRequest) -> Principal:
     """The request's key, checked and counted against its rate limit (one statement)."""
     header = request.headers.get("Authorization", "")
@@ -161,6 +176,7 @@ def authenticate(request: HttpRequest) -> Principal:
     if not hmac.compare_digest(stored_hash, digest) or revoked_at is not None:
         raise refused
     if not allowed:
+        wait = _retry_after(conf, key_id) or wait
         retry_after = max(1, math.ceil(wait or 1))
         raise ApiError(
             "rate_limited",

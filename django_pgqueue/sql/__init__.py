@@ -30,6 +30,7 @@ from .api import (
     API_KEY_TABLE,
     API_RATE_TABLE,
     AUTHENTICATE,
+    RATE_RETRY_AFTER,
 )
 from .dashboard import (
     DELIVERY_OVERVIEW,
@@ -194,6 +195,7 @@ __all__ = [
     "PRUNE_EVENTS",
     "PRUNE_JOBS",
     "QUEUE_TABLES",
+    "RATE_RETRY_AFTER",
     "READ_DELIVERY_OUTCOMES",
     "READ_OUTCOMES",
     "READ_TRACE_CONTEXTS",

@@ -66,3 +66,20 @@ SELECT f.id, f.key_hash, f.scopes, f.application_id, f.application_uid, f.revoke
        ))::float8 AS retry_after
 FROM found AS f
 """
+
+# Seconds until a refused key may send again, read in a statement of its own. The
+# authentication statement's own Retry-After comes from its snapshot, taken before
+# the UPSERT waited for a concurrent request's lock: a request refused just after
+# another process created or moved the key's row would read the older ``tat`` (or
+# none) and tell the client to retry in a second. A new statement sees the row as
+# the refusal did; only refused requests pay this second round trip.
+RATE_RETRY_AFTER = f"""/* pgqueue:api_retry_after */
+SELECT extract(epoch FROM (
+           GREATEST(r.tat, now())
+           + make_interval(secs => %(window)s::float8
+                                   / COALESCE(k.rate_limit, %(default_limit)s))
+           - make_interval(secs => %(window)s) - now()
+       ))::float8
+FROM {API_RATE_TABLE} AS r JOIN {API_KEY_TABLE} AS k ON k.id = r.key_id
+WHERE r.key_id = %(key_id)s
+"""

@@ -162,3 +162,34 @@ def test_last_used_is_written_at_most_once_a_minute(api, tenants):
     assert first is not None
     client.get("applications")
     assert ApiKey.objects.get().last_used_at == first
+
+
+def test_retry_after_is_read_after_a_concurrent_request_moved_the_allowance(api, api_conf, tenants):
+    """A request that waited for another connection's update of the key's allowance
+    and was then refused must say when to retry from that update, not from the older
+    allowance its statement's snapshot holds (it said "retry in 1 second")."""
+    import psycopg
+
+    api_conf(RATE_WINDOW=3600)
+    client = api("read", rate_limit=10)  # one request costs 360 s of allowance
+    assert client.get("applications").status_code == 200
+    answers: list[object] = []
+
+    def request() -> None:
+        try:
+            answers.append(ApiClient(client.key).get("applications"))
+        finally:
+            connections.close_all()
+
+    with psycopg.connect(database_url(), autocommit=True) as other:
+        with other.transaction():
+            # Another request spends the whole allowance and holds the row meanwhile.
+            other.execute("UPDATE pgqueue_api_rate SET tat = now() + interval '3600 seconds'")
+            thread = threading.Thread(target=request)
+            thread.start()
+            time.sleep(0.5)  # the request's statement is waiting for this row's lock
+        thread.join(10)
+    refused = answers[0]
+    problem_of(refused, 429)
+    # The spent allowance frees the next request's 360 s after the window: 360 s.
+    assert 300 <= int(refused["Retry-After"]) <= 361, refused["Retry-After"]
