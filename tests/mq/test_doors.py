@@ -10,16 +10,9 @@ from django_pgqueue import mq
 from django_pgqueue.db import connect
 from django_pgqueue.mq import store
 
-from .test_sql_api import command, one
+from .test_sql_api import one
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def sql_api():
-    command("--schema", "pgmq_test")
-    yield "pgmq_test"
-    command("--schema", "pgmq_test", "--uninstall")
 
 
 #: (what, SQL expression of the message, Python value or None when Python cannot

@@ -26,7 +26,7 @@ from django_pgqueue import mq
 from django_pgqueue.mq.consumers import unregister
 
 from ..admin.conftest import _staff, csrf_client
-from .test_sql_api import command, one
+from .test_sql_api import one
 from .test_untrusted_rows import plant
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,13 +56,6 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("oversize", ["x" * 1_100_000], "pg_catalog.jsonb_build_array(repeat('x', 1100000))"),
 ]
 IDS = [row[0] for row in HOSTILE]
-
-
-@pytest.fixture
-def sql_api() -> Iterator[str]:
-    command("--schema", "pgmq_test")
-    yield "pgmq_test"
-    command("--schema", "pgmq_test", "--uninstall")
 
 
 @pytest.mark.parametrize(("name", "value", "body"), HOSTILE, ids=IDS)
