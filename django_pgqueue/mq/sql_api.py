@@ -204,8 +204,12 @@ BEGIN
         RAISE EXCEPTION '% is nested more than % levels deep (PGQUEUE[''MAX_JSON_DEPTH''])',
             what, {max_depth} USING ERRCODE = 'program_limit_exceeded';
     END IF;
-    IF jsonb_path_exists(doc, 'strict $.** ? (@.type() == "number" && (@.abs() >= 1e4300
-            || (@.abs() > 1.7976931348623157e308 && @.floor() != @)))') THEN
+    -- A number beyond a float is either an integer (Python reads up to 4300 digits)
+    -- or written with a fraction, which Python would read as infinity: jsonpath cannot
+    -- see how a number is written, so the text is asked, only when such a number exists.
+    IF jsonb_path_exists(doc, 'strict $.** ? (@.type() == "number" && @.abs() > 1.7976931348623157e308)')
+        AND (jsonb_path_exists(doc, 'strict $.** ? (@.type() == "number" && @.abs() >= 1e4300)')
+             OR doc::text ~ '[0-9]{{200}}[0-9]{{109}}[.]') THEN
         RAISE EXCEPTION '% holds a number Python cannot read (an integer of more than 4300 digits, or a fraction too large for a float)',
             what USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -25,6 +25,7 @@ REFUSED = [
     ("deep", "(repeat('[', 300) || repeat(']', 300))::jsonb", "deep", "nested"),
     ("huge int", "('[' || repeat('7', 5000) || ']')::jsonb", None, "Python cannot read"),
     ("float overflow", "('[' || repeat('9', 400) || '.5]')::jsonb", None, "Python cannot read"),
+    ("float overflow .0", "('[' || repeat('9', 400) || '.0]')::jsonb", None, "Python cannot"),
     ("oversize", "pg_catalog.jsonb_build_array(repeat('x', 1100000))", ["x" * 1_100_000], "bytes"),
 ]
 
@@ -69,6 +70,19 @@ def test_sql_send_refuses_headers_python_refuses(sql_api):
     one("SELECT * FROM pgmq_test.send('door', '[1, {\"a\": null}]', '{\"h\": 1}'::jsonb)")
     (message,) = mq.read("door")
     assert message.message == [1, {"a": None}] and message.headers == {"h": 1}
+
+
+def test_sql_send_accepts_what_python_send_accepts_at_the_limits(sql_api):
+    mq.create("door")
+    one(
+        "SELECT * FROM pgmq_test.send_batch('door', ARRAY["
+        " ('[' || repeat('9', 4300) || ', 1.5, 1e300]')::jsonb,"
+        " (repeat('[', 100) || repeat(']', 100))::jsonb])"
+    )
+    big, deep = mq.read("door", qty=5)
+    assert big.message == [int("9" * 4300), 1.5, 10**300]
+    mq.send("door", deep.message)  # exactly MAX_JSON_DEPTH levels: both doors take it
+    assert mq.metrics("door").total_messages == 3
 
 
 PLANTED = [
