@@ -453,12 +453,12 @@ def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
     cursor.execute(
         """/* pgqueue:mq_sql_api_schema */
         SELECT n.oid IS NOT NULL,
-               obj_description(n.oid, 'pg_namespace') = %s,
-               EXISTS (SELECT 1 FROM pg_extension e WHERE e.extname = 'pgmq'
+               pg_catalog.obj_description(n.oid, 'pg_namespace') = %s,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pgmq'
                        AND e.extnamespace = n.oid),
-               EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid)
-               OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = n.oid)
-        FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = %s""",
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid)
+               OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid)
+        FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = %s""",
         [MARKER, schema],
     )
     exists, ours, extension, objects = cursor.fetchone()
@@ -467,14 +467,17 @@ def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
 
 def _data_schema(cursor: Any) -> str:
     cursor.execute(
-        "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = to_regclass(%s)",
+        "SELECT relnamespace::regnamespace::text FROM pg_catalog.pg_class"
+        " WHERE oid = pg_catalog.to_regclass(%s)",
         [REGISTRY],
     )
     row = cursor.fetchone()
     if row is None:
         raise SqlApiError(f"table {REGISTRY} not found: run `manage.py migrate` first")
     # regnamespace::text is quoted when needed; we want the bare name.
-    cursor.execute("SELECT nspname FROM pg_namespace WHERE oid = %s::regnamespace", [row[0]])
+    cursor.execute(
+        "SELECT nspname FROM pg_catalog.pg_namespace WHERE oid = %s::regnamespace", [row[0]]
+    )
     return str(cursor.fetchone()[0])
 
 
