@@ -188,7 +188,7 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 note = f"Archived messages {done}"
             else:
                 result = store.move_back(queue.name, ids)
-                refused.update(result.refused)
+                refused = result.refused
                 done = [i for old, _ in result.moved.values() for i in old]
                 note = "; ".join(
                     f"Moved messages {old} back to {origin} (now {new})"
