@@ -141,7 +141,7 @@ _documents = st.recursive(
         )
     ),
     max_leaves=12,
-) | st.integers(min_value=150, max_value=400).map(_nested)
+) | st.integers(min_value=95, max_value=105).map(_nested)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -164,25 +164,32 @@ def _same(a: Any, b: Any) -> bool:
 )
 @given(document=_documents)
 def test_each_door_refuses_clearly_or_reads_back_equal(sql_api, document):
+    """One rule: the Python and the SQL door accept exactly the same documents (these
+    are far below the size limit, where the doors measure slightly differently), and
+    what either accepts reads back equal."""
     mq.create("prop")
     try:
         mq.send("prop", document)
     except mq.InvalidMessage:
-        pass
+        python_ok = False
     else:
+        python_ok = True
         (message,) = mq.read("prop", qty=5)
         assert _same(message.message, document)
         mq.delete("prop", message.msg_id)
     try:
         text = json.dumps(document, allow_nan=True)
     except (ValueError, RecursionError):
+        assert not python_ok
         return  # no JSON text to send at the SQL door
     try:
         one("SELECT * FROM pgmq_test.send('prop', %s::jsonb)", text)
     except DatabaseError:
-        pass
+        sql_ok = False
     else:
-        messages = mq.read("prop", qty=5)  # never raises, whatever was stored
-        for message in messages:
-            mq.delete("prop", message.msg_id)
+        sql_ok = True
+        (message,) = mq.read("prop", qty=5)  # never raises, whatever was stored
+        assert _same(message.message, document)
+        mq.delete("prop", message.msg_id)
+    assert sql_ok == python_ok, text[:200]
     assert mq.metrics("prop").queue_length == 0
