@@ -111,6 +111,8 @@ def test_hostile_rows_never_stop_a_read_a_consumer_or_the_browser(consumer, run_
     handled = [m for m in seen if isinstance(m, dict) and "n" in m]
     assert sorted(m["n"] for m in handled) == list(range(len(innocents)))  # none lost
     assert worker.outcomes == {"succeeded": len(seen)}
+    for scalar in ("text", 5, True, None):  # decoded on the worker's connection, once
+        assert any(type(m) is type(scalar) and m == scalar for m in seen), scalar
     # The scalars and null Python can decode are handed over as they are; the three
     # it cannot are in the archive, each with its error.
     assert mq.metrics("planted").queue_length == 0

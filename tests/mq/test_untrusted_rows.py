@@ -142,3 +142,16 @@ def test_the_admin_browser_shows_a_poison_row_and_lets_the_operator_delete_it(cl
     )
     assert response.status_code == 302
     assert [m.message for m in mq.read("browsed", qty=10)] == [{"n": 1}]
+
+
+def test_popped_poison_goes_to_the_dead_letter_queue_and_odd_headers_are_kept():
+    mq.create("pop_dlq")
+    mq.create("pop_src", max_reads=3, dead_letter="pop_dlq")
+    poison = plant("pop_src", POISON["deep"], '\'["not", "an", "object"]\'::jsonb')
+    assert mq.pop("pop_src", qty=5) == []
+    (letter,) = mq.store.browse("pop_dlq")
+    headers = json.loads(letter[5])
+    assert headers["x-pgqueue-headers"] == ["not", "an", "object"]
+    assert headers[QUARANTINE_HEADER]["msg_id"] == poison
+    assert headers["x-pgqueue-dead-letter"]["queue"] == "pop_src"
+    assert letter[4].startswith("[[[[")  # the document itself, as PostgreSQL held it
