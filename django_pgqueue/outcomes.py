@@ -49,8 +49,8 @@ class JobOutcome(Outcome):
     #: One entry of the job's ``errors`` history, as JSON (a failure).
     error_json: str | None = None
     source: str = "jobs"
-    #: The job an atomic slot ran: its outcome goes back under the slot's ``id``.
-    atomic_job_id: int | None = None
+    #: Written already: an atomic job's success, committed with its body's writes.
+    committed: bool = False
 
 
 @dataclass(slots=True)

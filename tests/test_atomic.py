@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
+from django_pgqueue import task
 from django_pgqueue.models import Job
 from django_pgqueue.testing import run_queued_jobs
 from testproject.demo import tasks
 from testproject.demo.models import TaskRun
+
+from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,3 +81,81 @@ def test_enqueue_many_writes_atomic_rows():
 
     results = enqueue_many(tasks.record_atomic, [((), {"label": str(n)}) for n in range(3)])
     assert Job.objects.filter(pk__in=[int(r.id) for r in results], atomic=True).count() == 3
+
+
+# -- attempts that count themselves ---------------------------------------------------
+#
+# The tasks below record an *outside* effect (a list in this process, as an HTTP call
+# or a file would be: no transaction takes it back), so a test can count how often a
+# body really ran, rolled back or not.
+
+_outside: list[str] = []
+_outside_lock = threading.Lock()
+
+
+def _outside_effect(label: str) -> None:
+    with _outside_lock:
+        _outside.append(label)
+
+
+def outside_runs(label: str) -> int:
+    with _outside_lock:
+        return _outside.count(label)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_outside_effects():
+    with _outside_lock:
+        _outside.clear()
+
+
+@task(atomic=True, max_attempts=2)
+def fails_after_an_outside_effect(label: str) -> None:
+    _outside_effect(label)
+    time.sleep(0.02)  # long enough for another thread to look for due rows meanwhile
+    raise RuntimeError(f"{label}: fails every time")
+
+
+@task(atomic=True, max_attempts=2)
+def hangs_past_the_atomic_timeout(label: str, seconds: float) -> None:
+    _outside_effect(label)
+    time.sleep(seconds)  # no statement meanwhile: the session is ended while idle
+
+
+def test_max_attempts_holds_exactly_under_threads_and_workers(run_worker):
+    labels = [f"job-{n}" for n in range(8)]
+    ids = [int(fails_after_an_outside_effect.enqueue(label).id) for label in labels]
+    workers = [run_worker(burst=False, concurrency=4) for _ in range(2)]
+    wait_for(
+        lambda: Job.objects.filter(pk__in=ids, status="dead").count() == len(ids),
+        30,
+        "every job to use up its two attempts",
+    )
+    for worker in workers:
+        worker.stop()
+    rows = {job.pk: job for job in Job.objects.filter(pk__in=ids)}
+    for job_id, label in zip(ids, labels, strict=True):
+        assert rows[job_id].attempts == 2
+        assert len(rows[job_id].errors) == 2
+        assert outside_runs(label) == 2, (label, rows[job_id].errors)
+
+
+def test_a_hung_atomic_task_keeps_its_job_and_gives_back_its_thread(run_worker, settings):
+    settings.PGQUEUE = {**settings.PGQUEUE, "ATOMIC_TIMEOUT_SECONDS": 0.5}
+    hung = int(hangs_past_the_atomic_timeout.enqueue("hung", 2.5).id)
+    worker = run_worker(burst=False, concurrency=1)
+    wait_for(lambda: outside_runs("hung") == 1, 10, "the hung task to start")
+    behind = int(tasks.add.enqueue(2, 3).id)
+    # One task thread: the job behind runs only because the hung one gave its slot back.
+    wait_for(lambda: Job.objects.get(pk=behind).status == "succeeded", 10, "the job behind it")
+    row = Job.objects.get(pk=hung)
+    # Its session is gone (the timeout ended it) but its thread still runs: the job is
+    # counted and fenced, and nobody claimed it again.
+    assert (row.status, row.attempts, outside_runs("hung")) == ("in_progress", 1, 1)
+    assert worker.replaced == 1
+    wait_for(
+        lambda: Job.objects.get(pk=hung).status == "dead", 20, "the job to use up its attempts"
+    )
+    row.refresh_from_db()
+    assert (row.attempts, len(row.errors), outside_runs("hung")) == (2, 2, 2)
+    assert not TaskRun.objects.exists()
