@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import threading
 import time
+import uuid
 
 import pytest
+from django.utils import timezone
 
 from django_pgqueue import task
 from django_pgqueue.models import Job
@@ -159,3 +163,43 @@ def test_a_hung_atomic_task_keeps_its_job_and_gives_back_its_thread(run_worker, 
     row.refresh_from_db()
     assert (row.attempts, len(row.errors), outside_runs("hung")) == (2, 2, 2)
     assert not TaskRun.objects.exists()
+
+
+def test_a_lapsed_atomic_row_is_counted_by_the_atomic_claim_only(run_worker):
+    from django_pgqueue.db import connect
+    from django_pgqueue.worker.runner import TaskRunner
+    from django_pgqueue.worker.sources import JobSource
+
+    lapsed = int(tasks.record_atomic.enqueue(label="lapsed").id)
+    spent = int(tasks.record_atomic.enqueue(label="spent").id)
+    # Two rows whose worker was killed mid-task: one with an attempt left, one without.
+    for job_id, attempts in ((lapsed, 1), (spent, 3)):
+        Job.objects.filter(pk=job_id).update(
+            status="in_progress",
+            attempts=attempts,
+            locked_by=uuid.uuid4(),
+            locked_until=timezone.now() - dt.timedelta(seconds=1),
+            worker_id="killed",
+        )
+    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 30.0, "worker_id": "t"}
+    with connect("test-lapsed") as conn:
+        # The leased claim would run it outside any transaction: it leaves it alone.
+        assert JobSource(TaskRunner("t", 60.0)).claim(conn, params) == []
+    run_worker(burst=True)
+    rows = {job.pk: job for job in Job.objects.filter(pk__in=[lapsed, spent])}
+    assert (rows[lapsed].status, rows[lapsed].attempts) == ("succeeded", 2)
+    assert rows[lapsed].errors[0]["exception_class_path"].endswith("LeaseExpired")
+    assert (rows[spent].status, rows[spent].attempts) == ("dead", 3)
+    assert list(TaskRun.objects.values_list("label", flat=True)) == ["lapsed"]
+
+
+def test_attempt_log_lines_name_the_job_and_count_only_attempts(run_worker, caplog):
+    ok = int(tasks.record_atomic.enqueue(label="logged").id)
+    with caplog.at_level(logging.INFO, logger="django_pgqueue.worker"):
+        worker = run_worker(burst=True, concurrency=4)
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "event", "") == "attempt"]
+    assert lines == [
+        f"atomic {ok} testproject.demo.tasks.record_atomic attempt=1 "
+        f"duration={lines[0].split('duration=')[1].split()[0]} outcome=succeeded"
+    ]
+    assert worker.outcomes == {"succeeded": 1}
