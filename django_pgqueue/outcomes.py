@@ -34,6 +34,9 @@ class Outcome:
     duration: float = 0.0
     #: Name of the Source the row belongs to (sources.py), set by the Worker.
     source: str = ""
+    #: The row's id in its own table when ``id`` is only the worker's handle for it
+    #: (a message's ``msg_id``): what the log line names.
+    row_id: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
