@@ -348,10 +348,12 @@ class Worker:
             with self._inflight_lock:
                 capacity, refill_at = self._capacity()
                 free = capacity - self._inflight
-                self._full = free <= 0 or self._inflight > refill_at
+                # Decided from what was read here: a task thread may clear ``_full``
+                # as soon as the lock is free, while ``free`` stays what it was (below
+                # zero when the adaptive prefetch just shrank under the rows held).
+                full = self._full = free <= 0 or self._inflight > refill_at
                 self._refill_at = refill_at
-            if self._full:
-                full = True
+            if full:
                 break
             limit = min(free, self.batch_size)
             if self.max_tasks is not None:
