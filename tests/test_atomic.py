@@ -34,7 +34,14 @@ def test_success_commits_the_effect_and_the_completion_together(run_worker):
     assert list(TaskRun.objects.values_list("job_id", "label")) == [(job.pk, "ok")]
 
 
-def test_failure_rolls_back_the_effect_and_records_the_attempt():
+def test_failure_rolls_back_the_effect_and_records_the_attempt(settings):
+    # A fixed backoff: the test settings' jittered one may make the retry due at once.
+    settings.TASKS = {
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {"BACKOFF": "tests.worker.test_supervision.ten_minutes"},
+        }
+    }
     result = tasks.record_atomic.enqueue(label="boom", fail=True)
     report = run_queued_jobs(retries="wait")  # one attempt
     job = Job.objects.get(pk=int(result.id))
