@@ -165,14 +165,14 @@ _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
 
 def _claim_jobs(marker: str, kind_sql: str) -> str:
     """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``)."""
-    lapsed = lapsed_source(
+    lapsed_sql = lapsed_source(
         "j.id, j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL AS exhausted",
         f"{JOB_TABLE} AS j",
         "j",
         f"{IN_QUEUES} AND {kind_sql}",
     )
     return f"""/* pgqueue:{marker} */
-WITH {lapsed}, due AS MATERIALIZED (
+WITH {lapsed_sql}, due AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
     WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND {kind_sql}
       AND {IN_QUEUES}
