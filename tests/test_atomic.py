@@ -210,3 +210,26 @@ def test_attempt_log_lines_name_the_job_and_count_only_attempts(run_worker, capl
         f"duration={lines[0].split('duration=')[1].split()[0]} outcome=succeeded"
     ]
     assert worker.outcomes == {"succeeded": 1}
+
+
+@task(atomic=True, timeout=0.3, max_attempts=2)
+def outlives_its_own_timeout(label: str, seconds: float) -> str:
+    from testproject.demo.models import TaskRun
+
+    _outside_effect(label)
+    time.sleep(seconds)  # past the task's timeout, well within the transaction's
+    TaskRun.objects.create(job_id=0, attempt=1, pid=0, label=label)
+    return label
+
+
+def test_an_atomic_task_past_its_own_timeout_commits_what_it_came_to(run_worker):
+    late = int(outlives_its_own_timeout.enqueue("late", 1.5).id)
+    worker = run_worker(burst=False, concurrency=1)
+    wait_for(lambda: worker.replaced == 1, 10, "the thread to be given up at its timeout")
+    row = Job.objects.get(pk=late)
+    assert (row.status, row.attempts) == ("in_progress", 1)  # held, not retried meanwhile
+    wait_for(lambda: Job.objects.get(pk=late).status == "succeeded", 10, "the task to return")
+    row.refresh_from_db()
+    # Its transaction was still open: what it wrote and its success committed together.
+    assert (row.attempts, row.result, outside_runs("late")) == (1, "late", 1)
+    assert list(TaskRun.objects.values_list("label", flat=True)) == ["late"]
