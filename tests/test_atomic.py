@@ -153,7 +153,7 @@ def test_max_attempts_holds_exactly_under_threads_and_workers(run_worker):
 
 def test_a_hung_atomic_task_keeps_its_job_and_gives_back_its_thread(run_worker, settings):
     settings.PGQUEUE = {**settings.PGQUEUE, "ATOMIC_TIMEOUT_SECONDS": 0.5}
-    hung = int(hangs_past_the_atomic_timeout.enqueue("hung", 2.5).id)
+    hung = int(hangs_past_the_atomic_timeout.enqueue("hung", 3.0).id)
     worker = run_worker(burst=False, concurrency=1)
     wait_for(lambda: outside_runs("hung") == 1, 10, "the hung task to start")
     behind = int(tasks.add.enqueue(2, 3).id)
