@@ -233,3 +233,18 @@ def test_an_atomic_task_past_its_own_timeout_commits_what_it_came_to(run_worker)
     # Its transaction was still open: what it wrote and its success committed together.
     assert (row.attempts, row.result, outside_runs("late")) == (1, "late", 1)
     assert list(TaskRun.objects.values_list("label", flat=True)) == ["late"]
+
+
+def test_abort_of_a_running_atomic_job_cancels_it_and_rolls_its_writes_back(run_worker):
+    import django_pgqueue
+
+    running = tasks.record_atomic.enqueue(label="aborted", sleep=1.5)
+    worker = run_worker(burst=False, concurrency=1, lease_seconds=1.5)
+    wait_for(lambda: Job.objects.get(pk=int(running.id)).status == "in_progress", 10, "the claim")
+    # The row is not locked by the task's transaction: the request does not wait for it.
+    assert django_pgqueue.abort(running).changed == {int(running.id): "in_progress"}
+    wait_for(lambda: Job.objects.get(pk=int(running.id)).status == "cancelled", 10, "the abort")
+    wait_for(lambda: not worker._abandoned, 10, "the abandoned task to return")
+    row = Job.objects.get(pk=int(running.id))
+    assert (row.status, row.attempts, row.result) == ("cancelled", 1, None)
+    assert not TaskRun.objects.exists()  # written before the abort, rolled back after it
