@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models.queue import Status
 from ..operations import Operation, apply_operation
+from ..parsing import BadValue, parse_int
 from .audit import log_changes, report
 from .display import error_history, first_line, status_badge
 from .paginator import EstimatedCountPaginator
@@ -43,8 +44,10 @@ class QueueRowAdmin(ReadOnlyAdminMixin, RowActionsAdmin):
     def get_search_results(self, request, queryset, search_term):
         # An integer finds the row by id (index lookup); text goes to search_fields.
         term = search_term.strip().lstrip("#")
-        if term.isdigit():
-            return queryset.filter(pk=int(term)), False
+        try:
+            return queryset.filter(pk=parse_int(term, "id", minimum=1)), False
+        except BadValue:
+            pass
         return super().get_search_results(request, queryset, search_term)
 
     # ----- columns and detail fields shared by every queue table -------------

@@ -14,7 +14,7 @@ from ..models.webhooks import Delivery
 from ..webhooks.routing import EVENT_TYPE_PATTERN
 from . import scoping
 from .endpoints import operation_result, record_replays
-from .http import ApiError, Principal, check_fields, paginate, read_json, respond
+from .http import ApiError, Principal, check_fields, paginate, query_int, read_json, respond
 
 
 def render(delivery: Delivery) -> dict[str, Any]:
@@ -47,11 +47,9 @@ def list_deliveries(request: HttpRequest, principal: Principal) -> HttpResponse:
                 "invalid_parameter", f"status must be one of {', '.join(Status.values)}."
             )
         queryset = queryset.filter(status=status)
-    endpoint = query.get("endpoint")
+    endpoint = query_int(request, "endpoint", minimum=1, maximum=scoping.MAX_ID)
     if endpoint is not None:
-        if not endpoint.isdigit() or not 1 <= int(endpoint) <= scoping.MAX_ID:
-            raise ApiError("invalid_parameter", "endpoint must be an endpoint id.")
-        queryset = queryset.filter(endpoint_id=int(endpoint))
+        queryset = queryset.filter(endpoint_id=endpoint)
     event_type = query.get("event_type")
     if event_type is not None:
         if not EVENT_TYPE_PATTERN.fullmatch(event_type):

@@ -31,6 +31,7 @@ from ..conf import get_settings
 from ..contract import check_json_document
 from ..docs import docs_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
+from ..parsing import BadValue, check_text, parse_int
 from .keys import hash_key, split_key
 
 logger = logging.getLogger("django_pgqueue.api")
@@ -213,6 +214,7 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
                     headers={"Allow": allowed},
                 )
             scope, handler = entry
+            check_url_values(request, kwargs)
             principal = authenticate(request)
             if scope not in principal.scopes:
                 raise ApiError(
@@ -223,6 +225,8 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
             return handler(request, principal, **kwargs)
         except ApiError as exc:
             return problem(exc, request)
+        except BadValue as exc:
+            return problem(ApiError("invalid_parameter", f"{exc}."), request)
         except ValidationError as exc:
             return problem(validation_error(exc), request)
         except (OperationalError, InterfaceError):
@@ -240,6 +244,24 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
 
     view.scopes = {method: scope for method, (scope, _) in methods.items()}  # type: ignore[attr-defined]
     return view
+
+
+def check_url_values(request: HttpRequest, path_values: Mapping[str, Any]) -> None:
+    """Every value of the path and the query string is text PostgreSQL can store
+    (``parsing.check_text``), before any handler reads one: a 400 naming it."""
+    for name, value in path_values.items():
+        if isinstance(value, str):
+            check_text(value, name)
+    for name, values in request.GET.lists():
+        check_text(name, "a query parameter name")
+        for value in values:
+            check_text(value, name)
+
+
+def query_int(request: HttpRequest, name: str, *, minimum: int, maximum: int) -> int | None:
+    """The query parameter ``name`` as an integer (``parsing.parse_int``), or None."""
+    raw = request.GET.get(name)
+    return None if raw is None else parse_int(raw, name, minimum=minimum, maximum=maximum)
 
 
 # -- request bodies ---------------------------------------------------------------------
@@ -349,14 +371,8 @@ def decode_cursor(cursor: str) -> int:
 
 def page_size(request: HttpRequest) -> int:
     conf = get_settings().API
-    raw = request.GET.get("limit")
-    if raw is None:
-        return int(conf["PAGE_SIZE"])
-    if not raw.isdigit() or not 1 <= int(raw) <= conf["MAX_PAGE_SIZE"]:
-        raise ApiError(
-            "invalid_parameter", f"limit must be a number from 1 to {conf['MAX_PAGE_SIZE']}."
-        )
-    return int(raw)
+    limit = query_int(request, "limit", minimum=1, maximum=conf["MAX_PAGE_SIZE"])
+    return int(conf["PAGE_SIZE"]) if limit is None else limit
 
 
 def paginate(

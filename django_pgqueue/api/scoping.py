@@ -16,17 +16,21 @@ from django.utils.dateparse import parse_datetime
 
 from ..conf import get_settings
 from ..models.webhooks import Application, Delivery, Endpoint, Event
+from ..parsing import BIGINT_MAX, BadValue, parse_int
 from .http import ApiError, Principal
 
 #: The largest id PostgreSQL's bigint holds: larger ones name nothing (and would
 #: make the query fail).
-MAX_ID = 2**63 - 1
+MAX_ID = BIGINT_MAX
 
 
 def object_id(value: Any, name: str = "id") -> int:
-    """A path id (digits) or body id (an integer); 404 for one no row can have."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
+    """A path id (ASCII digits) or body id (an integer); 404 for one no row can have."""
+    if isinstance(value, str):
+        try:
+            return parse_int(value, name, minimum=1)
+        except BadValue:
+            raise ApiError("not_found", f"No object with {name} {value!r}.") from None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
         raise ApiError("not_found", f"No object with {name} {value!r}.")
     return value
