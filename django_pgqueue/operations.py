@@ -64,6 +64,9 @@ class Operation:
 
     ``permission`` is a codename of the ``django_pgqueue`` app (Meta.permissions
     of the model); the admin installs ``has_<permission>_permission`` from it.
+    ``scope`` is the API key scope that allows it (None: no key may), ``customer``
+    whether a portal customer may apply it to their own application's objects.
+    ``authority.authorize`` reads these three for every door.
     """
 
     kind: str  #: the model it changes: ``job``, ``delivery`` or ``endpoint``
@@ -74,6 +77,8 @@ class Operation:
     explanation: StrOrPromise  #: the confirmation page's text
     bulk_label: StrOrPromise = ""  #: the action menu's entry ("" = no bulk action)
     style: str = ""  #: the button's CSS style ("default": the primary one)
+    scope: str | None = None  #: the API key scope that allows it (None: no key)
+    customer: bool = False  #: a portal customer may apply it to their own objects
 
     def applies(self, obj: Any) -> bool:
         """Whether the operation would change ``obj`` (shows its button)."""
@@ -145,6 +150,10 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
             result_state=Status.PENDING,
             set_clause=sql.REPLAY_JOB_SET if kind == "job" else sql.REPLAY_SET,
             wakes_workers=True,
+            # A customer replays their own deliveries (the API, the portal); jobs are
+            # the operator's alone.
+            scope="manage" if kind == "delivery" else None,
+            customer=kind == "delivery",
         ),
         RowOperation(
             kind,
@@ -235,6 +244,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             guard="NOT is_active OR breaker_state <> 'closed'",
             predicate=lambda e: not e.is_active or e.breaker_state != "closed",
             set_clause=sql.ENABLE_SET,
+            scope="manage",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -248,6 +259,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             predicate=lambda e: e.is_active,
             set_clause=sql.DISABLE_SET,
             default_reason="Disabled by an operator",
+            scope="manage",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -270,6 +283,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             "Test event queued",
             _("Queues one pgqueue.test event to this endpoint only, tried once."),
             bulk_label=_("Send a test event to selected endpoints"),
+            scope="manage",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -282,6 +297,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
                 "signatures are sent) for PGQUEUE['WEBHOOKS']['SECRET_ROTATION_GRACE']."
             ),
             bulk_label=_("Rotate secrets of selected endpoints"),
+            scope="secrets",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -290,6 +307,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             _("Reveal secret"),
             "Revealed the signing secret",
             _("Shows the signing secret once; the view is written to the admin log."),
+            scope="secrets",
+            customer=True,
         ),
         # Changes deliveries, so it is allowed by their replay permission.
         EndpointOperation(
@@ -302,6 +321,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
                 "Every failed or dead delivery to this endpoint created since the time "
                 "below goes back to pending, due now. Rows a worker holds are skipped."
             ),
+            scope="manage",
+            customer=True,
         ),
     )
 }

@@ -169,6 +169,35 @@ def test_a_nul_in_an_application_uid_is_a_4xx(api, tenants):
     assert response["Content-Type"] == "application/problem+json"
 
 
-@pytest.mark.parametrize("pk", ["²", "１", "9" * 30])
+@pytest.mark.parametrize("pk", ["²", "\uff11", "9" * 30])
 def test_odd_path_ids_are_a_404(api, tenants, pk):
     problem_of(api().get(f"endpoints/{pk}"), 404)
+
+
+def test_create_key_for_a_creator_grants_no_more_than_they_hold(api_conf, tenants):
+    from django_pgqueue.api.keys import create_key
+
+    reader = _staff("view_endpoint", "view_delivery", "view_application")
+    with pytest.raises(ValueError, match=r"'secrets' scope needs django_pgqueue\.manage_endpoint"):
+        create_key("x", ["read", "secrets"], creator=reader)
+    assert not ApiKey.objects.exists()
+    assert create_key("x", ["read"], creator=reader).api_key.scopes == ["read"]
+    # Without a creator (the shell's command) any key is made.
+    assert create_key("y", ["secrets"]).api_key.scopes == ["secrets"]
+
+
+def test_the_command_refuses_a_nul_in_the_application(api_conf, tenants):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="NUL"):
+        call_command(
+            "pgqueue_api_key",
+            "create",
+            "--name",
+            "x",
+            "--scope",
+            "read",
+            "--application",
+            "cust\x00a",
+        )
+    assert not ApiKey.objects.exists()
