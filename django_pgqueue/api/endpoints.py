@@ -159,12 +159,8 @@ def delete_endpoint(request: HttpRequest, principal: Principal, pk: str) -> Http
 def rotate_secret(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk, "rotate_secret")
     secret = endpoint.rotate_secret()
-    hours = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"] / 3600
-    audit.record(
-        principal,
-        Endpoint,
-        {endpoint.pk: f"Rotated the signing secret (the old one signs for {hours:g} h)"},
-    )
+    grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
+    audit.record(principal, Endpoint, {endpoint.pk: audit.rotated(grace)})
     return respond({"secret": secret})
 
 
@@ -188,7 +184,7 @@ disable_endpoint = _operation("disable")
 def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk, "send_test_event")
     delivery = operations.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
-    audit.record(principal, Endpoint, {endpoint.pk: f"Sent a test event (delivery #{delivery.pk})"})
+    audit.record(principal, Endpoint, {endpoint.pk: audit.test_event_sent(delivery.pk)})
     return respond(
         {
             "delivery_id": delivery.pk,
