@@ -201,3 +201,20 @@ def test_the_command_refuses_a_nul_in_the_application(api_conf, tenants):
             "cust\x00a",
         )
     assert not ApiKey.objects.exists()
+
+
+def test_portal_ids_past_bigint_are_a_404(settings, api_conf, tenants):
+    settings.PGQUEUE = {
+        **settings.PGQUEUE,
+        "WEBHOOKS": {
+            **settings.PGQUEUE["WEBHOOKS"],
+            "PORTAL_APPLICATION": "testproject.demo.portal.current_application",
+        },
+    }
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.create_user("cust_a"))
+    for path in ("endpoints/99999999999999999999/", "deliveries/99999999999999999999/"):
+        assert client.get("/webhooks/" + path).status_code == 404
+    assert client.post("/webhooks/endpoints/99999999999999999999/disable/").status_code == 404
