@@ -386,16 +386,24 @@ def _record(model: type[models.Model], result: OperationResult) -> None:
 
 
 def apply_operation(
-    model: type[models.Model], operation: str, ids: Iterable[int]
+    model: type[models.Model], operation: str, ids: Iterable[int], *, actor: Any = None
 ) -> OperationResult:
     """Apply the row ``operation`` (a :data:`JOB_OPERATIONS` / :data:`DELIVERY_OPERATIONS`
     name) to the rows of ``model`` with the given ids.
 
     Returns which rows changed (with the state each left) and which were skipped
     with the reason (their current state, or that they no longer exist).
+    ``actor`` (``authority``: an operator, a key, a portal customer): only the rows it
+    may change are changed, the others skipped as not found; ``authority.Refused``
+    when it may not apply the operation at all. Without one, the caller is the
+    operator (Python code, a command).
     """
     op: RowOperation = _lookup(model, operation)
     id_list, result, alias = _start(operation, ids)
+    if actor is not None:
+        from . import authority
+
+        id_list, result.skipped = authority.authorized_ids(actor, model, op, id_list, alias)
     if not id_list:
         return result
     conn = connections[alias]
@@ -439,9 +447,9 @@ def apply_operation(
     return result
 
 
-def replay(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+def replay(model: type[models.Model], ids: Sequence[int], *, actor: Any = None) -> OperationResult:
     """Put terminal or failed rows back to ``pending``, due now, attempts reset."""
-    return apply_operation(model, "replay", ids)
+    return apply_operation(model, "replay", ids, actor=actor)
 
 
 def retry_now(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
@@ -480,7 +488,7 @@ def abort_job(job: Any) -> OperationResult:
 
 
 def apply_endpoint_operation(
-    operation: str, ids: Iterable[int], *, reason: str | None = None
+    operation: str, ids: Iterable[int], *, reason: str | None = None, actor: Any = None
 ) -> OperationResult:
     """Enable, disable or reset the circuit of endpoints, in one guarded UPDATE.
 
@@ -490,6 +498,7 @@ def apply_endpoint_operation(
 
     ``changed`` maps each changed endpoint to the state it left ("disabled,
     circuit open"); endpoints already in the wanted state are ``skipped``.
+    ``actor``: as for :func:`apply_operation`.
     """
     from .models.webhooks import Endpoint
 
@@ -503,7 +512,13 @@ def apply_endpoint_operation(
     guard, set_clause = op.guard, op.set_clause
     written = [reason if reason is not None else op.default_reason] if op.default_reason else []
     id_list, result, alias = _start(operation, ids)
+    hidden: dict[int, str] = {}
+    if actor is not None:
+        from . import authority
+
+        id_list, hidden = authority.authorized_ids(actor, Endpoint, op, id_list, alias)
     if not id_list:
+        result.skipped = hidden
         return result
     conn = connections[alias]
     table = conn.ops.quote_name(Endpoint._meta.db_table)
@@ -520,6 +535,7 @@ def apply_endpoint_operation(
     for i in id_list:
         if i not in result.changed:
             result.skipped[i] = "already done" if i in existing else "no longer exists"
+    result.skipped.update(hidden)
     _record(Endpoint, result)
     return result
 
@@ -615,7 +631,9 @@ def retry_refused_deliveries(endpoint_id: int) -> int:
     return count
 
 
-def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationResult:
+def replay_endpoint_deliveries(
+    endpoint_id: int, since: datetime, *, actor: Any = None
+) -> OperationResult:
     """Replay one endpoint's failed and dead deliveries created since ``since``.
 
     The rows are picked here and changed by the guarded ``replay`` UPDATE, so a
@@ -628,7 +646,7 @@ def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationRe
         status__in=[Status.FAILED, Status.DEAD],
         created_at__gte=since,
     ).values_list("pk", flat=True)
-    return apply_operation(Delivery, "replay", list(ids))
+    return apply_operation(Delivery, "replay", list(ids), actor=actor)
 
 
 def send_test_event(endpoint: Endpoint, sent_by: str = "") -> Delivery:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .. import authority, operations
+from .. import operations
 from ..conf import get_settings
 from ..models.queue import Status
 from ..models.webhooks import Delivery
@@ -15,8 +15,6 @@ from ..webhooks.routing import EVENT_TYPE_PATTERN
 from . import scoping
 from .endpoints import operation_result, record_replays
 from .http import ApiError, Principal, check_fields, paginate, query_int, read_json, respond
-
-REPLAY = operations.DELIVERY_OPERATIONS["replay"]
 
 
 def render(delivery: Delivery) -> dict[str, Any]:
@@ -86,10 +84,8 @@ def get_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
 
 def replay_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     delivery = scoping.get(scoping.deliveries(principal), "delivery", pk=scoping.object_id(pk))
-    authority.authorize(principal, REPLAY, delivery.endpoint.application_id)
-    return respond(
-        operation_result(record_replays(principal, operations.replay(Delivery, [delivery.pk])))
-    )
+    result = operations.replay(Delivery, [delivery.pk], actor=principal)
+    return respond(operation_result(record_replays(principal, result)))
 
 
 def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpResponse:
@@ -109,9 +105,9 @@ def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpRespons
     wanted = {i for i in ids if 1 <= i <= scoping.MAX_ID}
     # Only the key's own deliveries are replayed; others are "not found", whoever owns them.
     visible = set(scoping.deliveries(principal).filter(pk__in=wanted).values_list("pk", flat=True))
-    # Scoped to the key's application above; its authority to replay is the same for each.
-    authority.authorize(principal, REPLAY, principal.application_id)
-    result = record_replays(principal, operations.replay(Delivery, sorted(visible)))
+    result = record_replays(
+        principal, operations.replay(Delivery, sorted(visible), actor=principal)
+    )
     for pk in set(ids) - visible:
         result.skipped[pk] = "not found"
     return respond(operation_result(result))

@@ -166,8 +166,8 @@ def rotate_secret(request: HttpRequest, principal: Principal, pk: str) -> HttpRe
 
 def _operation(operation: str) -> Any:
     def view(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
-        endpoint = _endpoint(principal, pk, operation)
-        result = operations.apply_endpoint_operation(operation, [endpoint.pk])
+        endpoint = _endpoint(principal, pk)
+        result = operations.apply_endpoint_operation(operation, [endpoint.pk], actor=principal)
         op = ENDPOINT_OPERATIONS[operation]
         audit.record(
             principal, Endpoint, {done: op.audit(was) for done, was in result.changed.items()}
@@ -216,11 +216,13 @@ def operation_result(result: operations.OperationResult) -> dict[str, Any]:
 
 
 def replay_since(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
-    endpoint = _endpoint(principal, pk, "replay_failed")
+    endpoint = _endpoint(principal, pk)
     body = read_json(request)
     check_fields(body, ("since",), required=("since",))
     since = scoping.parse_time(body["since"], "since", code="validation_error")
-    result = operations.replay_endpoint_deliveries(endpoint.pk, since)
+    # Authorised as the endpoint's operation; its deliveries are then the endpoint's own.
+    authority.authorize(principal, ENDPOINT_OPERATIONS["replay_failed"], endpoint.application_id)
+    result = operations.replay_endpoint_deliveries(endpoint.pk, since, actor=principal)
     when = f"{since:%Y-%m-%d %H:%M}"
     record_replays(principal, result, f" (endpoint replay since {when})")
     if result.changed:

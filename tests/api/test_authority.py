@@ -218,3 +218,14 @@ def test_portal_ids_past_bigint_are_a_404(settings, api_conf, tenants):
     for path in ("endpoints/99999999999999999999/", "deliveries/99999999999999999999/"):
         assert client.get("/webhooks/" + path).status_code == 404
     assert client.post("/webhooks/endpoints/99999999999999999999/disable/").status_code == 404
+
+
+def test_an_operator_key_sending_for_an_inactive_application_writes_nothing(api, tenants):
+    from django_pgqueue.models import Event
+
+    Application.objects.filter(uid="cust_b").update(is_active=False)
+    response = api("send").post(
+        "events", {"event_type": "b.x", "payload": {}, "application": "cust_b"}
+    )
+    body = problem_of(response, 422)
+    assert "application" in body["errors"] and not Event.objects.exists()

@@ -218,3 +218,28 @@ def test_each_portal_door_allows_exactly_the_declared_customers(portal, route, m
     Application.objects.filter(uid="cust_a").update(is_active=False)
     assert _portal_post("cust_a", route, op, objects).status_code == 404
     assert LogEntry.objects.count() == 1
+
+
+def test_the_python_operations_check_the_actor_they_are_given(objects):
+    from django_pgqueue import operations
+
+    delivery, endpoint = objects["delivery"], objects["endpoint"]
+    other = Customer(objects["b"], _user("cb"))
+    # Another customer's rows are skipped as not found, and stay as they were.
+    result = operations.replay(Delivery, [delivery.pk], actor=other)
+    assert result.changed == {} and result.skipped == {delivery.pk: "not found"}
+    result = operations.apply_endpoint_operation("disable", [endpoint.pk], actor=other)
+    assert result.skipped == {endpoint.pk: "not found"}
+    assert Endpoint.objects.get().is_active and Delivery.objects.get().status == Status.DEAD
+    # An operator without the permission is refused outright.
+    with pytest.raises(authority.Refused, match="replay_delivery"):
+        operations.replay(Delivery, [delivery.pk], actor=Operator(_user("n")))
+    with pytest.raises(authority.Refused, match="operators only"):
+        operations.apply_endpoint_operation(
+            "reset_circuit", [endpoint.pk], actor=Customer(objects["a"], _user("ca"))
+        )
+    # The owner changes them.
+    own = Customer(objects["a"], _user("ca2"))
+    assert operations.replay(Delivery, [delivery.pk], actor=own).changed == {delivery.pk: "dead"}
+    result = operations.apply_endpoint_operation("disable", [endpoint.pk], actor=own)
+    assert list(result.changed) == [endpoint.pk]
