@@ -85,6 +85,7 @@ def create_key(
         check_grant(creator, scope_list)
     if not name or not name.strip():
         raise ValueError("An API key needs a name (who or what uses it)")
+    check_text(name, "name")
     if rate_limit is not None and rate_limit < 1:
         raise ValueError(f"rate_limit must be a positive number of requests, got {rate_limit}")
     alias = get_settings().DATABASE
@@ -117,7 +118,7 @@ def assign_new_key(api_key: ApiKey) -> str:
 
 def revoke_keys(prefixes: Iterable[str]) -> int:
     """Revoke the keys with these prefixes (``pgq_<prefix>`` accepted too); how many."""
-    cleaned = [p.removeprefix(KEY_PREFIX).split("_", 1)[0] for p in prefixes]
+    cleaned = [check_text(p, "prefix").removeprefix(KEY_PREFIX).split("_", 1)[0] for p in prefixes]
     return (
         ApiKey.objects.using(get_settings().DATABASE)
         .filter(prefix__in=cleaned, revoked_at__isnull=True)

@@ -186,9 +186,13 @@ def test_create_key_for_a_creator_grants_no_more_than_they_hold(api_conf, tenant
     assert create_key("y", ["secrets"]).api_key.scopes == ["secrets"]
 
 
-def test_the_command_refuses_a_nul_in_the_application(api_conf, tenants):
+def test_the_command_refuses_a_nul_in_the_application_or_the_name(api_conf, tenants):
     from django.core.management import CommandError, call_command
 
+    with pytest.raises(CommandError, match="name contains a NUL"):
+        call_command("pgqueue_api_key", "create", "--name", "x\x00", "--scope", "read")
+    with pytest.raises(CommandError, match="prefix contains a NUL"):
+        call_command("pgqueue_api_key", "revoke", "pgq_\x00")
     with pytest.raises(CommandError, match="NUL"):
         call_command(
             "pgqueue_api_key",

@@ -79,7 +79,10 @@ class Command(BaseCommand):
                     f"last used {used}\t{state}"
                 )
         else:
-            count = revoke_keys(options["prefixes"])
+            try:
+                count = revoke_keys(options["prefixes"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
             if not count:
                 raise CommandError("No active key has that prefix.")
             self.stdout.write(f"Revoked {count} key(s).")
