@@ -394,7 +394,7 @@ def decode_cursor(cursor: str) -> int:
         kind, _, value = text.partition(":")
         if kind != "id":
             raise ValueError(kind)
-        return int(value)
+        return parse_int(value, "cursor", minimum=1)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise ApiError(
             "invalid_parameter", "cursor is not one this API gave out (use next_cursor as is)."

@@ -156,6 +156,9 @@ def test_a_staff_user_cannot_widen_an_existing_key(client, api, tenants):
         ("deliveries", {"endpoint": "²"}, "endpoint"),
         ("deliveries", {"endpoint": "99999999999999999999"}, "endpoint"),
         ("deliveries", {"limit": "\u0661\u0660"}, "limit"),
+        # A cursor this API never gave out: "id:" and Arabic-Indic digits, or past bigint.
+        ("deliveries", {"cursor": "aWQ62aHZoA"}, "cursor"),
+        ("deliveries", {"cursor": "aWQ6OTk5OTk5OTk5OTk5OTk5OTk5OTk5"}, "cursor"),
     ],
 )
 def test_bad_query_values_are_a_400_naming_the_parameter(api, tenants, path, query, name):
