@@ -71,9 +71,6 @@ class Operator:
 
     user: Any
 
-    def describe(self) -> str:
-        return f"operator {self.user.get_username()!r}"
-
 
 @dataclass(frozen=True)
 class Customer:
