@@ -4,7 +4,8 @@ A read is the claim: ``mq.read`` with the consumer's visibility timeout (at leas
 the worker's ``LEASE_SECONDS``, so the lease keeper extends it in time), then the
 handler runs on a task thread and the completer archives or deletes the message.
 Every read and write goes through ``store.py`` (its worker functions); this module
-runs no SQL of its own.
+runs no SQL of its own. A message Python cannot decode never reaches a handler and
+never fails the claim: ``store.claim`` quarantines it and hands over the others.
 The fencing token of a read is its ``read_ct``: any later read of the message
 increments it, so every write for a handled message (archive, delete, extend,
 release) is guarded by ``read_ct`` and a worker that lost the message (killed,
