@@ -20,9 +20,9 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..authority import Operator
+from ..contract import strict_int
 from ..models.queue import Status
 from ..operations import Operation, apply_operation
-from ..parsing import BadValue, parse_int
 from .audit import log_changes, report
 from .display import error_history, first_line, status_badge
 from .paginator import EstimatedCountPaginator
@@ -46,8 +46,8 @@ class QueueRowAdmin(ReadOnlyAdminMixin, RowActionsAdmin):
         # An integer finds the row by id (index lookup); text goes to search_fields.
         term = search_term.strip().lstrip("#")
         try:
-            return queryset.filter(pk=parse_int(term, "id", minimum=1)), False
-        except BadValue:
+            return queryset.filter(pk=strict_int(term, "id", minimum=1)), False
+        except ValueError:
             pass
         return super().get_search_results(request, queryset, search_term)
 

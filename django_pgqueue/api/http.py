@@ -28,10 +28,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .. import authority, sql
 from ..conf import get_settings
-from ..contract import check_json_document
+from ..contract import check_json_document, strict_int, strict_text
 from ..docs import docs_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
-from ..parsing import BadValue, check_text, parse_int
 from .keys import hash_key, split_key
 
 logger = logging.getLogger("django_pgqueue.api")
@@ -243,7 +242,7 @@ def route(**methods: tuple[Any, Handler]) -> Callable[..., HttpResponse]:
             return problem(exc, request)
         except authority.Refused as exc:
             return problem(refusal(exc), request)
-        except BadValue as exc:
+        except BadParameter as exc:
             return problem(ApiError("invalid_parameter", f"{exc}."), request)
         except ValidationError as exc:
             return problem(validation_error(exc), request)
@@ -278,22 +277,28 @@ def refusal(exc: authority.Refused) -> ApiError:
     return ApiError("forbidden", str(exc), errors=errors)
 
 
+class BadParameter(ValueError):
+    """A path or query value the input contract refuses (answered as a 400)."""
+
+
 def check_url_values(request: HttpRequest, path_values: Mapping[str, Any]) -> None:
     """Every value of the path and the query string is text PostgreSQL can store
-    (``parsing.check_text``), before any handler reads one: a 400 naming it."""
+    (``contract.strict_text``), before any handler reads one: a 400 naming it."""
     for name, value in path_values.items():
         if isinstance(value, str):
-            check_text(value, name)
+            strict_text(value, name, error=BadParameter)
     for name, values in request.GET.lists():
-        check_text(name, "a query parameter name")
+        strict_text(name, "a query parameter name", error=BadParameter)
         for value in values:
-            check_text(value, name)
+            strict_text(value, name, error=BadParameter)
 
 
 def query_int(request: HttpRequest, name: str, *, minimum: int, maximum: int) -> int | None:
-    """The query parameter ``name`` as an integer (``parsing.parse_int``), or None."""
+    """The query parameter ``name`` as an integer (``contract.strict_int``), or None."""
     raw = request.GET.get(name)
-    return None if raw is None else parse_int(raw, name, minimum=minimum, maximum=maximum)
+    if raw is None:
+        return None
+    return strict_int(raw, name, minimum=minimum, maximum=maximum, error=BadParameter)
 
 
 # -- request bodies ---------------------------------------------------------------------
@@ -394,7 +399,7 @@ def decode_cursor(cursor: str) -> int:
         kind, _, value = text.partition(":")
         if kind != "id":
             raise ValueError(kind)
-        return parse_int(value, "cursor", minimum=1)
+        return strict_int(value, "cursor", minimum=1)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise ApiError(
             "invalid_parameter", "cursor is not one this API gave out (use next_cursor as is)."

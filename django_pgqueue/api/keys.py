@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from ..authority import check_grant
 from ..conf import get_settings
+from ..contract import strict_text
 from ..models.api import ApiKey, ApiScope
 from ..models.webhooks import Application
-from ..parsing import check_text
 
 KEY_PREFIX = "pgq_"
 PREFIX_LENGTH = 12
@@ -85,12 +85,12 @@ def create_key(
         check_grant(creator, scope_list)
     if not name or not name.strip():
         raise ValueError("An API key needs a name (who or what uses it)")
-    check_text(name, "name")
+    strict_text(name, "name")
     if rate_limit is not None and rate_limit < 1:
         raise ValueError(f"rate_limit must be a positive number of requests, got {rate_limit}")
     alias = get_settings().DATABASE
     if isinstance(application, str):
-        check_text(application, "application")
+        strict_text(application, "application")
         found = Application.objects.using(alias).filter(uid=application).first()
         if found is None:
             raise LookupError(f"No application with uid {application!r}")
@@ -118,7 +118,7 @@ def assign_new_key(api_key: ApiKey) -> str:
 
 def revoke_keys(prefixes: Iterable[str]) -> int:
     """Revoke the keys with these prefixes (``pgq_<prefix>`` accepted too); how many."""
-    cleaned = [check_text(p, "prefix").removeprefix(KEY_PREFIX).split("_", 1)[0] for p in prefixes]
+    cleaned = [strict_text(p, "prefix").removeprefix(KEY_PREFIX).split("_", 1)[0] for p in prefixes]
     return (
         ApiKey.objects.using(get_settings().DATABASE)
         .filter(prefix__in=cleaned, revoked_at__isnull=True)

@@ -15,8 +15,8 @@ from django.http import HttpRequest
 from django.utils.dateparse import parse_datetime
 
 from ..conf import get_settings
+from ..contract import BIGINT_MAX, strict_int
 from ..models.webhooks import Application, Delivery, Endpoint, Event
-from ..parsing import BIGINT_MAX, BadValue, parse_int
 from .http import ApiError, Principal
 
 #: The largest id PostgreSQL's bigint holds: larger ones name nothing (and would
@@ -26,14 +26,10 @@ MAX_ID = BIGINT_MAX
 
 def object_id(value: Any, name: str = "id") -> int:
     """A path id (ASCII digits) or body id (an integer); 404 for one no row can have."""
-    if isinstance(value, str):
-        try:
-            return parse_int(value, name, minimum=1)
-        except BadValue:
-            raise ApiError("not_found", f"No object with {name} {value!r}.") from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
-        raise ApiError("not_found", f"No object with {name} {value!r}.")
-    return value
+    try:
+        return strict_int(value, name, minimum=1)
+    except ValueError:
+        raise ApiError("not_found", f"No object with {name} {value!r}.") from None
 
 
 def _application_filter(request: HttpRequest, principal: Principal, field: str) -> dict[str, Any]:

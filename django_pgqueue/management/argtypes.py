@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ..parsing import parse_int
+from ..contract import strict_int
 
 
 def bounded(
@@ -18,7 +18,7 @@ def bounded(
     def parse(value: str) -> int | float:
         try:
             # Whole numbers in ASCII digits within bigint (``int()`` takes Arabic-Indic digits too).
-            number = parse_int(value, "value") if kind is int else kind(value)
+            number = strict_int(value, "value") if kind is int else kind(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {noun}, got {value!r}") from None
         if number < minimum or (strict and number == minimum):
