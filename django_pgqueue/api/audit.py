@@ -112,8 +112,13 @@ def snapshot(obj: models.Model, fields: Iterable[str]) -> dict[str, Any]:
 def record_change(principal: Principal, obj: models.Model, before: Mapping[str, Any]) -> None:
     """``Changed description and event_types.``: the fields whose value changed."""
     changed = [name for name, value in before.items() if getattr(obj, name) != value]
-    message = f"Changed {get_text_list(changed, 'and')}." if changed else "No fields changed."
-    record(principal, type(obj), {obj.pk: message})
+    record(principal, type(obj), {obj.pk: change_message(changed)})
+
+
+def change_message(changed: Iterable[str]) -> str:
+    """The record of a change of these fields (the API's and the portal form's)."""
+    names = list(changed)
+    return f"Changed {get_text_list(names, 'and')}." if names else "No fields changed."
 
 
 def portal_user_id(customer: Customer) -> int | None:

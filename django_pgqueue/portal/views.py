@@ -158,9 +158,23 @@ def _save_form(
     return None, form
 
 
+def _record_saved(
+    request: HttpRequest, application: Application, form: EndpointForm, *, added: bool
+) -> None:
+    """Put the customer's save on record, as the API does for a key's."""
+    audit.record(
+        Customer(application, request.user),
+        Endpoint,
+        {form.instance.pk: "Added." if added else audit.change_message(form.changed_data)},
+        action_flag=audit.ADDITION if added else audit.CHANGE,
+    )
+
+
 @portal_view("change")
 def endpoint_create(request: HttpRequest, application: Application) -> HttpResponse:
     done, form = _save_form(request, application, Endpoint())
+    if done:
+        _record_saved(request, application, form, added=True)
     return done or _render(request, "endpoint_form.html", application, form=form)
 
 
@@ -168,6 +182,8 @@ def endpoint_create(request: HttpRequest, application: Application) -> HttpRespo
 def endpoint_edit(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
     done, form = _save_form(request, application, endpoint)
+    if done:
+        _record_saved(request, application, form, added=False)
     return done or _render(request, "endpoint_form.html", application, form=form, endpoint=endpoint)
 
 
