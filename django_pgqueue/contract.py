@@ -313,3 +313,13 @@ def strict_int(
         )
         raise error(f"{what} must be between {minimum} and {maximum}, got {shown}")
     return number
+
+
+def strict_text(value: str, what: str, *, error: type[Exception] = ValueError) -> str:
+    """``value`` unchanged if PostgreSQL can store it as text (no NUL character, no lone
+    surrogate): a URL's path or query value, a form field, a command argument, checked
+    before SQL. Raises ``error`` naming ``what`` otherwise."""
+    problem = _string_problem(value)
+    if problem:
+        raise error(f"{what} contains {problem}")
+    return value
