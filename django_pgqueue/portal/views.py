@@ -28,6 +28,7 @@ from django.views.decorators.http import require_POST
 from .. import operations
 from ..conf import get_settings
 from ..models.webhooks import Application, Delivery, Endpoint
+from ..webhooks import store
 from .forms import EndpointForm
 
 #: Deliveries listed on an endpoint's page (newest first).
@@ -117,7 +118,8 @@ def _save_form(
     # The application is the portal's, set before validation and never a field.
     form.instance.application = application
     if request.method == "POST" and form.is_valid():
-        saved = form.save()
+        # The configuration only (the store's): run-time state is never the form's.
+        saved = store.save_endpoint(form.save(commit=False))
         messages.success(request, _("The endpoint was saved."))
         return _to_endpoint(saved), form
     return None, form
@@ -185,7 +187,7 @@ def secret_reveal(request: HttpRequest, application: Application, pk: int) -> Ht
 @require_POST
 def secret_rotate(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
-    secret = endpoint.rotate_secret()
+    secret = operations.rotate_secret(endpoint)
     grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
     return _render(
         request,
@@ -202,7 +204,10 @@ def secret_rotate(request: HttpRequest, application: Application, pk: int) -> Ht
 @require_POST
 def send_test(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
-    delivery = operations.send_test_event(endpoint, sent_by=request.user.get_username())
+    delivery = operations.send_test_event(endpoint)
+    if delivery is None:
+        messages.error(request, _("The endpoint is disabled: enable it to send a test event."))
+        return _to_endpoint(endpoint)
     messages.success(request, _("A test event is on its way."))
     return HttpResponseRedirect(reverse("pgqueue_portal:delivery_detail", args=[delivery.pk]))
 
