@@ -28,6 +28,12 @@ class ApplicationAdmin(admin.ModelAdmin):
         return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
 
     # Its webhook rows go with it, explicitly, through the webhook store.
+    def get_deleted_objects(self, objs: Any, request: Any) -> Any:
+        # The store deletes the deliveries with it: their read-only admin must not
+        # forbid it.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, store.deletion_permissions_needed(perms_needed), protected
+
     def delete_model(self, request: Any, obj: Application) -> None:
         store.delete_applications([obj.pk])
 

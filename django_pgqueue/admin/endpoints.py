@@ -118,6 +118,12 @@ class EndpointAdmin(RowActionsAdmin):
         # validated is kept.
         store.save_endpoint(obj)
 
+    def get_deleted_objects(self, objs: Any, request: Any) -> Any:
+        # The store deletes the deliveries with it: their read-only admin must not
+        # forbid it.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, store.deletion_permissions_needed(perms_needed), protected
+
     def delete_model(self, request: HttpRequest, obj: Endpoint) -> None:
         store.delete_endpoints([obj.pk])
 

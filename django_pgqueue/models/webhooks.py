@@ -292,7 +292,9 @@ class Endpoint(models.Model):
             if fields is None:
                 stored = getattr(self, "_stored_state", {})
                 changed = sorted(
-                    name for name, value in stored.items() if getattr(self, name) != value
+                    "secret" if name == "secret_ciphertext" else name
+                    for name, value in stored.items()
+                    if getattr(self, name) != value
                 )
                 if changed:
                     raise ValueError(

@@ -421,3 +421,15 @@ def delete_applications(ids: Iterable[int]) -> int:
         events,
     )
     return count
+
+
+def deletion_permissions_needed(perms_needed: set[str]) -> set[str]:
+    """What the admin's delete page must still ask for when the store deletes an
+    endpoint or an application: not the rows it deletes with them explicitly
+    (deliveries, their attempts, events), which no operator may delete one by one
+    (their admin is read-only) and which the permission to delete their endpoint or
+    application covers."""
+    from ..models.webhooks import Delivery, DeliveryAttempt, Event
+
+    covered = {str(m._meta.verbose_name) for m in (Delivery, DeliveryAttempt, Event)}
+    return {name for name in perms_needed if str(name) not in covered}

@@ -9,6 +9,7 @@ endpoint that asked to stop stays disabled, and its deliveries stay parked.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -144,3 +145,188 @@ def test_a_portal_edit_during_a_410_keeps_the_breaker_and_disable(gone_during_ed
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     assert_runtime_kept(ctx)
+
+
+# ----- the model's save: configuration only ---------------------------------------------
+
+
+def test_save_writes_configuration_only_and_names_the_operation_for_the_rest():
+    endpoint = Endpoint.objects.create(url="https://hooks.example.com/a")
+    stale = Endpoint.objects.get(pk=endpoint.pk)
+    Endpoint.objects.filter(pk=endpoint.pk).update(consecutive_failures=3, rate_tat=timezone.now())
+    stale.description = "kept"
+    stale.save()
+    saved = Endpoint.objects.get(pk=endpoint.pk)
+    assert saved.description == "kept" and saved.consecutive_failures == 3 and saved.rate_tat
+    # Changing run-time state or the secret on an instance is refused, not ignored.
+    saved.is_active = False
+    with pytest.raises(ValueError, match=r"is_active changed.*apply_endpoint_operation"):
+        saved.save()
+    saved = Endpoint.objects.get(pk=endpoint.pk)
+    saved.secret = "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="
+    with pytest.raises(ValueError, match=r"secret changed.*rotate_secret"):
+        saved.save()
+    with pytest.raises(ValueError, match=r"configuration columns only .* got breaker_state"):
+        saved.save(update_fields=["description", "breaker_state"])
+    assert Endpoint.objects.filter(pk=endpoint.pk, is_active=True).exists()
+    assert not hasattr(Endpoint, "rotate_secret")  # one entry point: operations.rotate_secret
+
+
+# ----- the test event: through the fan-out, without who sent it -------------------------
+
+
+def test_the_admin_test_event_goes_through_the_fan_out_and_names_nobody(
+    receiver, make_endpoint, run_worker
+):
+    from django_pgqueue.webhooks import verify
+
+    endpoint = make_endpoint(receiver.url("/ok"), event_types=["order.*"], ordering="endpoint")
+    staff = User.objects.create_superuser("alice.staff", password="pw")
+    client = Client()
+    client.force_login(staff)
+    client.post(reverse("admin:pgqueue_endpoint_send_test_event", args=(endpoint.pk,)))
+    delivery = Delivery.objects.select_related("event").get(endpoint=endpoint)
+    # Born in the fan-out as a real delivery: a FIFO endpoint's line, tried once.
+    assert delivery.event.event_type == "pgqueue.test" and delivery.max_attempts == 1
+    assert delivery.ordering_key == "" and delivery.event.application_id is None
+    run_worker(burst=True)
+    receiver.settle()
+    [request] = receiver.hits("/ok")
+    assert "alice" not in request.body.decode() and "sent_by" not in request.body.decode()
+    verify(endpoint.secret, request.body, request.headers)  # raises unless signed
+    assert json.loads(request.body)["endpoint_id"] == endpoint.pk
+    # Who sent it is on record where operators look.
+    from django.contrib.admin.models import LogEntry
+
+    assert LogEntry.objects.filter(user=staff, object_id=str(endpoint.pk)).exists()
+
+
+def test_a_test_event_to_a_disabled_endpoint_is_refused_and_writes_nothing(tenants_api):
+    endpoint, client = tenants_api
+    from django_pgqueue.models import Event
+    from django_pgqueue.operations import apply_endpoint_operation
+
+    apply_endpoint_operation("disable", [endpoint.pk])
+    response = client.post(
+        f"/webhooks/api/endpoints/{endpoint.pk}/test", "", content_type="application/json"
+    )
+    assert response.status_code == 409 and b"disabled" in response.content
+    assert not Event.objects.exists() and not Delivery.objects.exists()
+
+
+@pytest.fixture
+def tenants_api(webhooks_conf):
+    app = Application.objects.create(uid="cust_a")
+    endpoint = Endpoint.objects.create(url="https://hooks.example.com/a", application=app)
+    key = create_key("test", SCOPES, application="cust_a").key
+    return endpoint, Client(headers={"Authorization": f"Bearer {key}"})
+
+
+# ----- deletion: explicit, through the store ---------------------------------------------
+
+
+def _delivered(application: str | None, endpoint: Endpoint) -> Delivery:
+    from django_pgqueue.models import DeliveryAttempt
+
+    event = send_event("order.paid", {"n": 1}, application=application)
+    delivery = event.deliveries.get(endpoint=endpoint)
+    DeliveryAttempt.objects.create(delivery=delivery, attempt=1, started_at=timezone.now())
+    return delivery
+
+
+def test_deleting_an_endpoint_takes_its_deliveries_and_attempts_and_keeps_the_rest(
+    tenants_api,
+):
+    from django_pgqueue.models import DeliveryAttempt, Event
+
+    endpoint, client = tenants_api
+    other = Endpoint.objects.create(
+        url="https://hooks.example.com/b", application=endpoint.application
+    )
+    mine = _delivered("cust_a", endpoint)
+    kept = Delivery.objects.get(event=mine.event, endpoint=other)
+    response = client.delete(f"/webhooks/api/endpoints/{endpoint.pk}")
+    assert response.status_code == 204
+    assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
+    assert not Delivery.objects.filter(pk=mine.pk).exists()
+    assert not DeliveryAttempt.objects.filter(delivery_id=mine.pk).exists()
+    # The event was also sent to another endpoint: it and that delivery stay.
+    assert Event.objects.filter(pk=mine.event_id).exists()
+    assert Delivery.objects.filter(pk=kept.pk).exists()
+
+
+def test_deleting_an_application_in_the_admin_takes_its_webhook_rows_only(webhooks_conf):
+    from django_pgqueue.models import DeliveryAttempt, Event
+
+    gone = Application.objects.create(uid="cust_a")
+    stays = Application.objects.create(uid="cust_b")
+    endpoints = {
+        app.uid: Endpoint.objects.create(url=f"https://{app.uid}.example.com/", application=app)
+        for app in (gone, stays)
+    }
+    world = Endpoint.objects.create(url="https://global.example.com/")
+    lost = [_delivered("cust_a", endpoints["cust_a"])]
+    kept = [_delivered("cust_b", endpoints["cust_b"]), _delivered(None, world)]
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    response = client.post(
+        reverse("admin:django_pgqueue_application_delete", args=(gone.pk,)), {"post": "yes"}
+    )
+    assert response.status_code == 302
+    assert not Application.objects.filter(pk=gone.pk).exists()
+    assert not Endpoint.objects.filter(application_id=gone.pk).exists()
+    assert not Event.objects.filter(application_id=gone.pk).exists()
+    assert not Delivery.objects.filter(pk__in=[d.pk for d in lost]).exists()
+    assert not DeliveryAttempt.objects.filter(delivery_id__in=[d.pk for d in lost]).exists()
+    assert Delivery.objects.filter(pk__in=[d.pk for d in kept]).count() == 2
+    assert DeliveryAttempt.objects.filter(delivery_id__in=[d.pk for d in kept]).count() == 2
+
+
+# ----- the doors write no webhook rows themselves ----------------------------------------
+
+
+def test_the_doors_write_endpoint_rows_only_through_the_store():
+    import ast
+    from pathlib import Path
+
+    import django_pgqueue
+
+    package = Path(django_pgqueue.__file__).parent
+    doors = [
+        "admin/endpoints.py",
+        "admin/applications.py",
+        "api/endpoints.py",
+        "api/applications.py",
+        "api/audit.py",
+        "portal/views.py",
+        "portal/forms.py",
+        "webhooks/fanout.py",
+        "models/webhooks.py",
+    ]
+    called = ("store", "operations", "super")
+    endpoints = ("endpoint", "saved", "obj", "form")
+    writes = {
+        "delete",
+        "execute",
+        "create",
+        "update",
+        "bulk_create",
+        "bulk_update",
+        "rotate_secret",
+    }
+    found = []
+    for door in doors:
+        tree = ast.parse((package / door).read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner = node.func.value
+            via = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            # ``audit.delete`` is given the store's delete; ``defaults`` is a dict.
+            if node.func.attr in writes and via not in (*called, "audit", "defaults"):
+                found.append(f"{door}:{node.lineno} .{node.func.attr}()")
+            # Saves of endpoints are the store's save_endpoint (a form only builds one).
+            unsaved = any(k.arg == "commit" for k in node.keywords)
+            if node.func.attr == "save" and via in endpoints and not unsaved:
+                found.append(f"{door}:{node.lineno} .save()")
+    assert not found, "\n".join(found)
