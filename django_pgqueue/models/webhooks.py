@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -320,8 +321,10 @@ class Endpoint(models.Model):
         self.remember_stored_state()
 
     @classmethod
-    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Endpoint:
-        endpoint = super().from_db(db, field_names, values)
+    def from_db(
+        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
+    ) -> Endpoint:
+        endpoint = super().from_db(db, field_names, values, **kwargs)
         endpoint.remember_stored_state()
         return endpoint
 
