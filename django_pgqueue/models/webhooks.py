@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -328,15 +328,24 @@ class Endpoint(models.Model):
         endpoint.remember_stored_state()
         return endpoint
 
-    def remember_stored_state(self) -> None:
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        super().refresh_from_db(*args, **kwargs)
+        fields = kwargs.get("fields", args[1] if len(args) > 1 else None)
+        self.remember_stored_state(fields)
+
+    def remember_stored_state(self, fields: Iterable[str] | None = None) -> None:
         """Note the values of the columns ``save()`` does not write, as the row holds
-        them now: ``save()`` refuses an instance on which one of them was changed, rather
-        than silently not storing it. The store calls it after writing one of them."""
-        self._stored_state = {
-            f.attname: getattr(self, f.attname)
-            for f in self._meta.concrete_fields
-            if f.name not in self.CONFIG_FIELDS and not f.primary_key and f.attname in self.__dict__
-        }
+        them now (only ``fields`` of them, if given): ``save()`` refuses an instance on
+        which one of them was changed, rather than silently not storing it. The store
+        calls it after writing one of them."""
+        wanted = None if fields is None else set(fields)
+        state = getattr(self, "_stored_state", {})
+        for f in self._meta.concrete_fields:
+            if f.name in self.CONFIG_FIELDS or f.primary_key or f.attname not in self.__dict__:
+                continue
+            if wanted is None or f.name in wanted or f.attname in wanted:
+                state[f.attname] = getattr(self, f.attname)
+        self._stored_state = state
 
     # -- secrets ---------------------------------------------------------------------
 

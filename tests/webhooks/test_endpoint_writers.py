@@ -169,6 +169,12 @@ def test_save_writes_configuration_only_and_names_the_operation_for_the_rest():
     with pytest.raises(ValueError, match=r"configuration columns only .* got breaker_state"):
         saved.save(update_fields=["description", "breaker_state"])
     assert Endpoint.objects.filter(pk=endpoint.pk, is_active=True).exists()
+    # What the row holds after a refresh is what the instance compares with.
+    Endpoint.objects.filter(pk=endpoint.pk).update(is_active=False)
+    endpoint.refresh_from_db()
+    endpoint.description = "after a refresh"
+    endpoint.save()
+    assert not Endpoint.objects.get(pk=endpoint.pk).is_active
     assert not hasattr(Endpoint, "rotate_secret")  # one entry point: operations.rotate_secret
 
 
