@@ -87,7 +87,10 @@ class Endpoint(models.Model):
     ``secret`` is a property: the column (``secret``) only ever holds the Fernet
     ciphertext (see webhooks/crypto.py). Assigning ``endpoint.secret = "whsec_..."``
     or passing ``secret=`` to ``Endpoint.objects.create`` encrypts it; leaving it
-    blank generates one when the endpoint is first saved.
+    blank generates one when the endpoint is first saved. Once it is saved, its
+    secret changes by ``operations.rotate_secret`` only, and ``save()`` writes its
+    configuration only (:attr:`CONFIG_FIELDS`; docs/webhooks.md, "Who writes an
+    endpoint").
     """
 
     url = models.URLField(
