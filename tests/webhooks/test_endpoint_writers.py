@@ -220,6 +220,20 @@ def test_a_test_event_to_a_disabled_endpoint_is_refused_and_writes_nothing(tenan
     assert not Event.objects.exists() and not Delivery.objects.exists()
 
 
+def test_the_portal_says_a_disabled_endpoint_gets_no_test_event(tenants_api, webhooks_conf):
+    from django_pgqueue.models import Event
+    from django_pgqueue.operations import apply_endpoint_operation
+
+    webhooks_conf(PORTAL_APPLICATION="testproject.demo.portal.current_application")
+    endpoint, _ = tenants_api
+    apply_endpoint_operation("disable", [endpoint.pk])
+    client = Client()
+    client.force_login(User.objects.create_user("cust_a"))
+    response = client.post(f"/webhooks/endpoints/{endpoint.pk}/test/", follow=True)
+    assert "enable it to send a test event" in response.content.decode()
+    assert not Event.objects.exists() and not Delivery.objects.exists()
+
+
 @pytest.fixture
 def tenants_api(webhooks_conf):
     app = Application.objects.create(uid="cust_a")
