@@ -350,3 +350,45 @@ def test_the_doors_write_endpoint_rows_only_through_the_store():
             if node.func.attr == "save" and via in endpoints and not unsaved:
                 found.append(f"{door}:{node.lineno} .save()")
     assert not found, "\n".join(found)
+
+
+def test_the_admin_bulk_delete_of_endpoints_goes_through_the_store(webhooks_conf):
+    from django_pgqueue.models import DeliveryAttempt, Event
+
+    endpoints = [Endpoint.objects.create(url=f"https://h{i}.example.com/") for i in range(2)]
+    kept = Endpoint.objects.create(url="https://kept.example.com/")
+    deliveries = [_delivered(None, e) for e in endpoints]
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    response = client.post(
+        reverse("admin:django_pgqueue_endpoint_changelist"),
+        {
+            "action": "delete_selected",
+            "_selected_action": [e.pk for e in endpoints],
+            "post": "yes",
+        },
+    )
+    assert response.status_code == 302
+    assert list(Endpoint.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert not DeliveryAttempt.objects.filter(delivery__in=[d.pk for d in deliveries]).exists()
+    assert Delivery.objects.filter(endpoint=kept).count() == 2  # its own, of both events
+    assert Event.objects.count() == 2
+
+
+def test_the_api_deletes_an_application_with_its_webhook_rows_and_keys():
+    from django_pgqueue.models import ApiKey, DeliveryAttempt, Event
+
+    app = Application.objects.create(uid="cust_a")
+    endpoint = Endpoint.objects.create(url="https://a.example.com/", application=app)
+    delivery = _delivered("cust_a", endpoint)
+    create_key("scoped", SCOPES, application="cust_a")
+    key = create_key("operator", SCOPES).key
+    response = Client().delete(
+        "/webhooks/api/applications/cust_a", headers={"Authorization": f"Bearer {key}"}
+    )
+    assert response.status_code == 204, response.content
+    assert not Application.objects.exists() and not Endpoint.objects.exists()
+    assert not Event.objects.exists() and not Delivery.objects.filter(pk=delivery.pk).exists()
+    assert not DeliveryAttempt.objects.exists()
+    assert not ApiKey.objects.filter(application_id=app.pk).exists()
+    assert ApiKey.objects.filter(name="operator").exists()
