@@ -343,12 +343,20 @@ class Endpoint(models.Model):
         calls it after writing one of them."""
         wanted = None if fields is None else set(fields)
         state = getattr(self, "_stored_state", {})
-        for f in self._meta.concrete_fields:
-            if f.name in self.CONFIG_FIELDS or f.primary_key or f.attname not in self.__dict__:
-                continue
-            if wanted is None or f.name in wanted or f.attname in wanted:
-                state[f.attname] = getattr(self, f.attname)
+        for name in self.state_fields():
+            if name in self.__dict__ and (wanted is None or name in wanted):
+                state[name] = getattr(self, name)
         self._stored_state = state
+
+    @classmethod
+    def state_fields(cls) -> list[str]:
+        """The columns (their attnames) that ``save()`` does not write to an existing
+        endpoint: everything but the configuration and the primary key."""
+        return [
+            f.attname
+            for f in cls._meta.concrete_fields
+            if f.name not in cls.CONFIG_FIELDS and not f.primary_key
+        ]
 
     # -- secrets ---------------------------------------------------------------------
 

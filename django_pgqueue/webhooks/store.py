@@ -236,6 +236,9 @@ def save_endpoint(endpoint: Endpoint) -> Endpoint:
         endpoint.save(using=alias)
         if existed:
             retry_refused_deliveries(endpoint.pk)
+            # What the caller shows next (the API's answer, the admin's page) is the
+            # run-time state as it is now, not as the edit loaded it.
+            endpoint.refresh_from_db(using=alias, fields=endpoint.state_fields())
     return endpoint
 
 

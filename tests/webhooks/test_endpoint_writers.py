@@ -132,6 +132,9 @@ def test_an_api_edit_during_a_410_keeps_the_breaker_and_disable(gone_during_edit
         headers={"Authorization": f"Bearer {key}"},
     )
     assert response.status_code == 200, response.content
+    # The answer shows the endpoint as it is now: disabled, circuit open.
+    shown = json.loads(response.content)
+    assert shown["is_active"] is False and shown["breaker_state"] == "open"
     assert_runtime_kept(ctx)
 
 
