@@ -20,6 +20,10 @@ Each row operation is one set-based UPDATE guarded by the states it may change
 the worker holding the row sees the flag and ends the attempt itself
 (docs/worker.md, "Aborting a job").
 
+What an endpoint operation writes, the webhook store (``webhooks/store.py``) writes:
+it is the only writer of endpoint rows. Rotating the secret and the test event are
+its functions, re-exported here beside their declarations.
+
 Every applied operation is also logged (logger ``django_pgqueue.operations``, one
 line per call, with the ids changed), so a change made from code or a command is
 on record too; the admin adds a ``LogEntry`` per object with the user.
@@ -27,7 +31,6 @@ on record too; the admin adds a ``LogEntry`` per object with the user.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +38,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, models, transaction
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from . import sql
@@ -43,10 +45,19 @@ from .conf import get_settings
 from .models.queue import Status
 from .notify import wake_workers
 
+# The operations on endpoints that are not one guarded UPDATE are the webhook store's
+# (it writes every endpoint row); they are named here too, beside their declarations,
+# where the admin, the API, the portal and the commands find every operation.
+from .webhooks.store import change_endpoints
+from .webhooks.store import reencrypt_secrets as reencrypt_secrets
+from .webhooks.store import retry_refused_deliveries as retry_refused_deliveries
+from .webhooks.store import rotate_secret as rotate_secret
+from .webhooks.store import send_test_event as send_test_event
+
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
 
-    from .models.webhooks import Delivery, Endpoint
+    from .models.webhooks import Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +138,8 @@ class EndpointOperation(Operation):
     predicate: Callable[[Any], bool] = _always
     set_clause: str = ""
     default_reason: str = ""
+    #: The endpoints' kept deliveries are due at once after it (enabling).
+    releases_deliveries: bool = False
 
     def applies(self, obj: Any) -> bool:
         return self.predicate(obj)
@@ -246,6 +259,7 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             set_clause=sql.ENABLE_SET,
             scope="manage",
             customer=True,
+            releases_deliveries=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -281,7 +295,10 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             "manage_endpoint",
             _("Send test event"),
             "Test event queued",
-            _("Queues one pgqueue.test event to this endpoint only, tried once."),
+            _(
+                "Queues one pgqueue.test event to this endpoint only, tried once (a "
+                "disabled endpoint gets none)."
+            ),
             bulk_label=_("Send a test event to selected endpoints"),
             scope="manage",
             customer=True,
@@ -509,7 +526,6 @@ def apply_endpoint_operation(
         )
     if reason is not None and not op.default_reason:
         raise ValueError(f"Endpoint operation {operation!r} takes no reason")
-    guard, set_clause = op.guard, op.set_clause
     written = [reason if reason is not None else op.default_reason] if op.default_reason else []
     id_list, result, alias = _start(operation, ids)
     hidden: dict[int, str] = {}
@@ -520,15 +536,9 @@ def apply_endpoint_operation(
     if not id_list:
         result.skipped = hidden
         return result
-    conn = connections[alias]
-    table = conn.ops.quote_name(Endpoint._meta.db_table)
-    with transaction.atomic(using=alias), conn.cursor() as cursor:
-        cursor.execute(sql.endpoint_update(table, guard, set_clause), [id_list, *written])
-        result.changed = {row[0]: row[1] for row in cursor.fetchall()}
-        if operation == "enable" and result.changed:
-            # Deliveries kept while it was disabled or failing go out now.
-            cursor.execute(sql.DELIVERIES_DUE_NOW, [list(result.changed)])
-            wake_workers(alias)
+    result.changed = change_endpoints(
+        op.guard, op.set_clause, id_list, written, release=op.releases_deliveries
+    )
     existing = set(
         Endpoint.objects.using(alias).filter(pk__in=id_list).values_list("pk", flat=True)
     )
@@ -538,97 +548,6 @@ def apply_endpoint_operation(
     result.skipped.update(hidden)
     _record(Endpoint, result)
     return result
-
-
-def _rotated(
-    ciphertext: str, previous: list[dict[str, str]], grace: float, now: datetime
-) -> list[dict[str, str]]:
-    """The previous secrets after a rotation: the unexpired ones, and the current one
-    (``ciphertext``) first, signing until ``now + grace``."""
-    expires = (now + dt.timedelta(seconds=grace)).isoformat()
-    kept = [e for e in previous if dt.datetime.fromisoformat(e["expires_at"]) > now]
-    if ciphertext:
-        kept.insert(0, {"secret": ciphertext, "expires_at": expires})
-    return kept
-
-
-def rotate_secret(
-    endpoint: Endpoint, new_secret: str | None = None, grace: float | None = None
-) -> str:
-    """Make ``new_secret`` (generated if None) the endpoint's current signing secret; the
-    old one keeps signing for ``grace`` seconds (default ``SECRET_ROTATION_GRACE``).
-
-    The row is locked while its secrets are read and written, so two rotations at
-    once both keep the secret each replaced. ``endpoint`` is updated in place;
-    an unsaved one is saved. Returns the new secret.
-    """
-    from .models.webhooks import Endpoint
-    from .webhooks.signing import generate_secret
-
-    if grace is None:
-        grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
-    new_secret = new_secret or generate_secret()
-    now = timezone.now()
-    if endpoint.pk is None:
-        endpoint.previous_secrets = _rotated(
-            endpoint.secret_ciphertext, endpoint.previous_secrets, grace, now
-        )
-        endpoint.secret = new_secret
-        endpoint.save()
-        return new_secret
-    alias = get_settings().DATABASE
-    with transaction.atomic(using=alias):
-        row = Endpoint.objects.using(alias).select_for_update().get(pk=endpoint.pk)
-        row.previous_secrets = _rotated(row.secret_ciphertext, row.previous_secrets, grace, now)
-        row.secret = new_secret
-        row.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
-    endpoint.secret_ciphertext, endpoint.previous_secrets = (
-        row.secret_ciphertext,
-        row.previous_secrets,
-    )
-    endpoint.updated_at = row.updated_at
-    logger.info("endpoint rotate_secret: changed [%s], grace %g s", endpoint.pk, grace)
-    return new_secret
-
-
-def reencrypt_secrets(using: str | None = None) -> int:
-    """Re-encrypt every endpoint's secrets with the first key; return how many endpoints.
-
-    Each endpoint is updated in its own short transaction with its row locked, so a
-    concurrent secret rotation is never overwritten.
-    """
-    from .models.webhooks import Endpoint
-    from .webhooks.crypto import rotate_token
-
-    alias = using or get_settings().DATABASE
-    count = 0
-    for pk in Endpoint.objects.using(alias).values_list("pk", flat=True).iterator():
-        with transaction.atomic(using=alias):
-            endpoint = Endpoint.objects.using(alias).select_for_update().get(pk=pk)
-            endpoint.secret_ciphertext = rotate_token(endpoint.secret_ciphertext)
-            endpoint.previous_secrets = [
-                {**entry, "secret": rotate_token(entry["secret"])}
-                for entry in endpoint.previous_secrets
-            ]
-            endpoint.save(update_fields=["secret_ciphertext", "previous_secrets", "updated_at"])
-        count += 1
-    logger.info("endpoint reencrypt_secrets: %d endpoints re-encrypted", count)
-    return count
-
-
-def retry_refused_deliveries(endpoint_id: int) -> int:
-    """Make an endpoint's deliveries refused by configuration due now; how many.
-
-    Called when the endpoint is saved: whatever was fixed (its URL, or the settings
-    before a restart), waiting minutes for the breaker's pace would only confuse.
-    """
-    alias = get_settings().DATABASE
-    with connections[alias].cursor() as cursor:
-        cursor.execute(sql.REFUSED_DELIVERIES_DUE_NOW, [endpoint_id])
-        count = cursor.rowcount
-    if count:
-        wake_workers(alias)
-    return count
 
 
 def replay_endpoint_deliveries(
@@ -647,39 +566,3 @@ def replay_endpoint_deliveries(
         created_at__gte=since,
     ).values_list("pk", flat=True)
     return apply_operation(Delivery, "replay", list(ids), actor=actor)
-
-
-def send_test_event(endpoint: Endpoint, sent_by: str = "") -> Delivery:
-    """Queue one ``pgqueue.test`` event to this endpoint only; returns its Delivery.
-
-    It is tried once (``max_attempts=1``): its outcome is in the delivery's attempt
-    log at once instead of after a retry schedule.
-    """
-    import json
-
-    from django.utils import timezone
-
-    from .models.webhooks import Delivery, Event
-    from .webhooks.signing import new_message_id
-
-    alias = get_settings().DATABASE
-    payload = {
-        "type": "pgqueue.test",
-        "endpoint_id": endpoint.pk,
-        "sent_by": sent_by,
-        "sent_at": timezone.now().isoformat(),
-    }
-    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True)
-    with transaction.atomic(using=alias):
-        event = Event.objects.using(alias).create(
-            event_type="pgqueue.test",
-            payload=payload,
-            body=body,
-            msg_id=new_message_id(),
-            application_id=endpoint.application_id,
-        )
-        delivery = Delivery.objects.using(alias).create(
-            event=event, endpoint=endpoint, max_attempts=1
-        )
-        wake_workers(alias)
-    return delivery

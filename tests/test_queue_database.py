@@ -349,13 +349,13 @@ def test_endpoint_admin_forms_and_buttons_write_the_queue_database(queue_db, adm
     assert added.status_code == 302, added.context["adminform"].form.errors
     endpoint = Endpoint.objects.using(QUEUE).get()
     assert not Endpoint.objects.using("default").exists()
-    admin_client.post(reverse("admin:pgqueue_endpoint_disable", args=(endpoint.pk,)))
     admin_client.post(reverse("admin:pgqueue_endpoint_send_test_event", args=(endpoint.pk,)))
+    admin_client.post(reverse("admin:pgqueue_endpoint_disable", args=(endpoint.pk,)))
     endpoint.refresh_from_db()
     assert not endpoint.is_active
     assert Delivery.objects.using(QUEUE).get().event.event_type == "pgqueue.test"
     logged = LogEntry.objects.using("default").filter(object_id=str(endpoint.pk))
-    # Added, disabled, sent a test event: the log sits next to the users.
+    # Added, sent a test event, disabled: the log sits next to the users.
     flags = list(logged.order_by("id").values_list("action_flag", flat=True))
     assert flags == [ADDITION, CHANGE, CHANGE]
     assert not LogEntry.objects.using(QUEUE).exists()

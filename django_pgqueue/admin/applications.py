@@ -12,6 +12,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from ..models.webhooks import Application
+from ..webhooks import store
 
 
 @admin.register(Application)
@@ -25,6 +26,19 @@ class ApplicationAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
+
+    # Its webhook rows go with it, explicitly, through the webhook store.
+    def get_deleted_objects(self, objs: Any, request: Any) -> Any:
+        # The store deletes the deliveries with it: their read-only admin must not
+        # forbid it.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, store.deletion_permissions_needed(perms_needed), protected
+
+    def delete_model(self, request: Any, obj: Application) -> None:
+        store.delete_applications([obj.pk])
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        store.delete_applications(queryset.values_list("pk", flat=True))
 
     @admin.display(description=_("endpoints"), ordering="endpoint_count")
     def endpoints(self, obj: Any) -> str:

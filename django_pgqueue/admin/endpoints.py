@@ -39,6 +39,7 @@ from ..operations import (
     rotate_secret,
     send_test_event,
 )
+from ..webhooks import store
 from .audit import log_changes, report
 from .display import json_display
 from .filters import application_filter
@@ -79,18 +80,9 @@ class EndpointAdmin(RowActionsAdmin):
     search_fields = ("url", "description")
     ordering = ("id",)
     show_full_result_count = False
-    fields = (
-        "url",
-        "application",
-        "description",
-        "event_types",
-        "channels",
-        "headers",
-        "max_in_flight",
-        "rate_limit",
-        "rate_period",
-        "ordering",
-    )
+    # The form edits the configuration, what ``Endpoint.save()`` writes (``updated_at``
+    # aside, which the save stamps).
+    fields = tuple(name for name in Endpoint.CONFIG_FIELDS if name != "updated_at")
     # Enabled or not is changed only by the enable and disable operations
     # (``manage_endpoint``, audited), never by the form.
     readonly_fields = (
@@ -118,6 +110,25 @@ class EndpointAdmin(RowActionsAdmin):
         if obj is None:
             return self.fields
         return (*self.fields, *self.readonly_fields)
+
+    # ----- writes: the webhook store's ---------------------------------------------
+
+    def save_model(self, request: HttpRequest, obj: Endpoint, form: Any, change: bool) -> None:
+        # The configuration only: a breaker trip or a 410 while the form was being
+        # validated is kept.
+        store.save_endpoint(obj)
+
+    def get_deleted_objects(self, objs: Any, request: Any) -> Any:
+        # The store deletes the deliveries with it: their read-only admin must not
+        # forbid it.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, store.deletion_permissions_needed(perms_needed), protected
+
+    def delete_model(self, request: HttpRequest, obj: Endpoint) -> None:
+        store.delete_endpoints([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        store.delete_endpoints(queryset.values_list("pk", flat=True))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         # One small subquery per endpoint through pgq_dlv_flight_idx (in-flight rows
@@ -220,15 +231,16 @@ class EndpointAdmin(RowActionsAdmin):
     def run_send_test_event(
         self, request: HttpRequest, op: Operation, endpoints: list[Endpoint], data: dict[str, Any]
     ) -> None:
-        deliveries = {
-            e.pk: send_test_event(e, sent_by=request.user.get_username()) for e in endpoints
-        }
+        # Who sent it is in the admin's log, never in what the receiver gets.
+        sent = {e.pk: send_test_event(e) for e in endpoints}
+        deliveries = {pk: d for pk, d in sent.items() if d is not None}
         log_changes(
             request,
             Endpoint,
             {pk: f"Sent a test event (delivery #{d.pk})" for pk, d in deliveries.items()},
         )
-        report(self, request, op.done, list(deliveries), {})
+        skipped = {pk: "is disabled" for pk, d in sent.items() if d is None}
+        report(self, request, op.done, list(deliveries), skipped)
 
     def run_replay_failed(
         self, request: HttpRequest, op: Operation, endpoints: list[Endpoint], data: dict[str, Any]

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from .. import authority
 from ..conf import get_settings
 from ..models.webhooks import Application
+from ..webhooks import store
 from . import audit, scoping
 from .http import (
     ApiError,
@@ -106,6 +107,9 @@ def update_application(request: HttpRequest, principal: Principal, uid: str) -> 
 def delete_application(request: HttpRequest, principal: Principal, uid: str) -> HttpResponse:
     _unscoped(principal, "delete applications")
     audit.delete(
-        principal, _application(principal, uid), "Deleted, with its endpoints, events and keys."
+        principal,
+        _application(principal, uid),
+        "Deleted, with its endpoints, events and keys.",
+        store.delete_applications,
     )
     return HttpResponse(status=204)

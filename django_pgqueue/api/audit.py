@@ -17,7 +17,7 @@ words, so it is on record without the admin too (``AUDIT_USER: None``, or
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from django.apps import apps
@@ -97,10 +97,16 @@ def record(
         logger.exception("HTTP API: the admin's log entry of a change could not be written")
 
 
-def delete(principal: Principal, obj: models.Model, message: str) -> None:
-    """Delete ``obj`` and put the deletion on record, under the name it had."""
+def delete(
+    principal: Principal,
+    obj: models.Model,
+    message: str,
+    remove: Callable[[list[Any]], object],
+) -> None:
+    """Delete ``obj`` by its store's ``remove([pk])`` and put the deletion on record,
+    under the name it had."""
     name, pk = str(obj), obj.pk
-    obj.delete()
+    remove([pk])
     record(principal, type(obj), {pk: message}, action_flag=DELETION, reprs={pk: name})
 
 

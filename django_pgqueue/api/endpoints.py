@@ -2,21 +2,22 @@
 disable, send a test event, replay since a time.
 
 Every change goes through what the admin and the portal use: the model's
-``full_clean`` (the SSRF check of the URL, headers, subscriptions), ``save``,
-``rotate_secret``, and the operations of ``operations.py``.
+``full_clean`` (the SSRF check of the URL, headers, subscriptions), then the webhook
+store (``save_endpoint``, which writes the configuration only, ``delete_endpoints``)
+and the operations of ``operations.py`` (``rotate_secret`` among them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 
 from .. import authority, operations
 from ..conf import get_settings
 from ..models.webhooks import Delivery, Endpoint, Ordering, RatePeriod
 from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
+from ..webhooks import store
 from . import audit, scoping
 from .http import (
     ApiError,
@@ -128,8 +129,7 @@ def create_endpoint(request: HttpRequest, principal: Principal) -> HttpResponse:
                 "validation_error", f"secret: {exc}", errors={"secret": [str(exc)]}
             ) from None
     _apply(endpoint, body)
-    with transaction.atomic(using=get_settings().DATABASE):
-        endpoint.save(using=get_settings().DATABASE)
+    store.save_endpoint(endpoint)
     audit.record(principal, Endpoint, {endpoint.pk: "Added."}, action_flag=audit.ADDITION)
     # The one answer that carries the secret; GET never does.
     return respond({**render(endpoint), "secret": endpoint.secret}, status=201)
@@ -146,19 +146,21 @@ def update_endpoint(request: HttpRequest, principal: Principal, pk: str) -> Http
     authority.check_owned_fields(principal, endpoint, body)
     before = audit.snapshot(endpoint, (name for name in EDITABLE if name in body))
     _apply(endpoint, body)
-    endpoint.save()
+    store.save_endpoint(endpoint)
     audit.record_change(principal, endpoint, before)
     return respond(render(endpoint))
 
 
 def delete_endpoint(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
-    audit.delete(principal, _endpoint(principal, pk), "Deleted, with its deliveries.")
+    audit.delete(
+        principal, _endpoint(principal, pk), "Deleted, with its deliveries.", store.delete_endpoints
+    )
     return HttpResponse(status=204)
 
 
 def rotate_secret(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk, "rotate_secret")
-    secret = endpoint.rotate_secret()
+    secret = operations.rotate_secret(endpoint)
     grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
     audit.record(principal, Endpoint, {endpoint.pk: audit.rotated(grace)})
     return respond({"secret": secret})
@@ -183,7 +185,13 @@ disable_endpoint = _operation("disable")
 
 def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     endpoint = _endpoint(principal, pk, "send_test_event")
-    delivery = operations.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
+    delivery = operations.send_test_event(endpoint)
+    if delivery is None:
+        raise ApiError(
+            "conflict",
+            f"Endpoint {endpoint.pk} is disabled: enable it to send a test event; nothing "
+            f"was queued.",
+        )
     audit.record(principal, Endpoint, {endpoint.pk: audit.test_event_sent(delivery.pk)})
     return respond(
         {

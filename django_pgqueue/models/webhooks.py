@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -86,7 +87,10 @@ class Endpoint(models.Model):
     ``secret`` is a property: the column (``secret``) only ever holds the Fernet
     ciphertext (see webhooks/crypto.py). Assigning ``endpoint.secret = "whsec_..."``
     or passing ``secret=`` to ``Endpoint.objects.create`` encrypts it; leaving it
-    blank generates one when the endpoint is first saved.
+    blank generates one when the endpoint is first saved. Once it is saved, its
+    secret changes by ``operations.rotate_secret`` only, and ``save()`` writes its
+    configuration only (:attr:`CONFIG_FIELDS`; docs/webhooks.md, "Who writes an
+    endpoint").
     """
 
     url = models.URLField(
@@ -203,9 +207,26 @@ class Endpoint(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True, editable=False)
 
-    #: Columns only the delivery claim writes: ``save()`` leaves them alone, so an
-    #: admin form loaded a while ago cannot write back a stale fence or rate state.
-    CLAIM_STATE_FIELDS = ("served_at", "rate_tat")
+    #: The configuration columns: all that ``save()`` writes to an endpoint that exists
+    #: (declared once; the admin's, the API's and the portal's edits are saves). The
+    #: other columns have their own writers, so an edit form loaded a while ago can
+    #: never write back a stale value of them: the run-time state (``is_active`` and
+    #: its reason, the breaker, the claim's fairness and rate state) is written by the
+    #: claim, the completion and the audited operations (``operations.py``); the
+    #: secrets by ``rotate_secret`` and ``reencrypt_secrets`` (``webhooks/store.py``).
+    CONFIG_FIELDS = (
+        "url",
+        "application",
+        "description",
+        "event_types",
+        "channels",
+        "headers",
+        "max_in_flight",
+        "rate_limit",
+        "rate_period",
+        "ordering",
+        "updated_at",
+    )
 
     class Meta:
         db_table = "pgqueue_endpoint"
@@ -261,27 +282,81 @@ class Endpoint(models.Model):
         return f"<Endpoint {self.pk}: {self.url}>"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        full_save = kwargs.get("update_fields") is None
-        if full_save and not kwargs.get("force_insert") and not self._state.adding and self.pk:
-            kwargs["update_fields"] = [
-                f.name
-                for f in self._meta.concrete_fields
-                if not f.primary_key and f.name not in self.CLAIM_STATE_FIELDS
-            ]
-        if not self.secret_ciphertext:
+        """Insert a new endpoint (every column: the defaults of the run-time state, and a
+        generated secret when none was set), or write the configuration of an existing one
+        (:attr:`CONFIG_FIELDS`) and nothing else, with no other effect.
+
+        Changing another column on an existing endpoint and saving raises ValueError
+        naming its operation: ``is_active`` by enabling or disabling, the breaker by
+        resetting the circuit, the secret by rotating it (``django_pgqueue.operations``).
+        """
+        updating = not kwargs.get("force_insert") and not self._state.adding and self.pk
+        if updating:
+            fields = kwargs.get("update_fields")
+            if fields is None:
+                stored = getattr(self, "_stored_state", {})
+                changed = sorted(
+                    "secret" if name == "secret_ciphertext" else name
+                    for name, value in stored.items()
+                    if getattr(self, name) != value
+                )
+                if changed:
+                    raise ValueError(
+                        f"Endpoint.save() writes the configuration of endpoint {self.pk} "
+                        f"only, and {', '.join(changed)} changed: that is written by its own "
+                        f"operation (enable, disable or reset_circuit with "
+                        f"operations.apply_endpoint_operation; a new secret with "
+                        f"operations.rotate_secret)."
+                    )
+                kwargs["update_fields"] = self.CONFIG_FIELDS
+            else:
+                others = sorted(set(fields) - set(self.CONFIG_FIELDS))
+                if others:
+                    raise ValueError(
+                        f"Endpoint.save(update_fields=...) writes configuration columns only "
+                        f"({', '.join(self.CONFIG_FIELDS)}), got {', '.join(others)}"
+                    )
+        elif not self.secret_ciphertext:
             from ..webhooks.signing import generate_secret
 
             self.secret = generate_secret()
-            if kwargs.get("update_fields") is not None:
-                kwargs["update_fields"] = {*kwargs["update_fields"], "secret_ciphertext"}
-        existed = self.pk is not None and not self._state.adding
         super().save(*args, **kwargs)
-        # A full save (the admin's, the portal's), not one naming its fields: the
-        # update_fields filled in above must not hide it.
-        if existed and full_save:
-            from ..operations import retry_refused_deliveries
+        self.remember_stored_state()
 
-            retry_refused_deliveries(self.pk)
+    @classmethod
+    def from_db(
+        cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any
+    ) -> Endpoint:
+        endpoint = super().from_db(db, field_names, values, **kwargs)
+        endpoint.remember_stored_state()
+        return endpoint
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        super().refresh_from_db(*args, **kwargs)
+        fields = kwargs.get("fields", args[1] if len(args) > 1 else None)
+        self.remember_stored_state(fields)
+
+    def remember_stored_state(self, fields: Iterable[str] | None = None) -> None:
+        """Note the values of the columns ``save()`` does not write, as the row holds
+        them now (only ``fields`` of them, if given): ``save()`` refuses an instance on
+        which one of them was changed, rather than silently not storing it. The store
+        calls it after writing one of them."""
+        wanted = None if fields is None else set(fields)
+        state = getattr(self, "_stored_state", {})
+        for name in self.state_fields():
+            if name in self.__dict__ and (wanted is None or name in wanted):
+                state[name] = getattr(self, name)
+        self._stored_state = state
+
+    @classmethod
+    def state_fields(cls) -> list[str]:
+        """The columns (their attnames) that ``save()`` does not write to an existing
+        endpoint: everything but the configuration and the primary key."""
+        return [
+            f.attname
+            for f in cls._meta.concrete_fields
+            if f.name not in cls.CONFIG_FIELDS and not f.primary_key
+        ]
 
     # -- secrets ---------------------------------------------------------------------
 
@@ -315,16 +390,6 @@ class Endpoint(models.Model):
             now or timezone.now(),
             what=f"the secrets of endpoint {self.pk}",
         )
-
-    def rotate_secret(self, new_secret: str | None = None, grace: float | None = None) -> str:
-        """Make ``new_secret`` (generated if None) current; keep the old one signing for
-        ``grace`` seconds (default ``SECRET_ROTATION_GRACE``). Saves; returns the new secret.
-
-        The change is :func:`django_pgqueue.operations.rotate_secret`'s.
-        """
-        from ..operations import rotate_secret
-
-        return rotate_secret(self, new_secret, grace)
 
     # -- validation ------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from ..authority import Customer
 from ..conf import get_settings
 from ..models.webhooks import Application, Delivery, Endpoint
 from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
+from ..webhooks import store
 from .forms import EndpointForm
 
 #: Deliveries listed on an endpoint's page (newest first).
@@ -152,7 +153,8 @@ def _save_form(
     # The application is the portal's, set before validation and never a field.
     form.instance.application = application
     if request.method == "POST" and form.is_valid():
-        saved = form.save()
+        # The configuration only (the store's): run-time state is never the form's.
+        saved = store.save_endpoint(form.save(commit=False))
         messages.success(request, _("The endpoint was saved."))
         return _to_endpoint(saved), form
     return None, form
@@ -248,7 +250,7 @@ def secret_rotate(request: HttpRequest, application: Application, pk: int) -> Ht
     endpoint = _endpoint(application, pk)
     op = ENDPOINT_OPERATIONS["rotate_secret"]
     customer = _authorized(request, application, op, endpoint.application_id)
-    secret = endpoint.rotate_secret()
+    secret = operations.rotate_secret(endpoint)
     grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
     audit.record(customer, Endpoint, {endpoint.pk: audit.rotated(grace)})
     return _render(
@@ -269,7 +271,10 @@ def send_test(request: HttpRequest, application: Application, pk: int) -> HttpRe
     endpoint = _endpoint(application, pk)
     op = ENDPOINT_OPERATIONS["send_test_event"]
     customer = _authorized(request, application, op, endpoint.application_id)
-    delivery = operations.send_test_event(endpoint, sent_by=request.user.get_username())
+    delivery = operations.send_test_event(endpoint)
+    if delivery is None:
+        messages.error(request, _("The endpoint is disabled: enable it to send a test event."))
+        return _to_endpoint(endpoint)
     audit.record(customer, Endpoint, {endpoint.pk: audit.test_event_sent(delivery.pk)})
     messages.success(request, _("A test event is on its way."))
     return HttpResponseRedirect(reverse("pgqueue_portal:delivery_detail", args=[delivery.pk]))

@@ -2,6 +2,7 @@
 
 One module per concern: ``jobs`` (enqueue, claim, complete, leases, atomic jobs),
 ``deliveries`` (events, fan-out, the deliveries' claim, completion and breaker),
+``endpoints`` (the webhook store's secrets and deletes),
 ``operators`` (admin and CLI actions), ``maintenance`` (retention, checks),
 ``periodic`` (the scheduler), ``workers`` (heartbeats), ``dashboard`` (the admin's
 and ``pgqueue_status``'s reads), ``api`` (the HTTP API's authentication and rate
@@ -49,7 +50,14 @@ from .deliveries import (
     READ_DELIVERY_OUTCOMES,
     RECORD_APPLICATION_EVENT,
     RECORD_EVENT,
+    RECORD_TEST_EVENT,
     REFUSED_DELIVERIES_DUE_NOW,
+)
+from .endpoints import (
+    DELETE_APPLICATION_WEBHOOKS,
+    DELETE_ENDPOINTS,
+    LOCK_ENDPOINT_SECRETS,
+    WRITE_ENDPOINT_SECRETS,
 )
 from .fragments import (
     APPLICATION_TABLE,
@@ -158,6 +166,8 @@ __all__ = [
     "COPY_JOBS",
     "COPY_TAIL_COLUMNS",
     "DATABASE_NOW",
+    "DELETE_APPLICATION_WEBHOOKS",
+    "DELETE_ENDPOINTS",
     "DELIVERIES_DUE_NOW",
     "DELIVERY_OVERVIEW",
     "DELIVERY_RETRIES_DUE_NOW",
@@ -181,6 +191,7 @@ __all__ = [
     "JOB_OVERVIEW",
     "JOB_TABLE",
     "LIVE_JOB_WITH_KEY",
+    "LOCK_ENDPOINT_SECRETS",
     "MISSING_TABLES",
     "MOVE_TO_DLQ_SET",
     "NEW_JOB_COLUMNS",
@@ -200,6 +211,7 @@ __all__ = [
     "READ_TRACE_CONTEXTS",
     "RECORD_APPLICATION_EVENT",
     "RECORD_EVENT",
+    "RECORD_TEST_EVENT",
     "REFUSED_DELIVERIES_DUE_NOW",
     "REPLAY_JOB_SET",
     "REPLAY_SET",
@@ -214,6 +226,7 @@ __all__ = [
     "UPSERT_SCHEDULE",
     "WORKERS",
     "WORKER_TABLE",
+    "WRITE_ENDPOINT_SECRETS",
     "copy_tail",
     "endpoint_update",
     "operator_update",

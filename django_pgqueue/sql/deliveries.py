@@ -92,20 +92,22 @@ WITH {{app}}event AS (
     SELECT v.id, e.id, 'pending', 0, %(max_attempts)s, now(), '', '', now(),
            now(), CASE e.ordering WHEN 'endpoint' THEN '' WHEN 'key' THEN %(ordering_key)s END
     FROM event AS v JOIN {ENDPOINT_TABLE} AS e ON {{tenant}}
-    WHERE e.is_active
-      AND (e.event_types = '[]'::jsonb OR e.event_types ?| %(type_keys)s::text[])
-      AND (e.channels = '[]'::jsonb OR e.channels ?| %(channels)s::text[])
+    WHERE e.is_active{{subscribed}}
     RETURNING 1
 )
 SELECT {{found}}, v.id, v.created_at, (SELECT count(*) FROM fanned)
 FROM (VALUES (1)) AS one {{join_app}}LEFT JOIN event AS v ON true
 """
+_SUBSCRIBED = """
+      AND (e.event_types = '[]'::jsonb OR e.event_types ?| %(type_keys)s::text[])
+      AND (e.channels = '[]'::jsonb OR e.channels ?| %(channels)s::text[])"""
 RECORD_EVENT = _RECORD_EVENT.format(
     name="record_event",
     app="",
     application_id="NULL::bigint",
     from_app="",
     tenant="e.application_id IS NULL",
+    subscribed=_SUBSCRIBED,
     found="NULL::bigint, NULL::boolean",
     join_app="",
 )
@@ -117,8 +119,28 @@ RECORD_APPLICATION_EVENT = _RECORD_EVENT.format(
     application_id="a.id",
     from_app="\n    FROM app AS a WHERE a.is_active",
     tenant="e.application_id = v.application_id",
+    subscribed=_SUBSCRIBED,
     found="a.id, a.is_active",
     join_app="LEFT JOIN app AS a ON true ",
+)
+
+# The test event of one endpoint (the admin's, the API's and the portal's "send a
+# test event"), through the same fan-out as every event, so its delivery is shaped,
+# ordered, claimed and signed exactly as a real one: ``target`` is the endpoint, if
+# it exists and is active (otherwise nothing is written and the caller says so); the
+# event belongs to its application; the delivery goes to it whatever it subscribes
+# to, since the test is of the receiver, not of the subscription.
+RECORD_TEST_EVENT = _RECORD_EVENT.format(
+    name="record_test_event",
+    app=f"""target AS (
+    SELECT id, application_id FROM {ENDPOINT_TABLE} WHERE id = %(endpoint)s AND is_active
+), """,
+    application_id="t.application_id",
+    from_app="\n    FROM target AS t",
+    tenant="e.id = %(endpoint)s",
+    subscribed="",
+    found="NULL::bigint, NULL::boolean",
+    join_app="",
 )
 
 # Delivery ``d`` may go now as far as FIFO ordering goes: it has no ordering key,

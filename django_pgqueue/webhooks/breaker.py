@@ -91,7 +91,8 @@ def refusal_delay(attempt: int, schedule_delay: float, conf: Mapping[str, Any]) 
     first attempts in seconds, before anyone could change a setting. They wait at the
     breaker's pace instead, ``BREAKER_COOLDOWN`` doubled per attempt up to
     ``BREAKER_MAX_COOLDOWN``, or the schedule's delay when that is longer. Saving the
-    endpoint makes them due at once (``operations.retry_refused_deliveries``).
+    endpoint in the admin, the API or the portal makes them due at once
+    (``store.save_endpoint``, ``store.retry_refused_deliveries``).
     """
     cooldown = conf["BREAKER_COOLDOWN"] * 2 ** max(0, attempt - 1)
     return max(schedule_delay, min(conf["BREAKER_MAX_COOLDOWN"], cooldown))

@@ -1,5 +1,9 @@
 """``send_event``: one Event and one Delivery per subscribed endpoint, in the caller's
-transaction."""
+transaction.
+
+This module checks what may be sent, before any SQL; the rows are written by the
+webhook store's fan-out (``store.fan_out``), its only writer of events and deliveries.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from .. import sql
 from ..conf import get_settings
@@ -20,6 +24,7 @@ from .breaker import max_attempts
 from .catalogue import validate_event
 from .routing import EVENT_TYPE_PATTERN, check_application_uid, check_channels, subscription_keys
 from .signing import new_message_id
+from .store import fan_out
 
 if TYPE_CHECKING:
     from ..models import Application, Event
@@ -151,9 +156,10 @@ def record_event(
     alias = using or conf.DATABASE
     msg_id = new_message_id()
     warn_if_outside_queue_transaction(alias, "send_event()", stacklevel=3)
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        # The application's lookup, the event and its fan-out: one statement.
-        cursor.execute(
+    with transaction.atomic(using=alias):
+        # The application's lookup, the event and its fan-out: one statement, the store's.
+        application_id, active, event_id, created_at, queued = fan_out(
+            alias,
             sql.RECORD_EVENT if uid is None else sql.RECORD_APPLICATION_EVENT,
             {
                 "application": uid,
@@ -168,7 +174,6 @@ def record_event(
                 "channels": channel_list,
             },
         )
-        application_id, active, event_id, created_at, queued = cursor.fetchone()
         if uid is not None and not active:
             # Nothing was written: the event is inserted only for an active application.
             state = "no application" if application_id is None else "the application is inactive"

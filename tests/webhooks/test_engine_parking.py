@@ -43,8 +43,7 @@ def test_disabling_in_any_way_parks_waiting_deliveries_and_only_those(receiver, 
     assert Delivery.objects.get(pk=waiting[1].pk).attempts == 1  # nothing else changes
 
     before = timezone.now()
-    endpoint.is_active = True
-    endpoint.save()  # the admin form's way
+    apply_endpoint_operation("enable", [endpoint.pk])  # the admin's, the API's, the portal's
     for pk in (d.pk for d in waiting):
         delivery = Delivery.objects.get(pk=pk)
         assert not delivery.is_parked

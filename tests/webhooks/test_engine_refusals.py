@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from django_pgqueue import send_event
 from django_pgqueue.models import Delivery, DeliveryAttempt, Endpoint
+from django_pgqueue.webhooks import store
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("webhooks_conf")]
 
@@ -33,8 +34,13 @@ def test_a_refused_delivery_waits_at_the_breaker_pace_and_goes_when_the_endpoint
     assert endpoint.breaker_state == "closed" and endpoint.consecutive_failures == 0
     assert receiver.requests == []
 
-    webhooks_conf()  # the operator fixes the settings, then saves the endpoint
+    webhooks_conf()  # the operator fixes the settings
+    # A bare model save writes the configuration and has no other effect ...
     Endpoint.objects.get(pk=endpoint.pk).save()
+    delivery.refresh_from_db()
+    assert delivery.next_attempt_at > timezone.now() + dt.timedelta(seconds=500)
+    # ... the store's save (the admin's, the API's, the portal's) retries the refusal.
+    store.save_endpoint(Endpoint.objects.get(pk=endpoint.pk))
     delivery.refresh_from_db()
     assert delivery.next_attempt_at <= timezone.now()
     run_worker()
@@ -55,7 +61,7 @@ def test_saving_an_endpoint_leaves_other_failures_on_their_schedule(
     delivery = Delivery.objects.get(event=event)
     assert delivery.status == "failed" and delivery.last_error.endswith("connection refused")
     due = delivery.next_attempt_at
-    endpoint.save()
+    store.save_endpoint(endpoint)
     delivery.refresh_from_db()
     assert delivery.next_attempt_at == due
 
