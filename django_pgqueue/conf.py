@@ -454,7 +454,9 @@ def validate(raw: Any) -> PgQueueSettings:
     listen_dsn = merged["LISTEN_DSN"]
     if listen_dsn is not None and not isinstance(listen_dsn, str):
         raise ImproperlyConfigured("PGQUEUE['LISTEN_DSN'] must be None or a libpq DSN string")
-    from .periodic.spec import check_catch_up, validate_schedule
+    from .periodic.spec import ArgumentLimits, check_catch_up, validate_schedule
+
+    max_args_bytes = _positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"])
 
     check_catch_up("PGQUEUE['SCHEDULE_CATCH_UP']", merged["SCHEDULE_CATCH_UP"])
     return PgQueueSettings(
@@ -482,14 +484,14 @@ def validate(raw: Any) -> PgQueueSettings:
         COMPLETION_RETRY_SECONDS=_positive_number(
             "PGQUEUE['COMPLETION_RETRY_SECONDS']", merged["COMPLETION_RETRY_SECONDS"]
         ),
-        MAX_ARGS_BYTES=_positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"]),
+        MAX_ARGS_BYTES=max_args_bytes,
         MAX_JSON_DEPTH=depth,
         MAX_RESULT_BYTES=_positive_int("PGQUEUE['MAX_RESULT_BYTES']", merged["MAX_RESULT_BYTES"]),
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
-        SCHEDULE=validate_schedule(merged["SCHEDULE"]),
+        SCHEDULE=validate_schedule(merged["SCHEDULE"], ArgumentLimits(max_args_bytes, depth)),
         SCHEDULER_INTERVAL=_positive_number(
             "PGQUEUE['SCHEDULER_INTERVAL']", merged["SCHEDULER_INTERVAL"]
         ),

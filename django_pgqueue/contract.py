@@ -223,7 +223,7 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
     while stack:
         item, path, depth = stack.pop()
         if isinstance(item, str):
-            problem = _string_problem(item)
+            problem = string_problem(item)
             if problem:
                 yield path, f"holds {problem}"
         elif item is None or isinstance(item, bool):
@@ -244,7 +244,7 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
                 children: list[tuple[Any, tuple[Any, ...], int]] = []
                 for key, child in item.items():
                     if isinstance(key, str):
-                        problem = _string_problem(key)
+                        problem = string_problem(key)
                         if problem:
                             yield path, f"has a key holding {problem} ({key!r})"
                     elif not (key is None or isinstance(key, int | float)):
@@ -257,7 +257,13 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
             yield path, f"is a {type(item).__module__}.{type(item).__qualname__}"
 
 
-def _string_problem(text: str) -> str:
+def string_problem(text: str) -> str:
+    """What keeps ``text`` out of PostgreSQL (a NUL, a lone surrogate), or "".
+
+    The same rule as inside documents, for the plain text columns a door writes
+    (names, time zones, queue names): ``text`` refuses NUL and UTF-8 refuses lone
+    surrogates, so either would fail the statement, not the check.
+    """
     if "\x00" in text:
         return f"a NUL character (\\x00) at position {text.index(chr(0))}"
     try:

@@ -15,7 +15,6 @@ test injects.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import threading
@@ -28,7 +27,7 @@ from ..backend import resolve_task
 from ..conf import get_settings
 from ..exceptions import DuplicateJob
 from ..worker import hooks
-from . import cron
+from . import cron, store
 from .registry import declared_schedules
 from .spec import ScheduleSpec
 
@@ -70,26 +69,29 @@ class Scheduler:
         return now
 
     def sync(self) -> None:
-        """Write every declared schedule's definition to its row (for the admin)."""
+        """Write every declared schedule's definition to its row (for the admin).
+
+        Each schedule in its own transaction: one that cannot be stored (a spec that
+        skipped the checks, a row another version wrote) is logged, naming it, and
+        the others are declared and tick all the same.
+        """
         now = self.now()
-        with transaction.atomic(using=self.db), connections[self.db].cursor() as cursor:
-            for spec in self.schedules.values():
-                cursor.execute(
-                    sql.UPSERT_SCHEDULE,
-                    {
-                        "name": spec.name,
-                        "task_path": spec.task_path,
-                        "cron": spec.cron,
-                        "timezone": spec.timezone,
-                        "args": json.dumps(spec.args),
-                        "kwargs": json.dumps(spec.kwargs),
-                        "queue_name": spec.queue_name or "",
-                        "catch_up": spec.catch_up or self.default_catch_up,
-                        "origin": spec.origin,
-                        "next": cron.next_tick(spec.cron, spec.timezone, now),
-                        "now": now,
-                    },
+        for spec in self.schedules.values():
+            try:
+                with transaction.atomic(using=self.db):
+                    self._declare(spec, now)
+            except Exception:
+                logger.exception(
+                    "Schedule %r: could not be declared; it does not tick until fixed", spec.name
                 )
+
+    def _declare(self, spec: ScheduleSpec, now: dt.datetime) -> None:
+        store.declare(
+            spec,
+            catch_up=spec.catch_up or self.default_catch_up,
+            next_tick=cron.next_tick(spec.cron, spec.timezone, now),
+            now=now,
+        )
 
     def run_pass(self) -> int:
         """Enqueue every due tick of every schedule; returns the jobs this pass enqueued."""
@@ -128,15 +130,16 @@ class Scheduler:
         return [latest], latest
 
     def _run_schedule(self, spec: ScheduleSpec, now: dt.datetime) -> int:
-        with transaction.atomic(using=self.db), connections[self.db].cursor() as cursor:
-            cursor.execute(sql.SCHEDULE_STATE, [spec.name])
-            row = cursor.fetchone()
-            if row is None:
+        """One schedule's due ticks, in one transaction of its own (run_pass logs its
+        failure and goes on with the next schedule)."""
+        with transaction.atomic(using=self.db):
+            state = store.read_state(spec.name)
+            if state is None:
                 # Deleted from the admin (or never synced): declare it again; its
                 # ticks count from now.
-                self._sync_one(spec, now)
+                self._declare(spec, now)
                 return 0
-            paused, cursor_at = row
+            paused, cursor_at = state
             ticks, new_cursor = self._due(spec, cursor_at, now)
             if new_cursor is None:
                 return 0
@@ -145,36 +148,25 @@ class Scheduler:
             enqueued = 0
             last_job: int | None = None
             for tick in ticks:
-                cursor.execute(sql.INSERT_TICK, [spec.name, tick])
-                won = cursor.fetchone()
-                if won is None:
+                tick_id = store.claim_tick(spec.name, tick)
+                if tick_id is None:
                     continue  # another worker enqueued this tick
                 if "scheduler_tick" in self.test_hooks:
                     hooks.pause("scheduler_tick", spec.name, tick.isoformat())
                 last_job = self._enqueue(spec)
-                cursor.execute(sql.SET_TICK_JOB, [last_job, won[0]])
+                store.set_tick_job(tick_id, last_job)
                 enqueued += 1
                 logger.info(
                     "Schedule %r: tick %s enqueued as job %s", spec.name, tick.isoformat(), last_job
                 )
-            cursor.execute(
-                sql.ADVANCE_SCHEDULE,
-                {
-                    "name": spec.name,
-                    "tick": new_cursor,
-                    "job_id": last_job,
-                    "next": cron.next_tick(spec.cron, spec.timezone, max(now, new_cursor)),
-                    "now": now,
-                },
+            store.advance(
+                spec.name,
+                tick=new_cursor,
+                job_id=last_job,
+                next_tick=cron.next_tick(spec.cron, spec.timezone, max(now, new_cursor)),
+                now=now,
             )
         return enqueued
-
-    def _sync_one(self, spec: ScheduleSpec, now: dt.datetime) -> None:
-        saved, self.schedules = self.schedules, {spec.name: spec}
-        try:
-            self.sync()
-        finally:
-            self.schedules = saved
 
     def _enqueue(self, spec: ScheduleSpec) -> int | None:
         """Enqueue one tick's job in the current transaction; its id."""

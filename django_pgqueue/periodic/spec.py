@@ -8,6 +8,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..contract import check_json_document, string_problem
+from ..exceptions import ArgumentsNotJSON, PayloadTooLarge
 from . import cron
 
 CATCH_UP_CHOICES = ("latest", "all", "none")
@@ -40,13 +42,72 @@ def check_catch_up(where: str, value: Any) -> None:
         )
 
 
-def validate_entry(name: Any, entry: Any, where: str, origin: str) -> ScheduleSpec:
-    """One schedule entry as a ScheduleSpec, or ImproperlyConfigured naming the bad key."""
-    if not isinstance(name, str) or not name or len(name) > 200:
-        raise ImproperlyConfigured(
-            f"{where}: schedule names must be non-empty strings of at most 200 characters, "
-            f"got {name!r}"
+@dataclass(frozen=True)
+class ArgumentLimits:
+    """The input contract's limits a schedule's arguments are checked against: the
+    ones every enqueue is (``PGQUEUE["MAX_ARGS_BYTES"]`` and ``["MAX_JSON_DEPTH"]``)."""
+
+    max_bytes: int
+    max_depth: int
+
+
+def _check_arguments(where: str, key: str, value: Any, limits: ArgumentLimits) -> str:
+    """Refuse arguments every tick's enqueue would refuse, at check time.
+
+    The scheduler enqueues inside its own transaction: a NUL or a NaN found there
+    would fail that tick on every pass, so the rule is applied where the schedule
+    is declared, naming the entry.
+    """
+    try:
+        return check_json_document(
+            value,
+            name=key,
+            max_bytes=limits.max_bytes,
+            max_depth=limits.max_depth,
+            limit_name="PGQUEUE['MAX_ARGS_BYTES']",
         )
+    except (ArgumentsNotJSON, PayloadTooLarge) as exc:
+        raise ImproperlyConfigured(f"{where}[{key!r}]: {exc}") from exc
+
+
+def _check_name(where: str, name: Any) -> None:
+    problem = string_problem(name) if isinstance(name, str) else ""
+    if not isinstance(name, str) or not name or len(name) > 200 or problem:
+        raise ImproperlyConfigured(
+            f"{where}: schedule names must be non-empty strings of at most 200 characters "
+            f"without NUL characters or unpaired surrogates, got {name!r}"
+            + (f" (it holds {problem})" if problem else "")
+        )
+
+
+def stored_arguments(spec: ScheduleSpec) -> tuple[str, str]:
+    """A spec's arguments as the JSON its row stores, checked as at declaration.
+
+    For specs that did not come through :func:`validate_entry` (built in code, or by
+    another version): the same rule, raising ImproperlyConfigured naming the schedule.
+    """
+    from ..conf import get_settings
+
+    where = f"Schedule {spec.name!r}"
+    _check_name(where, spec.name)
+    conf = get_settings()
+    limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
+    return (
+        _check_arguments(where, "args", list(spec.args), limits),
+        _check_arguments(where, "kwargs", dict(spec.kwargs), limits),
+    )
+
+
+def validate_entry(
+    name: Any, entry: Any, where: str, origin: str, limits: ArgumentLimits
+) -> ScheduleSpec:
+    """One schedule entry as a ScheduleSpec, or ImproperlyConfigured naming the bad key.
+
+    Everything a tick writes is checked here, so no tick can fail on its row or its
+    job: the name, cron and time zone as text PostgreSQL stores, and the arguments
+    under the input contract with ``limits``.
+    """
+    _check_name(where, name)
     if not isinstance(entry, Mapping):
         raise ImproperlyConfigured(f"{where} must be a dict, got {entry!r}")
     unknown = sorted(set(entry) - set(ENTRY_KEYS))
@@ -59,7 +120,7 @@ def validate_entry(name: Any, entry: Any, where: str, origin: str) -> ScheduleSp
         if required not in entry:
             raise ImproperlyConfigured(f"{where} has no {required!r} key")
     task_path = entry["task"]
-    if not isinstance(task_path, str) or "." not in task_path:
+    if not isinstance(task_path, str) or "." not in task_path or len(task_path) > 255:
         raise ImproperlyConfigured(
             f"{where}['task'] must be the dotted path of a @task function, got {task_path!r}"
         )
@@ -75,8 +136,15 @@ def validate_entry(name: Any, entry: Any, where: str, origin: str) -> ScheduleSp
         raise ImproperlyConfigured(f"{where}['args'] must be a list, got {args!r}")
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise ImproperlyConfigured(f"{where}['kwargs'] must be a dict with str keys")
+    _check_arguments(where, "args", list(args), limits)
+    _check_arguments(where, "kwargs", dict(kwargs), limits)
     queue_name = entry.get("queue_name")
-    if queue_name is not None and (not isinstance(queue_name, str) or not queue_name):
+    if queue_name is not None and (
+        not isinstance(queue_name, str)
+        or not queue_name
+        or len(queue_name) > 100
+        or string_problem(queue_name)
+    ):
         raise ImproperlyConfigured(
             f"{where}['queue_name'] must be a queue name, got {queue_name!r}"
         )
@@ -94,11 +162,12 @@ def validate_entry(name: Any, entry: Any, where: str, origin: str) -> ScheduleSp
     )
 
 
-def validate_schedule(raw: Any) -> dict[str, ScheduleSpec]:
-    """``PGQUEUE["SCHEDULE"]`` as specs by name (structure, cron and time zone checked)."""
+def validate_schedule(raw: Any, limits: ArgumentLimits) -> dict[str, ScheduleSpec]:
+    """``PGQUEUE["SCHEDULE"]`` as specs by name (structure, cron, time zone and
+    arguments checked)."""
     if not isinstance(raw, Mapping):
         raise ImproperlyConfigured(f"PGQUEUE['SCHEDULE'] must be a dict, got {raw!r}")
     return {
-        name: validate_entry(name, entry, f"PGQUEUE['SCHEDULE'][{name!r}]", "settings")
+        name: validate_entry(name, entry, f"PGQUEUE['SCHEDULE'][{name!r}]", "settings", limits)
         for name, entry in raw.items()
     }

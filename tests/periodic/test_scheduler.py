@@ -199,3 +199,33 @@ def test_queue_name_and_the_decorator():
         assert [j.queue_name for j in jobs()] == ["reports"]
     finally:
         _declared.pop("deco", None)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ScheduleSpec(name="nul-args", task_path=ADD, cron="* * * * *", args=["a\x00b"]),
+        ScheduleSpec(
+            name="nan-kwargs", task_path=ADD, cron="* * * * *", kwargs={"x": float("nan")}
+        ),
+        ScheduleSpec(name="nul\x00name", task_path=ADD, cron="* * * * *"),
+        ScheduleSpec(name="gone-task", task_path="testproject.demo.tasks.nope", cron="* * * * *"),
+    ],
+    ids=["nul-args", "nan-kwargs", "nul-name", "unknown-task"],
+)
+def test_one_bad_schedule_never_stops_the_others(bad, caplog):
+    # Specs built directly skip the checks, as a schedule row edited or declared by
+    # another code version might: the scheduler must still run every other schedule.
+    clock = Clock(dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC))
+    s = Scheduler({bad.name: bad, "good": spec(name="good")}, clock=clock)
+    with caplog.at_level("ERROR", logger="django_pgqueue.scheduler"):
+        s.sync()
+        for _ in range(3):
+            clock.advance(minutes=1)
+            s.run_pass()
+    good = jobs()
+    assert len(good) == 3  # zero lost ticks of the good schedule
+    assert list(ScheduleTick.objects.values_list("schedule_name", flat=True)) == ["good"] * 3
+    assert Schedule.objects.get(name="good").last_job_id == good[-1].id
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(repr(bad.name) in line for line in logged), logged
