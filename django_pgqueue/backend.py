@@ -7,7 +7,6 @@ Workers (``manage.py runworkers``) claim and run the rows.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -34,12 +33,13 @@ from .compat import (
 from .conf import PgQueueSettings, get_settings, validate_backend_options
 from .contract import check_json_document, utf8_size
 from .db import execute_one
-from .exceptions import DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
-from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
+from .exceptions import DuplicateJob, NotATask, PayloadTooLarge
+from .models.queue import Status
 from .notify import wake_workers
 from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
 from .tracing import traced_enqueue
+from .unique import unique_key_for, validate_unique_key
 
 #: Our states as the Tasks framework sees them (docs/tasks.md explains the choice).
 STATUS_MAP: dict[str, Any] = {
@@ -553,36 +553,6 @@ class PgQueueBackend(BaseTaskBackend):
         if (task.queue_name, task.priority, task.backend) == (queue_name, priority, backend):
             return task
         return task.using(queue_name=queue_name, priority=priority, backend=backend)
-
-
-def validate_unique_key(key: Any) -> None:
-    """Raise InvalidUniqueKey unless ``key`` is None or a storable key."""
-    if key is None:
-        return
-    if not isinstance(key, str) or not key:
-        raise InvalidUniqueKey(f"unique_key must be a non-empty string, got {key!r}")
-    if len(key) > UNIQUE_KEY_MAX_LENGTH:
-        raise InvalidUniqueKey(
-            f"unique_key is {len(key)} characters long, more than the "
-            f"{UNIQUE_KEY_MAX_LENGTH} allowed: {key[:40]!r}... Hash long keys "
-            f"(e.g. hashlib.sha256(key.encode()).hexdigest())."
-        )
-
-
-def unique_key_for(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
-    """The unique key of one call: the per-call key, else a digest of the arguments
-    for ``@task(unique=True)``, else None (not unique).
-
-    The digest is taken over canonical JSON (sorted keys), so ``f(a=1, b=2)`` and
-    ``f(b=2, a=1)`` are the same call.
-    """
-    key = getattr(task, "unique_key", None)
-    if key is not None:
-        return str(key)
-    if not getattr(task, "unique", False):
-        return None
-    canonical = json.dumps([list(args), kwargs], sort_keys=True, separators=(",", ":"))
-    return "args:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def atomic_database_problem() -> str | None:
