@@ -33,6 +33,7 @@ from .compat import (
 from .conf import PgQueueSettings, get_settings, validate_backend_options
 from .contract import check_json_document, utf8_size
 from .db import execute_one
+from .docs import check_hint
 from .exceptions import DuplicateJob, NotATask, PayloadTooLarge
 from .models.queue import Status
 from .notify import wake_workers
@@ -224,7 +225,12 @@ class PgQueueBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         return [
-            checks.Error(message, id="django_pgqueue.E010", obj=f"TASKS[{self.alias!r}]")
+            checks.Error(
+                message,
+                hint=check_hint("django_pgqueue.E010"),
+                id="django_pgqueue.E010",
+                obj=f"TASKS[{self.alias!r}]",
+            )
             for message in self._option_errors
         ]
 

@@ -110,12 +110,9 @@ def validate_entry(
     _check_name(where, name)
     if not isinstance(entry, Mapping):
         raise ImproperlyConfigured(f"{where} must be a dict, got {entry!r}")
-    unknown = sorted(set(entry) - set(ENTRY_KEYS))
-    if unknown:
-        raise ImproperlyConfigured(
-            f"Unknown key(s) in {where}: {', '.join(unknown)}. Valid keys are: "
-            f"{', '.join(ENTRY_KEYS)}."
-        )
+    from ..conf import check_keys
+
+    check_keys(where, entry, ENTRY_KEYS)
     for required in ("task", "cron"):
         if required not in entry:
             raise ImproperlyConfigured(f"{where} has no {required!r} key")
