@@ -247,6 +247,10 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
                         problem = string_problem(key)
                         if problem:
                             yield path, f"has a key holding {problem} ({key!r})"
+                    elif isinstance(key, float) and not math.isfinite(key):
+                        # json.dumps writes a float key as text, but refuses NaN and
+                        # infinity there too (allow_nan=False).
+                        yield path, f"has the key {key!r}, which JSON cannot represent"
                     elif not (key is None or isinstance(key, int | float)):
                         yield path, f"has a key of type {type(key).__name__} ({key!r})"
                     children.append((child, (*path, key), depth + 1))
