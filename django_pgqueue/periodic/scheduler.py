@@ -1,12 +1,16 @@
 """The scheduler: turns due ticks of declared schedules into jobs, in every worker.
 
 There is no leader. Each pass, every worker process does, per schedule and in one
-transaction on the queue database: read the schedule's cursor (the last tick
-enqueued) and pause flag; work out the due ticks from the catch-up policy; insert
-each tick's row (the unique (schedule, instant) constraint lets exactly one
-transaction through, see sql.INSERT_TICK) and, only if it got the row, enqueue
+transaction of its own on the queue database: read the schedule's cursor (the last
+tick enqueued) and pause flag; work out the due ticks from the catch-up policy;
+insert each tick's row (the unique (schedule, instant) constraint lets exactly one
+transaction through, see ``store.claim_tick``) and, only if it got the row, enqueue
 the job; then move the cursor forward. A worker killed mid-pass rolls back its
-tick row and job together, and the next pass of any worker enqueues the tick.
+tick row and job together, and the next pass of any worker enqueues the tick. One
+schedule that fails (its task gone, arguments that cannot be stored) is logged with
+its name and rolled back alone; the others tick.
+
+This module decides; ``periodic/store.py`` writes every schedule and tick row.
 
 "Now" is the database's ``now()`` (hosts' clocks do not matter), or the clock a
 test injects.

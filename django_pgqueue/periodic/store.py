@@ -4,8 +4,8 @@ The scheduler (``periodic/scheduler.py``) decides *when* a tick is due and
 enqueues its job; this module is the only code that inserts or changes
 ``Schedule`` and ``ScheduleTick`` rows, with the statements of
 ``sql/periodic.py``. The scheduler's functions run in the transaction the
-scheduler opened (a tick row and its job commit together); ``set_paused`` is the
-admin's and opens its own.
+scheduler opened (a tick row and its job commit together); ``set_paused`` and
+``delete`` are the admin's and open their own.
 """
 
 from __future__ import annotations
@@ -107,3 +107,16 @@ def set_paused(ids: Iterable[int], paused: bool) -> tuple[list[int], dict[int, s
     skipped = {pk: state for pk in wanted if pk in rows and pk not in changed}
     skipped.update({pk: "deleted meanwhile" for pk in wanted if pk not in rows})
     return changed, skipped
+
+
+def delete(ids: Iterable[int]) -> int:
+    """Delete schedule rows (the admin's delete); returns how many went.
+
+    A schedule still declared in a worker's code is declared again on that worker's
+    next pass, its ticks counted from then. Its tick rows stay: they are the record of
+    which instants already ran, so a re-declared schedule never enqueues one twice.
+    """
+    db = get_settings().DATABASE
+    with transaction.atomic(using=db):
+        deleted, _ = Schedule.objects.using(db).filter(pk__in=list(ids)).delete()
+    return deleted
