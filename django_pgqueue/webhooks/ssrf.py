@@ -13,7 +13,12 @@ IPv4-translated/SIIT, IPv4-compatible, NAT64, 6to4, Teredo, ISATAP), then allow 
 ``is_global`` non-multicast addresses outside an explicit block-list. The explicit list is
 needed because the stdlib flags differ between Python versions and miss the embedded forms.
 An allow-list of CIDRs can open private ranges for internal deployments and tests, except
-the hard-deny set (link-local and cloud metadata addresses), which nothing opens.
+the hard-deny set (link-local, cloud metadata and host-agent addresses, and metadata host
+names), which nothing opens.
+
+A refusal (:class:`UnsafeURLError`) carries two texts: a generic one for the customer who
+typed the URL, and the operator's detail (the resolved address, the reason, the setting),
+which :func:`log_refusal` logs and the admin shows.
 """
 
 from __future__ import annotations
