@@ -31,10 +31,10 @@ from .compat import (
     task_enqueued,
 )
 from .conf import PgQueueSettings, get_settings, validate_backend_options
-from .contract import check_json_document, utf8_size
+from .contract import check_arguments
 from .db import execute_one
 from .docs import check_hint
-from .exceptions import DuplicateJob, NotATask, PayloadTooLarge
+from .exceptions import DuplicateJob, NotATask
 from .models.queue import Status
 from .notify import wake_workers
 from .retry import Backoff, default_backoff
@@ -144,32 +144,9 @@ def serialize_arguments(
     context = f"Cannot enqueue {task.module_path}"
     if item is not None:
         context += f" (item {item} of the bulk enqueue)"
-    limit, depth = conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH
-    setting = "PGQUEUE['MAX_ARGS_BYTES']"
-    args_json = check_json_document(
-        list(args),
-        name="args",
-        max_bytes=limit,
-        max_depth=depth,
-        context=context,
-        limit_name=setting,
+    return check_arguments(
+        args, kwargs, max_bytes=conf.MAX_ARGS_BYTES, max_depth=conf.MAX_JSON_DEPTH, context=context
     )
-    kwargs_json = check_json_document(
-        kwargs,
-        name="kwargs",
-        max_bytes=limit,
-        max_depth=depth,
-        context=context,
-        limit_name=setting,
-    )
-    size = utf8_size(args_json) + utf8_size(kwargs_json)
-    if size > limit:
-        raise PayloadTooLarge(
-            f"{context}: its arguments take {size} bytes as JSON (UTF-8), more than "
-            f"{setting} = {limit}. Store large data elsewhere and pass "
-            f"a reference."
-        )
-    return args_json, kwargs_json
 
 
 def resolve_task(task_path: str) -> Task:

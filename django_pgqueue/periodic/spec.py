@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ..contract import check_json_document, string_problem
+from ..contract import check_arguments, string_problem
 from ..exceptions import ArgumentsNotJSON, PayloadTooLarge
 from . import cron
 
@@ -51,23 +51,24 @@ class ArgumentLimits:
     max_depth: int
 
 
-def _check_arguments(where: str, key: str, value: Any, limits: ArgumentLimits) -> str:
-    """Refuse arguments every tick's enqueue would refuse, at check time.
+def _check_arguments(where: str, args: Any, kwargs: Any, limits: ArgumentLimits) -> tuple[str, str]:
+    """Refuse arguments every tick's enqueue would refuse, at check time, with the
+    enqueue's own rule (``contract.check_arguments``).
 
     The scheduler enqueues inside its own transaction: a NUL or a NaN found there
     would fail that tick on every pass, so the rule is applied where the schedule
     is declared, naming the entry.
     """
     try:
-        return check_json_document(
-            value,
-            name=key,
+        return check_arguments(
+            list(args),
+            dict(kwargs),
             max_bytes=limits.max_bytes,
             max_depth=limits.max_depth,
-            limit_name="PGQUEUE['MAX_ARGS_BYTES']",
+            context="",
         )
     except (ArgumentsNotJSON, PayloadTooLarge) as exc:
-        raise ImproperlyConfigured(f"{where}[{key!r}]: {exc}") from exc
+        raise ImproperlyConfigured(f"{where}: {exc}") from exc
 
 
 def _check_name(where: str, name: Any) -> None:
@@ -92,10 +93,7 @@ def stored_arguments(spec: ScheduleSpec) -> tuple[str, str]:
     _check_name(where, spec.name)
     conf = get_settings()
     limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
-    return (
-        _check_arguments(where, "args", list(spec.args), limits),
-        _check_arguments(where, "kwargs", dict(spec.kwargs), limits),
-    )
+    return _check_arguments(where, spec.args, spec.kwargs, limits)
 
 
 def validate_entry(
@@ -133,8 +131,7 @@ def validate_entry(
         raise ImproperlyConfigured(f"{where}['args'] must be a list, got {args!r}")
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise ImproperlyConfigured(f"{where}['kwargs'] must be a dict with str keys")
-    _check_arguments(where, "args", list(args), limits)
-    _check_arguments(where, "kwargs", dict(kwargs), limits)
+    _check_arguments(where, args, kwargs, limits)
     queue_name = entry.get("queue_name")
     if queue_name is not None and (
         not isinstance(queue_name, str)

@@ -97,21 +97,29 @@ def _effect() -> None:
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"args": ["a\x00b"]}, "['args']: positional argument 0 cannot be stored"),
-        ({"kwargs": {"x": float("nan")}}, "['kwargs']: keyword argument 'x' is not JSON"),
-        ({"args": [object()]}, "['args']: positional argument 0 is not JSON-serialisable"),
-        ({"kwargs": {"x": "\ud800"}}, "['kwargs']: keyword argument 'x' cannot be stored"),
-        ({"args": [[[[1]]]]}, "['args']: positional argument 0 is nested too deeply"),
+        ({"args": ["a\x00b"]}, ": positional argument 0 cannot be stored: args[0] holds a NUL"),
+        (
+            {"kwargs": {"x": float("nan")}},
+            ": keyword argument 'x' is not JSON-serialisable: kwargs['x'] is nan",
+        ),
+        ({"args": [object()]}, ": positional argument 0 is not JSON-serialisable"),
+        ({"kwargs": {"x": "\ud800"}}, ": keyword argument 'x' cannot be stored"),
+        ({"args": [[[[1]]]]}, ": positional argument 0 is nested too deeply"),
         ({"cron": "1" * 5000 + " * * * *"}, "['cron']: a cron expression is at most"),
         ({"cron": "* * * * 99999999999999999999"}, "['cron']: bad cron expression"),
         ({"timezone": "E" * 10_000}, "['timezone']: a time zone name is at most"),
         ({"timezone": "Europe/\x00Paris"}, "['timezone']: unknown time zone"),
         ({"queue_name": "q\x00"}, "['queue_name'] must be a queue name"),
+        (
+            {"args": ["x" * 600], "kwargs": {"y": "z" * 600}},
+            ": its arguments take 1212 bytes as JSON (UTF-8), more than PGQUEUE['MAX_ARGS_BYTES']",
+        ),
     ],
 )
 def test_schedule_arguments_pass_the_input_contract_at_check_time(entry, message):
     full = {"task": ADD, "cron": "* * * * *", **entry}
-    with override_settings(PGQUEUE={"SCHEDULE": {"nightly": full}, "MAX_JSON_DEPTH": 3}):
+    limits = {"MAX_JSON_DEPTH": 3, "MAX_ARGS_BYTES": 1000}
+    with override_settings(PGQUEUE={"SCHEDULE": {"nightly": full}, **limits}):
         messages = check_settings()
     assert ids(messages) == ["django_pgqueue.E001"]
     assert f"PGQUEUE['SCHEDULE']['nightly']{message}" in messages[0].msg
@@ -127,6 +135,6 @@ def test_a_schedule_name_with_nul_or_a_surrogate_is_refused(name):
 
 
 def test_decorator_refuses_arguments_outside_the_contract():
-    with pytest.raises(ImproperlyConfigured, match=r"\['args'\]: positional argument 0"):
+    with pytest.raises(ImproperlyConfigured, match=r"@periodic on .*: positional argument 0"):
         periodic(cron="* * * * *", name="nul-args", args=["\x00"])(tasks.add)
     assert "nul-args" not in _declared
