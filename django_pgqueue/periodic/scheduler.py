@@ -22,6 +22,7 @@ import datetime as dt
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import close_old_connections, connections, transaction
@@ -36,6 +37,11 @@ from .registry import declared_schedules
 from .spec import ScheduleSpec
 
 logger = logging.getLogger("django_pgqueue.scheduler")
+
+#: A schedule failing the same way again is logged at most once per this many seconds
+#: (a pass runs every SCHEDULER_INTERVAL, 2 s by default: a broken schedule would
+#: otherwise fill the log); a new kind of failure is logged at once.
+REPEAT_FAILURE_LOG_SECONDS = 600.0
 
 #: Most missed ticks one pass enqueues under catch_up "all"; the rest follow on
 #: the next passes (a long downtime never makes one huge transaction).
@@ -63,6 +69,8 @@ class Scheduler:
         self.grace = dt.timedelta(seconds=conf.SCHEDULE_GRACE_SECONDS)
         self.test_hooks = hooks.armed_points()
         self.enqueued = 0
+        #: Per schedule: (the last failure logged, when).
+        self._failures: dict[str, tuple[str, float]] = {}
 
     def now(self) -> dt.datetime:
         if self.clock is not None:
@@ -84,10 +92,8 @@ class Scheduler:
             try:
                 with transaction.atomic(using=self.db):
                     self._declare(spec, now)
-            except Exception:
-                logger.exception(
-                    "Schedule %r: could not be declared; it does not tick until fixed", spec.name
-                )
+            except Exception as exc:
+                self._log_failure(spec.name, exc, "could not be declared; it does not tick")
 
     def _declare(self, spec: ScheduleSpec, now: dt.datetime) -> None:
         store.declare(
@@ -104,10 +110,23 @@ class Scheduler:
         for spec in self.schedules.values():
             try:
                 enqueued += self._run_schedule(spec, now)
-            except Exception:
-                logger.exception("Schedule %r: pass failed; it is retried next pass", spec.name)
+            except Exception as exc:
+                self._log_failure(spec.name, exc, "pass failed; it is retried next pass")
+            else:
+                self._failures.pop(spec.name, None)
         self.enqueued += enqueued
         return enqueued
+
+    def _log_failure(self, name: str, exc: Exception, what: str) -> None:
+        """Log a schedule's failure with its name and traceback; the same failure again
+        only every REPEAT_FAILURE_LOG_SECONDS (the other schedules keep ticking)."""
+        kind = f"{type(exc).__name__}: {exc}"
+        seen = self._failures.get(name)
+        now = time.monotonic()
+        if seen is not None and seen[0] == kind and now - seen[1] < REPEAT_FAILURE_LOG_SECONDS:
+            return
+        self._failures[name] = (kind, now)
+        logger.error("Schedule %r: %s", name, what, exc_info=exc)
 
     def _due(
         self, spec: ScheduleSpec, cursor_at: dt.datetime, now: dt.datetime

@@ -229,3 +229,16 @@ def test_one_bad_schedule_never_stops_the_others(bad, caplog):
     assert Schedule.objects.get(name="good").last_job_id == good[-1].id
     logged = [r.getMessage() for r in caplog.records]
     assert any(repr(bad.name) in line for line in logged), logged
+
+
+def test_a_schedule_failing_the_same_way_is_logged_once_not_every_pass(caplog):
+    clock = Clock(dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC))
+    broken = ScheduleSpec(name="broken", task_path="testproject.demo.tasks.nope", cron="* * * * *")
+    s = scheduler(clock, broken, spec(name="good"))
+    with caplog.at_level("ERROR", logger="django_pgqueue.scheduler"):
+        for _ in range(5):
+            clock.advance(minutes=1)
+            s.run_pass()
+    failures = [r for r in caplog.records if "'broken'" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+    assert len(jobs()) == 5  # the good schedule lost no tick
