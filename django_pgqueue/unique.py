@@ -47,11 +47,15 @@ def validate_unique_key(key: Any) -> None:
 
 
 @lru_cache(maxsize=1024)
-def _signature(func: Callable[..., Any], takes_context: bool) -> inspect.Signature:
+def _signature(func: Callable[..., Any], takes_context: bool) -> inspect.Signature | None:
     """The parameters a caller passes: a ``takes_context`` task's first one is the
-    context the worker supplies. Cached: ``inspect.signature`` costs tens of
-    microseconds and a task's function never changes."""
-    signature = inspect.signature(func)
+    context the worker supplies; None when Python cannot tell (some C callables).
+    Cached: ``inspect.signature`` costs tens of microseconds and a task's function
+    never changes."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
     if takes_context:
         signature = signature.replace(parameters=list(signature.parameters.values())[1:])
     return signature
@@ -66,6 +70,8 @@ def _canonical_call(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> 
     order. A call the signature refuses is refused here: it could never run.
     """
     signature = _signature(task.func, bool(getattr(task, "takes_context", False)))
+    if signature is None:
+        return [list(args), dict(kwargs)]  # the call as spelled: nothing to bind to
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as exc:
