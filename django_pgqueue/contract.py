@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -314,3 +315,60 @@ def string_problem(text: str) -> str:
     except UnicodeEncodeError as exc:
         return f"a lone surrogate ({text[exc.start]!r}) at position {exc.start}"
     return ""
+
+
+#: The range of PostgreSQL's ``bigint``: an id outside it names no row, and would make
+#: the statement fail instead of finding nothing.
+BIGINT_MIN = -(2**63)
+BIGINT_MAX = 2**63 - 1
+#: A whole number in ASCII digits. Python's own tests are too lenient for input that
+#: reaches SQL: ``"²".isdigit()`` is true, and ``int()`` takes ``" 1_0 "`` and
+#: other scripts' digits (``int("٣") == 3``).
+_ASCII_INTEGER = re.compile(r"-?[0-9]{1,19}")
+
+
+def strict_int(
+    value: object,
+    what: str,
+    *,
+    minimum: int = BIGINT_MIN,
+    maximum: int = BIGINT_MAX,
+    error: type[Exception] = ValueError,
+) -> int:
+    """An integer from code, a URL, a form field or a command line, checked before SQL.
+
+    Takes an ``int`` (not a bool) or a string of ASCII digits with an optional
+    leading ``-``, within ``[minimum, maximum]`` (``bigint`` by default); raises
+    ``error`` naming ``what`` and the bad value otherwise.
+    """
+    if isinstance(value, str):
+        if not _ASCII_INTEGER.fullmatch(value):
+            raise error(f"{what} must be a whole number in ASCII digits, got {value[:40]!r}")
+        number = int(value)
+    elif isinstance(value, bool):
+        raise error(f"{what} must be an integer, got {value!r}")
+    else:
+        try:
+            number = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise error(
+                f"{what} must be an integer, got {type(value).__name__} {repr(value)[:40]}"
+            ) from None
+    if not minimum <= number <= maximum:
+        shown = (
+            str(number)
+            if number.bit_length() < 128
+            else f"an integer of {number.bit_length()} bits"
+        )
+        raise error(f"{what} must be between {minimum} and {maximum}, got {shown}")
+    return number
+
+
+def strict_text(value: str, what: str, *, error: type[Exception] = ValueError) -> str:
+    """``value`` unchanged if PostgreSQL can store it as text (no NUL character, no lone
+    surrogate): a URL's path or query value, a form field, a command argument, checked
+    before SQL. Raises ``error`` naming ``what`` otherwise."""
+    problem = _string_problem(value)
+    if problem:
+        raise error(f"{what} contains {problem}")
+    return value

@@ -118,12 +118,13 @@ def log_attempt(logger: logging.Logger, worker_id: str, outcome: Any, label: str
     level = logging.ERROR if failed else logging.INFO
     if not logger.isEnabledFor(level):
         return
+    row_id = outcome.id if getattr(outcome, "row_id", None) is None else outcome.row_id
     extra: dict[str, Any] = {
         "event": "attempt",
         "worker_id": worker_id,
         "source": outcome.source,
         "task": outcome.task_path,
-        "job_id": outcome.id,
+        "job_id": row_id,
         "attempt": outcome.attempt,
         "duration": round(outcome.duration, 6),
         "outcome": label,
@@ -140,7 +141,7 @@ def log_attempt(logger: logging.Logger, worker_id: str, outcome: Any, label: str
         level,
         "%s %s %s attempt=%d duration=%.3fs outcome=%s%s",
         outcome.source,
-        outcome.id,
+        row_id,
         outcome.task_path,
         outcome.attempt,
         outcome.duration,

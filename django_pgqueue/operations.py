@@ -64,6 +64,9 @@ class Operation:
 
     ``permission`` is a codename of the ``django_pgqueue`` app (Meta.permissions
     of the model); the admin installs ``has_<permission>_permission`` from it.
+    ``scope`` is the API key scope that allows it (None: no key may), ``customer``
+    whether a portal customer may apply it to their own application's objects.
+    ``authority.authorize`` reads these three for every door.
     """
 
     kind: str  #: the model it changes: ``job``, ``delivery`` or ``endpoint``
@@ -74,6 +77,8 @@ class Operation:
     explanation: StrOrPromise  #: the confirmation page's text
     bulk_label: StrOrPromise = ""  #: the action menu's entry ("" = no bulk action)
     style: str = ""  #: the button's CSS style ("default": the primary one)
+    scope: str | None = None  #: the API key scope that allows it (None: no key)
+    customer: bool = False  #: a portal customer may apply it to their own objects
 
     def applies(self, obj: Any) -> bool:
         """Whether the operation would change ``obj`` (shows its button)."""
@@ -145,6 +150,10 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
             result_state=Status.PENDING,
             set_clause=sql.REPLAY_JOB_SET if kind == "job" else sql.REPLAY_SET,
             wakes_workers=True,
+            # A customer replays their own deliveries (the API, the portal); jobs are
+            # the operator's alone.
+            scope="manage" if kind == "delivery" else None,
+            customer=kind == "delivery",
         ),
         RowOperation(
             kind,
@@ -235,6 +244,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             guard="NOT is_active OR breaker_state <> 'closed'",
             predicate=lambda e: not e.is_active or e.breaker_state != "closed",
             set_clause=sql.ENABLE_SET,
+            scope="manage",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -248,6 +259,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             predicate=lambda e: e.is_active,
             set_clause=sql.DISABLE_SET,
             default_reason="Disabled by an operator",
+            scope="manage",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -270,6 +283,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             "Test event queued",
             _("Queues one pgqueue.test event to this endpoint only, tried once."),
             bulk_label=_("Send a test event to selected endpoints"),
+            scope="manage",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -282,6 +297,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
                 "signatures are sent) for PGQUEUE['WEBHOOKS']['SECRET_ROTATION_GRACE']."
             ),
             bulk_label=_("Rotate secrets of selected endpoints"),
+            scope="secrets",
+            customer=True,
         ),
         EndpointOperation(
             "endpoint",
@@ -290,6 +307,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
             _("Reveal secret"),
             "Revealed the signing secret",
             _("Shows the signing secret once; the view is written to the admin log."),
+            scope="secrets",
+            customer=True,
         ),
         # Changes deliveries, so it is allowed by their replay permission.
         EndpointOperation(
@@ -302,6 +321,8 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
                 "Every failed or dead delivery to this endpoint created since the time "
                 "below goes back to pending, due now. Rows a worker holds are skipped."
             ),
+            scope="manage",
+            customer=True,
         ),
     )
 }
@@ -365,16 +386,24 @@ def _record(model: type[models.Model], result: OperationResult) -> None:
 
 
 def apply_operation(
-    model: type[models.Model], operation: str, ids: Iterable[int]
+    model: type[models.Model], operation: str, ids: Iterable[int], *, actor: Any = None
 ) -> OperationResult:
     """Apply the row ``operation`` (a :data:`JOB_OPERATIONS` / :data:`DELIVERY_OPERATIONS`
     name) to the rows of ``model`` with the given ids.
 
     Returns which rows changed (with the state each left) and which were skipped
     with the reason (their current state, or that they no longer exist).
+    ``actor`` (``authority``: an operator, a key, a portal customer): only the rows it
+    may change are changed, the others skipped as not found; ``authority.Refused``
+    when it may not apply the operation at all. Without one, the caller is the
+    operator (Python code, a command).
     """
     op: RowOperation = _lookup(model, operation)
     id_list, result, alias = _start(operation, ids)
+    if actor is not None:
+        from . import authority
+
+        id_list, result.skipped = authority.authorized_ids(actor, model, op, id_list, alias)
     if not id_list:
         return result
     conn = connections[alias]
@@ -418,9 +447,9 @@ def apply_operation(
     return result
 
 
-def replay(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
+def replay(model: type[models.Model], ids: Sequence[int], *, actor: Any = None) -> OperationResult:
     """Put terminal or failed rows back to ``pending``, due now, attempts reset."""
-    return apply_operation(model, "replay", ids)
+    return apply_operation(model, "replay", ids, actor=actor)
 
 
 def retry_now(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
@@ -459,7 +488,7 @@ def abort_job(job: Any) -> OperationResult:
 
 
 def apply_endpoint_operation(
-    operation: str, ids: Iterable[int], *, reason: str | None = None
+    operation: str, ids: Iterable[int], *, reason: str | None = None, actor: Any = None
 ) -> OperationResult:
     """Enable, disable or reset the circuit of endpoints, in one guarded UPDATE.
 
@@ -469,6 +498,7 @@ def apply_endpoint_operation(
 
     ``changed`` maps each changed endpoint to the state it left ("disabled,
     circuit open"); endpoints already in the wanted state are ``skipped``.
+    ``actor``: as for :func:`apply_operation`.
     """
     from .models.webhooks import Endpoint
 
@@ -482,7 +512,13 @@ def apply_endpoint_operation(
     guard, set_clause = op.guard, op.set_clause
     written = [reason if reason is not None else op.default_reason] if op.default_reason else []
     id_list, result, alias = _start(operation, ids)
+    hidden: dict[int, str] = {}
+    if actor is not None:
+        from . import authority
+
+        id_list, hidden = authority.authorized_ids(actor, Endpoint, op, id_list, alias)
     if not id_list:
+        result.skipped = hidden
         return result
     conn = connections[alias]
     table = conn.ops.quote_name(Endpoint._meta.db_table)
@@ -499,6 +535,7 @@ def apply_endpoint_operation(
     for i in id_list:
         if i not in result.changed:
             result.skipped[i] = "already done" if i in existing else "no longer exists"
+    result.skipped.update(hidden)
     _record(Endpoint, result)
     return result
 
@@ -594,7 +631,9 @@ def retry_refused_deliveries(endpoint_id: int) -> int:
     return count
 
 
-def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationResult:
+def replay_endpoint_deliveries(
+    endpoint_id: int, since: datetime, *, actor: Any = None
+) -> OperationResult:
     """Replay one endpoint's failed and dead deliveries created since ``since``.
 
     The rows are picked here and changed by the guarded ``replay`` UPDATE, so a
@@ -607,7 +646,7 @@ def replay_endpoint_deliveries(endpoint_id: int, since: datetime) -> OperationRe
         status__in=[Status.FAILED, Status.DEAD],
         created_at__gte=since,
     ).values_list("pk", flat=True)
-    return apply_operation(Delivery, "replay", list(ids))
+    return apply_operation(Delivery, "replay", list(ids), actor=actor)
 
 
 def send_test_event(endpoint: Endpoint, sent_by: str = "") -> Delivery:

@@ -34,6 +34,9 @@ class Outcome:
     duration: float = 0.0
     #: Name of the Source the row belongs to (sources.py), set by the Worker.
     source: str = ""
+    #: The row's id in its own table when ``id`` is only the worker's handle for it
+    #: (a message's ``msg_id``): what the log line names.
+    row_id: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -49,8 +52,8 @@ class JobOutcome(Outcome):
     #: One entry of the job's ``errors`` history, as JSON (a failure).
     error_json: str | None = None
     source: str = "jobs"
-    #: The job an atomic slot ran: its outcome goes back under the slot's ``id``.
-    atomic_job_id: int | None = None
+    #: Written already: an atomic job's success, committed with its body's writes.
+    committed: bool = False
 
 
 @dataclass(slots=True)

@@ -37,7 +37,6 @@ from django.db import connections
 from .conf import get_settings
 from .db import FastJsonbLoader
 from .outcomes import Outcome
-from .worker.atomic import SKIPPED
 from .worker.runner import TaskRunner
 from .worker.sources import JobSource, Source
 
@@ -171,10 +170,10 @@ def run_queued_jobs(
                             f"that enqueues itself? Raise max_jobs if this is expected."
                         )
                     outcome: Outcome = source.run(item)
-                    if outcome.status == SKIPPED:
-                        continue  # an atomic slot that found no job
                     outcome.source = source.name
-                    source.write_outcomes(pg, [outcome])
+                    # Fetched again: an atomic job whose session ended reconnects.
+                    connection.ensure_connection()
+                    source.write_outcomes(connection.connection, [outcome])
                     label = "released" if outcome.refund else str(outcome.status)
                     report.outcomes[(source.name, label)] += 1
                     ran += 1

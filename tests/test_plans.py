@@ -129,15 +129,21 @@ def test_job_claim_does_not_scan_a_grown_table(conn):
     assert len(claimed) == 10
 
 
-def test_atomic_due_count_does_not_scan_a_grown_table(conn):
+def test_atomic_claim_does_not_scan_a_grown_table(conn):
     source = AtomicJobSource("plan-test")
-    params = {"all_queues": True, "queues": [], "limit": 10}
+    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
     conn.execute(f"ANALYZE {sql.JOB_TABLE}")
     for _ in range(WARM_UP):
         assert source.claim(conn, params) == []
+        assert not source.any_due(conn, params)
+    # Due and held rows of the other kind: the atomic claim takes none of them.
     grow(conn, FILL_JOBS, sql.JOB_TABLE)
+    conn.execute(
+        f"UPDATE {sql.JOB_TABLE} SET locked_until = now() - interval '1 second' WHERE id % 2 = 0"
+    )
 
     assert seq_scans(conn, sql.JOB_TABLE, lambda: source.claim(conn, params)) == 0
+    assert seq_scans(conn, sql.JOB_TABLE, lambda: source.any_due(conn, params)) == 0
 
 
 FILL_DELIVERIES = f"""WITH ev AS (

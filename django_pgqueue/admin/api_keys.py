@@ -1,5 +1,8 @@
 """API keys of the HTTP API (docs/http-api.md): created here or by
-``pgqueue_api_key``; the key is shown once, after "Save"; only its hash is kept."""
+``pgqueue_api_key``; the key is shown once, after "Save"; only its hash is kept.
+
+A key never grants more than the staff user who creates or widens it holds: each
+scope needs the permissions of ``authority.SCOPE_PERMISSIONS``."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from django.contrib import admin, messages
 from django.utils.translation import gettext_lazy as _
 
 from ..api.keys import assign_new_key, check_scopes, revoke_keys
+from ..authority import check_grant
 from ..models.api import ApiKey, ApiScope
 
 
@@ -18,15 +22,22 @@ class ApiKeyForm(forms.ModelForm):
         choices=ApiScope.choices, widget=forms.CheckboxSelectMultiple, label=_("Scopes")
     )
 
+    #: The staff user saving the form (set by ``ApiKeyAdmin.get_form``).
+    creator: Any = None
+
     class Meta:
         model = ApiKey
         fields = ("name", "scopes", "application", "rate_limit")
 
     def clean_scopes(self) -> list[str]:
         try:
-            return check_scopes(self.cleaned_data["scopes"])
+            scopes = check_scopes(self.cleaned_data["scopes"])
+            # Only the scopes being added: a key's existing scopes stay editable by
+            # whoever may change keys, without holding them.
+            check_grant(self.creator, set(scopes) - set(self.instance.scopes or ()))
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
+        return scopes
 
 
 @admin.register(ApiKey)
@@ -37,6 +48,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
     search_fields = ("name", "=prefix")
     readonly_fields = ("key_prefix", "created_at", "last_used_at", "revoked_at")
     actions = ["revoke"]
+
+    def get_form(self, request: Any, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"creator": request.user})
 
     @admin.display(description=_("key"))
     def key_prefix(self, obj: ApiKey) -> str:

@@ -9,7 +9,13 @@ from typing import Any
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+)
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -17,16 +23,20 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import get_settings
+from ..contract import BIGINT_MAX, strict_int
 from ..models.mq import MessageQueue
 from ..mq import store
-from ..mq.exceptions import QueueError
+from ..mq.exceptions import InvalidQueueName, QueueError
+from ..mq.validation import check_msg_id, check_name
 from .audit import log_changes
 from .read_only import ReadOnlyAdminMixin
 
 #: Messages shown per page of the browser.
 PAGE_SIZE = 50
-#: The header that records where a dead letter came from (mq/sql.py).
-DEAD_LETTER_HEADER = "x-pgqueue-dead-letter"
+#: The last page whose offset PostgreSQL's bigint holds.
+MAX_PAGE = BIGINT_MAX // PAGE_SIZE - 1
+#: Characters of an undecodable document shown in the browser.
+RAW_PREVIEW = 500
 
 
 def _age(seconds: float | None) -> str:
@@ -109,17 +119,25 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         """GET: a page of messages (or of the archive). POST: an operation on the selected."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        try:
+            check_name(name)  # a NUL, or any name no queue can have, before SQL
+        except InvalidQueueName as exc:
+            raise Http404(str(exc)) from exc
         queue = get_object_or_404(MessageQueue, pk=name)
         if request.method == "POST":
             if not self.has_operate_permission(request):
                 raise PermissionDenied
-            self._operate(request, queue)
+            try:
+                ids = sorted({check_msg_id(i) for i in request.POST.getlist("msg_id")})
+            except ValueError as exc:
+                return HttpResponseBadRequest(str(exc), content_type="text/plain")
+            self._operate(request, queue, ids)
             return HttpResponseRedirect(request.get_full_path())
         archived = request.GET.get("archived") == "1"
         try:
-            page = max(0, int(request.GET.get("page", "0")))
+            page = strict_int(request.GET.get("page", "0"), "page", minimum=0, maximum=MAX_PAGE)
         except ValueError as exc:
-            raise Http404 from exc
+            return HttpResponseBadRequest(str(exc), content_type="text/plain")
         rows = store.browse(name, archived=archived, limit=PAGE_SIZE + 1, offset=page * PAGE_SIZE)
         shown = [self._row(row) for row in rows[:PAGE_SIZE]]
         context = {
@@ -137,24 +155,30 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @staticmethod
     def _row(row: tuple[Any, ...]) -> dict[str, Any]:
-        message = store.Message.from_row(row)
+        """One row of the browser; a row Python cannot decode is shown as its raw
+        text (truncated) beside the error, and can still be selected."""
+        message = store.decode_row(row)
+        error = None
+        if isinstance(message, str):
+            error = message
+            message = store.Message(
+                row[0], row[1], row[2], row[3], _preview(row[4]), _preview(row[5])
+            )
         headers = message.headers if isinstance(message.headers, dict) else {}
-        origin = headers.get(DEAD_LETTER_HEADER)
+        origin = headers.get(store.sql.DEAD_LETTER_HEADER)
         return {
             "m": message,
+            "error": error,
             "archived_at": row[6] if len(row) > 6 else None,
             "origin": origin.get("queue") if isinstance(origin, dict) else None,
         }
 
-    def _operate(self, request: HttpRequest, queue: MessageQueue) -> None:
+    def _operate(self, request: HttpRequest, queue: MessageQueue, ids: list[int]) -> None:
         operation = request.POST.get("operation")
-        try:
-            ids = sorted({int(i) for i in request.POST.getlist("msg_id")})
-        except ValueError:
-            ids = []
         if not ids or operation not in ("delete", "archive", "move_back"):
             self.message_user(request, _("Select messages and an operation."), messages.WARNING)
             return
+        refused: dict[int, str] = {}
         with transaction.atomic(using=get_settings().DATABASE):
             if operation == "delete":
                 done = store.delete(queue.name, ids)
@@ -163,38 +187,28 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 done = store.archive(queue.name, ids)
                 note = f"Archived messages {done}"
             else:
-                done, note = self._move_back(queue.name, ids)
+                result = store.move_back(queue.name, ids)
+                refused = result.refused
+                done = [i for old, _ in result.moved.values() for i in old]
+                note = "; ".join(
+                    f"Moved messages {old} back to {origin} (now {new})"
+                    for origin, (old, new) in result.moved.items()
+                )
             if done:
                 # A str primary key; LogEntry stores str(pk) either way.
                 log_changes(request, MessageQueue, {queue.pk: note})  # type: ignore[dict-item]
-        skipped = len(ids) - len(done)
         self.message_user(request, f"{note or 'Nothing done'}.", messages.SUCCESS)
-        if skipped:
-            self.message_user(
-                request,
-                f"Skipped {skipped}: gone, or not a dead letter with a known origin.",
-                messages.WARNING,
-            )
+        if operation == "move_back":
+            for msg_id, reason in sorted(refused.items()):
+                self.message_user(request, f"Not moved {msg_id}: {reason}.", messages.WARNING)
+        elif len(done) < len(ids):
+            self.message_user(request, f"Skipped {len(ids) - len(done)}: gone.", messages.WARNING)
 
-    @staticmethod
-    def _move_back(name: str, ids: list[int]) -> tuple[list[int], str]:
-        """Move dead letters to the queue each came from (new ids there)."""
-        by_origin: dict[str, list[int]] = {}
-        for row in store.browse_ids(name, ids):
-            headers = store.Message.from_row(row).headers
-            origin = headers.get(DEAD_LETTER_HEADER) if isinstance(headers, dict) else None
-            if isinstance(origin, dict) and isinstance(origin.get("queue"), str):
-                by_origin.setdefault(origin["queue"], []).append(row[0])
-        done: list[int] = []
-        notes = []
-        for origin, msg_ids in sorted(by_origin.items()):
-            try:
-                new_ids = store.move(name, msg_ids, to=origin)
-            except QueueError:
-                continue  # the origin queue was dropped
-            done.extend(msg_ids)
-            notes.append(f"Moved messages {msg_ids} back to {origin} (now {new_ids})")
-        return done, "; ".join(notes)
+
+def _preview(text: str | None) -> str | None:
+    if text is None or len(text) <= RAW_PREVIEW:
+        return text
+    return f"{text[:RAW_PREVIEW]}... ({len(text)} characters)"
 
 
 def dashboard_rows(site_name: str) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 
+from ..authority import has_permission
 from ..operations import Operation
 
 if TYPE_CHECKING:
@@ -80,7 +81,8 @@ def row_action(
 
 def _has_permission(codename: str) -> Callable[..., bool]:
     def check(self: ModelAdmin, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+        # The operator's rule of authority.authorize, the one check of every door.
+        return has_permission(request.user, codename)
 
     check.__name__ = f"has_{codename}_permission"
     return check

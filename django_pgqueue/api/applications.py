@@ -1,7 +1,8 @@
 """``/applications``: the tenants (docs/multi-tenant.md), by their uid.
 
-A key scoped to an application sees and may change only that application, and can
-neither create nor delete applications.
+A key scoped to an application sees and may change only that application, and only
+its customer's fields (``authority.OPERATOR_FIELDS``); it can neither create nor
+delete applications.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
 
+from .. import authority
 from ..conf import get_settings
 from ..models.webhooks import Application
 from . import audit, scoping
@@ -92,6 +94,8 @@ def update_application(request: HttpRequest, principal: Principal, uid: str) -> 
     application = _application(principal, uid)
     body = read_json(request)
     check_fields(body, tuple(EDITABLE))
+    # A customer's key changes its name; is_active and metadata are the operator's.
+    authority.check_owned_fields(principal, application, body)
     before = audit.snapshot(application, (name for name in EDITABLE if name in body))
     _apply(application, body)
     application.save()

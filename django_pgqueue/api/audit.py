@@ -27,6 +27,7 @@ from django.core.exceptions import FieldError
 from django.db import DatabaseError, models
 from django.utils.text import get_text_list
 
+from ..authority import Customer
 from ..conf import get_settings
 from ..models.api import ApiKey
 from .http import Principal
@@ -38,9 +39,11 @@ logger = logging.getLogger("django_pgqueue.api")
 ADDITION, CHANGE, DELETION = 1, 2, 3
 
 
-def actor(principal: Principal) -> str:
+def actor(principal: Principal | Customer) -> str:
     """``API key pgq_5f0c2a9e11b4 'billing-service'``: the key by its public prefix and
-    its name (never the key)."""
+    its name (never the key); a portal customer by their user and application."""
+    if isinstance(principal, Customer):
+        return principal.describe()
     prefix, name = (
         ApiKey.objects.using(get_settings().DATABASE)
         .values_list("prefix", "name")
@@ -49,8 +52,18 @@ def actor(principal: Principal) -> str:
     return f"API key pgq_{prefix} {name!r}"
 
 
+def rotated(grace_seconds: float) -> str:
+    """The record of a secret rotation (the API's and the portal's)."""
+    return f"Rotated the signing secret (the old one signs for {grace_seconds / 3600:g} h)"
+
+
+def test_event_sent(delivery_pk: int) -> str:
+    """The record of a test event (the API's and the portal's)."""
+    return f"Sent a test event (delivery #{delivery_pk})"
+
+
 def record(
-    principal: Principal,
+    principal: Principal | Customer,
     model: type[models.Model],
     messages_by_pk: Mapping[Any, str],
     *,
@@ -58,17 +71,21 @@ def record(
     reprs: Mapping[Any, str] | None = None,
 ) -> None:
     """Put the changes on record: ``messages_by_pk`` maps each changed object's pk to
-    what was done (the admin's words); ``reprs`` names deleted objects."""
+    what was done (the admin's words); ``reprs`` names deleted objects.
+
+    The one record of what a customer did, by API key or in the portal: a portal
+    customer's entries are by their own user, a key's by ``AUDIT_USER``."""
     if not messages_by_pk:
         return
     who = actor(principal)
     messages = {pk: f"{message} (by {who})" for pk, message in messages_by_pk.items()}
     logger.info(
-        "HTTP API: %s %s",
+        "%s: %s %s",
+        "webhook portal" if isinstance(principal, Customer) else "HTTP API",
         model._meta.model_name,
         "; ".join(f"#{pk}: {message}" for pk, message in messages.items()),
     )
-    user_id = audit_user_id()
+    user_id = portal_user_id(principal) if isinstance(principal, Customer) else audit_user_id()
     if user_id is None:
         return
     from ..admin.audit import log_entries
@@ -95,8 +112,19 @@ def snapshot(obj: models.Model, fields: Iterable[str]) -> dict[str, Any]:
 def record_change(principal: Principal, obj: models.Model, before: Mapping[str, Any]) -> None:
     """``Changed description and event_types.``: the fields whose value changed."""
     changed = [name for name, value in before.items() if getattr(obj, name) != value]
-    message = f"Changed {get_text_list(changed, 'and')}." if changed else "No fields changed."
-    record(principal, type(obj), {obj.pk: message})
+    record(principal, type(obj), {obj.pk: change_message(changed)})
+
+
+def change_message(changed: Iterable[str]) -> str:
+    """The record of a change of these fields (the API's and the portal form's)."""
+    names = list(changed)
+    return f"Changed {get_text_list(names, 'and')}." if names else "No fields changed."
+
+
+def portal_user_id(customer: Customer) -> int | None:
+    """The pk of the portal customer's user, when the admin's log is installed."""
+    pk = getattr(customer.user, "pk", None)
+    return int(pk) if pk is not None and apps.is_installed("django.contrib.admin") else None
 
 
 def audit_user_id() -> int | None:

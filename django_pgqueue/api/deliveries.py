@@ -14,7 +14,7 @@ from ..models.webhooks import Delivery
 from ..webhooks.routing import EVENT_TYPE_PATTERN
 from . import scoping
 from .endpoints import operation_result, record_replays
-from .http import ApiError, Principal, check_fields, paginate, read_json, respond
+from .http import ApiError, Principal, check_fields, paginate, query_int, read_json, respond
 
 
 def render(delivery: Delivery) -> dict[str, Any]:
@@ -47,11 +47,9 @@ def list_deliveries(request: HttpRequest, principal: Principal) -> HttpResponse:
                 "invalid_parameter", f"status must be one of {', '.join(Status.values)}."
             )
         queryset = queryset.filter(status=status)
-    endpoint = query.get("endpoint")
+    endpoint = query_int(request, "endpoint", minimum=1, maximum=scoping.MAX_ID)
     if endpoint is not None:
-        if not endpoint.isdigit() or not 1 <= int(endpoint) <= scoping.MAX_ID:
-            raise ApiError("invalid_parameter", "endpoint must be an endpoint id.")
-        queryset = queryset.filter(endpoint_id=int(endpoint))
+        queryset = queryset.filter(endpoint_id=endpoint)
     event_type = query.get("event_type")
     if event_type is not None:
         if not EVENT_TYPE_PATTERN.fullmatch(event_type):
@@ -86,9 +84,8 @@ def get_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
 
 def replay_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
     delivery = scoping.get(scoping.deliveries(principal), "delivery", pk=scoping.object_id(pk))
-    return respond(
-        operation_result(record_replays(principal, operations.replay(Delivery, [delivery.pk])))
-    )
+    result = operations.replay(Delivery, [delivery.pk], actor=principal)
+    return respond(operation_result(record_replays(principal, result)))
 
 
 def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpResponse:
@@ -108,7 +105,9 @@ def replay_deliveries(request: HttpRequest, principal: Principal) -> HttpRespons
     wanted = {i for i in ids if 1 <= i <= scoping.MAX_ID}
     # Only the key's own deliveries are replayed; others are "not found", whoever owns them.
     visible = set(scoping.deliveries(principal).filter(pk__in=wanted).values_list("pk", flat=True))
-    result = record_replays(principal, operations.replay(Delivery, sorted(visible)))
+    result = record_replays(
+        principal, operations.replay(Delivery, sorted(visible), actor=principal)
+    )
     for pk in set(ids) - visible:
         result.skipped[pk] = "not found"
     return respond(operation_result(result))

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 
-from .. import operations
+from .. import authority, operations
 from ..conf import get_settings
 from ..models.webhooks import Delivery, Endpoint, Ordering, RatePeriod
 from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
@@ -99,8 +99,13 @@ def _type_name(types: type | tuple[type, ...]) -> str:
     return " or ".join(names[t] for t in (types if isinstance(types, tuple) else (types,)))
 
 
-def _endpoint(principal: Principal, pk: str) -> Endpoint:
-    return scoping.get(scoping.endpoints(principal), "endpoint", pk=scoping.object_id(pk))
+def _endpoint(principal: Principal, pk: str, operation: str | None = None) -> Endpoint:
+    """The key's endpoint ``pk`` (404 for another application's), and, with an
+    ``operation``, the key's authority to apply it there."""
+    endpoint = scoping.get(scoping.endpoints(principal), "endpoint", pk=scoping.object_id(pk))
+    if operation is not None:
+        authority.authorize(principal, ENDPOINT_OPERATIONS[operation], endpoint.application_id)
+    return endpoint
 
 
 def list_endpoints(request: HttpRequest, principal: Principal) -> HttpResponse:
@@ -111,6 +116,7 @@ def create_endpoint(request: HttpRequest, principal: Principal) -> HttpResponse:
     body = read_json(request)
     check_fields(body, (*EDITABLE, *CREATE_ONLY), required=("url",))
     endpoint = Endpoint(application=scoping.own_application(principal, body.get("application")))
+    authority.check_owned_fields(principal, endpoint, body)
     secret = body.get("secret")
     if secret is not None:
         try:
@@ -137,6 +143,7 @@ def update_endpoint(request: HttpRequest, principal: Principal, pk: str) -> Http
     endpoint = _endpoint(principal, pk)
     body = read_json(request)
     check_fields(body, tuple(EDITABLE))
+    authority.check_owned_fields(principal, endpoint, body)
     before = audit.snapshot(endpoint, (name for name in EDITABLE if name in body))
     _apply(endpoint, body)
     endpoint.save()
@@ -150,21 +157,17 @@ def delete_endpoint(request: HttpRequest, principal: Principal, pk: str) -> Http
 
 
 def rotate_secret(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
-    endpoint = _endpoint(principal, pk)
+    endpoint = _endpoint(principal, pk, "rotate_secret")
     secret = endpoint.rotate_secret()
-    hours = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"] / 3600
-    audit.record(
-        principal,
-        Endpoint,
-        {endpoint.pk: f"Rotated the signing secret (the old one signs for {hours:g} h)"},
-    )
+    grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
+    audit.record(principal, Endpoint, {endpoint.pk: audit.rotated(grace)})
     return respond({"secret": secret})
 
 
 def _operation(operation: str) -> Any:
     def view(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
         endpoint = _endpoint(principal, pk)
-        result = operations.apply_endpoint_operation(operation, [endpoint.pk])
+        result = operations.apply_endpoint_operation(operation, [endpoint.pk], actor=principal)
         op = ENDPOINT_OPERATIONS[operation]
         audit.record(
             principal, Endpoint, {done: op.audit(was) for done, was in result.changed.items()}
@@ -179,9 +182,9 @@ disable_endpoint = _operation("disable")
 
 
 def send_test(request: HttpRequest, principal: Principal, pk: str) -> HttpResponse:
-    endpoint = _endpoint(principal, pk)
+    endpoint = _endpoint(principal, pk, "send_test_event")
     delivery = operations.send_test_event(endpoint, sent_by=f"API key {principal.key_id}")
-    audit.record(principal, Endpoint, {endpoint.pk: f"Sent a test event (delivery #{delivery.pk})"})
+    audit.record(principal, Endpoint, {endpoint.pk: audit.test_event_sent(delivery.pk)})
     return respond(
         {
             "delivery_id": delivery.pk,
@@ -217,7 +220,9 @@ def replay_since(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
     body = read_json(request)
     check_fields(body, ("since",), required=("since",))
     since = scoping.parse_time(body["since"], "since", code="validation_error")
-    result = operations.replay_endpoint_deliveries(endpoint.pk, since)
+    # Authorised as the endpoint's operation; its deliveries are then the endpoint's own.
+    authority.authorize(principal, ENDPOINT_OPERATIONS["replay_failed"], endpoint.application_id)
+    result = operations.replay_endpoint_deliveries(endpoint.pk, since, actor=principal)
     when = f"{since:%Y-%m-%d %H:%M}"
     record_replays(principal, result, f" (endpoint replay since {when})")
     if result.changed:

@@ -26,9 +26,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import sql
+from .. import authority, sql
 from ..conf import get_settings
-from ..contract import check_json_document
+from ..contract import check_json_document, strict_int, strict_text
 from ..docs import docs_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
 from .keys import hash_key, split_key
@@ -117,12 +117,17 @@ def validation_error(exc: ValidationError) -> ApiError:
 
 @dataclass(frozen=True)
 class Principal:
-    """The key a request came with: its scopes and, if any, its one application."""
+    """The key a request came with: its scopes and, if any, its one application.
+
+    It is the actor of the request (``authority.authorize``): a key bound to an
+    application acts for that customer; one bound to none, for the operator.
+    """
 
     key_id: int
     scopes: frozenset[str]
     application_id: int | None
     application_uid: str | None
+    application_active: bool = True
 
 
 def _retry_after(conf: Any, key_id: int) -> float | None:
@@ -171,10 +176,23 @@ def authenticate(request: HttpRequest) -> Principal:
         row = cursor.fetchone()
     if row is None:
         raise refused
-    key_id, stored_hash, scopes, application_id, application_uid, revoked_at, allowed, wait = row
+    (
+        key_id,
+        stored_hash,
+        scopes,
+        application_id,
+        application_uid,
+        revoked_at,
+        application_active,
+        allowed,
+        wait,
+    ) = row
     # The decision is this constant-time comparison, not the lookup by prefix.
     if not hmac.compare_digest(stored_hash, digest) or revoked_at is not None:
         raise refused
+    if application_id is not None and not application_active:
+        # The portal refuses the same customer (a 404 there: it has no key to name).
+        raise refusal(authority.inactive_refusal(application_uid))
     if not allowed:
         wait = _retry_after(conf, key_id) or wait
         retry_after = max(1, math.ceil(wait or 1))
@@ -185,7 +203,9 @@ def authenticate(request: HttpRequest) -> Principal:
         )
     if isinstance(scopes, str):  # a driver without the jsonb loader
         scopes = json.loads(scopes)
-    return Principal(key_id, frozenset(scopes), application_id, application_uid)
+    return Principal(
+        key_id, frozenset(scopes), application_id, application_uid, bool(application_active)
+    )
 
 
 # -- routes -----------------------------------------------------------------------------
@@ -193,9 +213,10 @@ def authenticate(request: HttpRequest) -> Principal:
 Handler = Callable[..., HttpResponse]
 
 
-def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
+def route(**methods: tuple[Any, Handler]) -> Callable[..., HttpResponse]:
     """A view serving ``METHOD=(scope, handler)``; the handler gets (request, principal,
-    **url kwargs)."""
+    **url kwargs). ``scope`` may be an operation's declaration (``operations.py``): the
+    route then needs its scope, and the handler calls ``authority.authorize``."""
     allowed = ", ".join(sorted(methods))
 
     # Never inside ATOMIC_REQUESTS' transaction: the rate-limit UPSERT would hold its
@@ -212,17 +233,17 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
                     f"{request.method} is not allowed here; use {allowed}.",
                     headers={"Allow": allowed},
                 )
-            scope, handler = entry
+            _, handler = entry
+            check_url_values(request, kwargs)
             principal = authenticate(request)
-            if scope not in principal.scopes:
-                raise ApiError(
-                    "forbidden",
-                    f"This API key lacks the {scope!r} scope "
-                    f"(it has: {', '.join(sorted(principal.scopes))}).",
-                )
+            authority.check_scope(principal, scopes[request.method or ""])
             return handler(request, principal, **kwargs)
         except ApiError as exc:
             return problem(exc, request)
+        except authority.Refused as exc:
+            return problem(refusal(exc), request)
+        except BadParameter as exc:
+            return problem(ApiError("invalid_parameter", f"{exc}."), request)
         except ValidationError as exc:
             return problem(validation_error(exc), request)
         except (OperationalError, InterfaceError):
@@ -238,8 +259,46 @@ def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
                 request,
             )
 
-    view.scopes = {method: scope for method, (scope, _) in methods.items()}  # type: ignore[attr-defined]
+    # A route names its scope, or the operation (operations.py) whose scope it is.
+    scopes = {method: getattr(needs, "scope", needs) for method, (needs, _) in methods.items()}
+    view.scopes = scopes  # type: ignore[attr-defined]
+    view.operations = {  # type: ignore[attr-defined]
+        method: needs for method, (needs, _) in methods.items() if not isinstance(needs, str)
+    }
     return view
+
+
+def refusal(exc: authority.Refused) -> ApiError:
+    """``authority.Refused`` as the API's answer: 404 for another application's object,
+    403 otherwise (naming the field when it is a field's)."""
+    if exc.hidden:
+        return ApiError("not_found", "Not found.")
+    errors = {exc.field: [str(exc)]} if exc.field else None
+    return ApiError("forbidden", str(exc), errors=errors)
+
+
+class BadParameter(ValueError):
+    """A path or query value the input contract refuses (answered as a 400)."""
+
+
+def check_url_values(request: HttpRequest, path_values: Mapping[str, Any]) -> None:
+    """Every value of the path and the query string is text PostgreSQL can store
+    (``contract.strict_text``), before any handler reads one: a 400 naming it."""
+    for name, value in path_values.items():
+        if isinstance(value, str):
+            strict_text(value, name, error=BadParameter)
+    for name, values in request.GET.lists():
+        strict_text(name, "a query parameter name", error=BadParameter)
+        for value in values:
+            strict_text(value, name, error=BadParameter)
+
+
+def query_int(request: HttpRequest, name: str, *, minimum: int, maximum: int) -> int | None:
+    """The query parameter ``name`` as an integer (``contract.strict_int``), or None."""
+    raw = request.GET.get(name)
+    if raw is None:
+        return None
+    return strict_int(raw, name, minimum=minimum, maximum=maximum, error=BadParameter)
 
 
 # -- request bodies ---------------------------------------------------------------------
@@ -340,7 +399,7 @@ def decode_cursor(cursor: str) -> int:
         kind, _, value = text.partition(":")
         if kind != "id":
             raise ValueError(kind)
-        return int(value)
+        return strict_int(value, "cursor", minimum=1)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise ApiError(
             "invalid_parameter", "cursor is not one this API gave out (use next_cursor as is)."
@@ -349,14 +408,8 @@ def decode_cursor(cursor: str) -> int:
 
 def page_size(request: HttpRequest) -> int:
     conf = get_settings().API
-    raw = request.GET.get("limit")
-    if raw is None:
-        return int(conf["PAGE_SIZE"])
-    if not raw.isdigit() or not 1 <= int(raw) <= conf["MAX_PAGE_SIZE"]:
-        raise ApiError(
-            "invalid_parameter", f"limit must be a number from 1 to {conf['MAX_PAGE_SIZE']}."
-        )
-    return int(raw)
+    limit = query_int(request, "limit", minimum=1, maximum=conf["MAX_PAGE_SIZE"])
+    return int(conf["PAGE_SIZE"]) if limit is None else limit
 
 
 def paginate(

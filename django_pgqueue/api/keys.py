@@ -11,11 +11,14 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from ..authority import check_grant
 from ..conf import get_settings
+from ..contract import strict_text
 from ..models.api import ApiKey, ApiScope
 from ..models.webhooks import Application
 
@@ -67,19 +70,27 @@ def create_key(
     *,
     application: Application | str | None = None,
     rate_limit: int | None = None,
+    creator: Any = None,
 ) -> NewKey:
     """Create a key and return it with the full key, which is never stored.
 
     ``application`` (an Application or its uid) limits the key to that
     application's objects. ``LookupError`` when no application has that uid.
+    ``creator``: the Django user the key is made for; ValueError naming each scope
+    whose permissions they lack (``authority.check_grant``). Without one (the
+    ``pgqueue_api_key`` command, run by whoever has the shell) any key is made.
     """
     scope_list = check_scopes(scopes)
+    if creator is not None:
+        check_grant(creator, scope_list)
     if not name or not name.strip():
         raise ValueError("An API key needs a name (who or what uses it)")
+    strict_text(name, "name")
     if rate_limit is not None and rate_limit < 1:
         raise ValueError(f"rate_limit must be a positive number of requests, got {rate_limit}")
     alias = get_settings().DATABASE
     if isinstance(application, str):
+        strict_text(application, "application")
         found = Application.objects.using(alias).filter(uid=application).first()
         if found is None:
             raise LookupError(f"No application with uid {application!r}")
@@ -107,7 +118,7 @@ def assign_new_key(api_key: ApiKey) -> str:
 
 def revoke_keys(prefixes: Iterable[str]) -> int:
     """Revoke the keys with these prefixes (``pgq_<prefix>`` accepted too); how many."""
-    cleaned = [p.removeprefix(KEY_PREFIX).split("_", 1)[0] for p in prefixes]
+    cleaned = [strict_text(p, "prefix").removeprefix(KEY_PREFIX).split("_", 1)[0] for p in prefixes]
     return (
         ApiKey.objects.using(get_settings().DATABASE)
         .filter(prefix__in=cleaned, revoked_at__isnull=True)

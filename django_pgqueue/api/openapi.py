@@ -12,10 +12,11 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from ..__about__ import __version__
+from ..authority import OPERATOR_FIELDS
 from ..conf import get_settings
 from ..models.api import ApiScope
 from ..models.queue import Status
-from ..models.webhooks import BreakerState, Ordering, RatePeriod
+from ..models.webhooks import Application, BreakerState, Endpoint, Ordering, RatePeriod
 from ..webhooks.routing import MAX_CHANNELS
 from .http import respond
 
@@ -70,6 +71,16 @@ SUBSCRIPTIONS = {
 }
 HEADERS = {"type": "object", "additionalProperties": STRING}
 LIMIT = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"type": "null"}]}
+
+
+def _mark_operator_fields(model: Any, fields: dict[str, Any]) -> None:
+    """Say on each operator's field (``authority.OPERATOR_FIELDS``) who may change it."""
+    for name in OPERATOR_FIELDS[model]:
+        fields[name] = {
+            **fields[name],
+            "description": "Set by the operator: a key bound to an application may not "
+            "change it (403).",
+        }
 
 
 def _schemas() -> dict[str, Any]:
@@ -150,6 +161,8 @@ def _schemas() -> dict[str, Any]:
         "metadata": {"type": "object"},
         "is_active": {"type": "boolean"},
     }
+    _mark_operator_fields(Endpoint, endpoint_fields)
+    _mark_operator_fields(Application, application_fields)
     most = get_settings().API["MAX_BATCH"]
     return {
         "Problem": _obj(
@@ -265,7 +278,8 @@ def _schemas() -> dict[str, Any]:
 #: Problems every authenticated operation may answer with.
 _COMMON = {
     "401": "No valid API key.",
-    "403": "The key lacks the scope, or the object belongs to another application.",
+    "403": "The key lacks the scope, names another application, belongs to an inactive "
+    "application, or changes an operator's field.",
     "429": "Over the key's rate limit (see Retry-After).",
     "503": "The database is unavailable; retry (with the same idempotency key).",
 }
@@ -273,7 +287,7 @@ _COMMON = {
 
 def _problems(*codes: str) -> dict[str, Any]:
     descriptions = {
-        "400": "Malformed JSON or query parameter.",
+        "400": "Malformed JSON, or a malformed query or path value (NUL, non-ASCII digits).",
         "404": "No such object (or not this key's application).",
         "409": "Conflict (an idempotency key used for another request, or the object's state).",
         "413": "The body is too large.",

@@ -15,21 +15,21 @@ from django.http import HttpRequest
 from django.utils.dateparse import parse_datetime
 
 from ..conf import get_settings
+from ..contract import BIGINT_MAX, strict_int
 from ..models.webhooks import Application, Delivery, Endpoint, Event
 from .http import ApiError, Principal
 
 #: The largest id PostgreSQL's bigint holds: larger ones name nothing (and would
 #: make the query fail).
-MAX_ID = 2**63 - 1
+MAX_ID = BIGINT_MAX
 
 
 def object_id(value: Any, name: str = "id") -> int:
-    """A path id (digits) or body id (an integer); 404 for one no row can have."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
-        raise ApiError("not_found", f"No object with {name} {value!r}.")
-    return value
+    """A path id (ASCII digits) or body id (an integer); 404 for one no row can have."""
+    try:
+        return strict_int(value, name, minimum=1)
+    except ValueError:
+        raise ApiError("not_found", f"No object with {name} {value!r}.") from None
 
 
 def _application_filter(request: HttpRequest, principal: Principal, field: str) -> dict[str, Any]:

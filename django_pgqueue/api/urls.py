@@ -9,13 +9,17 @@ are taken as strings and parsed by the views, so a malformed one is a problem+js
 from django.urls import path
 from django.views.decorators.http import require_GET
 
+from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
 from . import applications, deliveries, endpoints, event_types, events
 from .http import route
 from .openapi import openapi_view
 
 app_name = "pgqueue_api"
 
-SEND, READ, MANAGE, SECRETS = "send", "read", "manage", "secrets"
+SEND, READ, MANAGE = "send", "read", "manage"
+#: The operations' own declarations: the route needs each one's scope, and the view
+#: authorises the operation on its object (authority.authorize).
+ENDPOINT, REPLAY = ENDPOINT_OPERATIONS, DELIVERY_OPERATIONS["replay"]
 
 urlpatterns = [
     path("openapi.json", require_GET(openapi_view), name="openapi"),
@@ -37,37 +41,39 @@ urlpatterns = [
     ),
     path(
         "endpoints/<str:pk>/rotate-secret",
-        route(POST=(SECRETS, endpoints.rotate_secret)),
+        route(POST=(ENDPOINT["rotate_secret"], endpoints.rotate_secret)),
         name="endpoint_rotate_secret",
     ),
     path(
         "endpoints/<str:pk>/enable",
-        route(POST=(MANAGE, endpoints.enable_endpoint)),
+        route(POST=(ENDPOINT["enable"], endpoints.enable_endpoint)),
         name="endpoint_enable",
     ),
     path(
         "endpoints/<str:pk>/disable",
-        route(POST=(MANAGE, endpoints.disable_endpoint)),
+        route(POST=(ENDPOINT["disable"], endpoints.disable_endpoint)),
         name="endpoint_disable",
     ),
     path(
-        "endpoints/<str:pk>/test", route(POST=(MANAGE, endpoints.send_test)), name="endpoint_test"
+        "endpoints/<str:pk>/test",
+        route(POST=(ENDPOINT["send_test_event"], endpoints.send_test)),
+        name="endpoint_test",
     ),
     path(
         "endpoints/<str:pk>/replay",
-        route(POST=(MANAGE, endpoints.replay_since)),
+        route(POST=(ENDPOINT["replay_failed"], endpoints.replay_since)),
         name="endpoint_replay",
     ),
     path("deliveries", route(GET=(READ, deliveries.list_deliveries)), name="deliveries"),
     path(
         "deliveries/replay",
-        route(POST=(MANAGE, deliveries.replay_deliveries)),
+        route(POST=(REPLAY, deliveries.replay_deliveries)),
         name="deliveries_replay",
     ),
     path("deliveries/<str:pk>", route(GET=(READ, deliveries.get_delivery)), name="delivery"),
     path(
         "deliveries/<str:pk>/replay",
-        route(POST=(MANAGE, deliveries.replay_delivery)),
+        route(POST=(REPLAY, deliveries.replay_delivery)),
         name="delivery_replay",
     ),
     path("event-types", route(GET=(READ, event_types.list_event_types)), name="event_types"),

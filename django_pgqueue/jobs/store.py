@@ -102,39 +102,24 @@ def any_atomic_left(conn: Any, params: dict[str, Any]) -> bool:
     return bool(conn.execute(sql.ATOMIC_LEFT, params).fetchone()[0])
 
 
-def claim_atomic(cursor: Any, params: dict[str, Any], timeout_ms: int) -> tuple[Any, ...] | None:
-    """Bound the cursor's transaction to ``timeout_ms`` and claim one due atomic job in
-    it; the row stays locked until the transaction ends. None when none was due."""
+def claim_atomic(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
+    """Claim atomic jobs as :func:`claim` claims the others: each attempt is counted
+    and leased by this statement, which commits before any of them runs."""
+    return [
+        ClaimedJob.from_row(row) for row in conn.execute(sql.CLAIM_ATOMIC_JOBS, params).fetchall()
+    ]
+
+
+def bound_atomic_transaction(cursor: Any, timeout_ms: int) -> None:
+    """Bound the cursor's transaction (an atomic job's body) to ``timeout_ms``."""
     cursor.execute(sql.ATOMIC_TIMEOUTS, {"ms": str(timeout_ms)})
-    cursor.execute(sql.CLAIM_ATOMIC_JOB, params)
-    return cursor.fetchone()
 
 
-def complete_atomic(cursor: Any, job_id: int, token: uuid.UUID, result_json: str | None) -> None:
-    """Record an atomic job's success in the transaction that claimed it."""
+def complete_atomic(cursor: Any, job_id: int, token: uuid.UUID, result_json: str | None) -> bool:
+    """Record an atomic job's success in the transaction of its body; False when the
+    attempt no longer holds the row (its writes must then be rolled back)."""
     cursor.execute(sql.COMPLETE_ATOMIC_JOB, {"id": job_id, "token": token, "result": result_json})
-
-
-def record_atomic_failure(
-    cursor: Any, job: ClaimedJob, outcome: JobOutcome, worker_id: str
-) -> None:
-    """Record a failed atomic attempt after its transaction rolled back (autocommit).
-
-    The attempt is counted again here; a no-op if another worker ran the job since.
-    """
-    cursor.execute(
-        sql.RECORD_ATOMIC_FAILURE,
-        {
-            "id": job.id,
-            "before": job.attempts - 1,
-            "status": str(outcome.status),
-            "token": job.token,
-            "worker_id": worker_id,
-            "delay": outcome.delay,
-            "error": outcome.error_json or "{}",
-            "last_error": outcome.last_error or "",
-        },
-    )
+    return cursor.fetchone() is not None
 
 
 # -- trace contexts (tracing.py, with PGQUEUE["TRACING"]) --------------------------

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from ..contract import strict_int
+
 
 def bounded(
     kind: type[int] | type[float], minimum: float, *, strict: bool = False
@@ -15,7 +17,8 @@ def bounded(
 
     def parse(value: str) -> int | float:
         try:
-            number = kind(value)
+            # Whole numbers in ASCII digits within bigint (``int()`` takes Arabic-Indic digits too).
+            number = strict_int(value, "value") if kind is int else kind(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {noun}, got {value!r}") from None
         if number < minimum or (strict and number == minimum):

@@ -4,7 +4,8 @@ A read is the claim: ``mq.read`` with the consumer's visibility timeout (at leas
 the worker's ``LEASE_SECONDS``, so the lease keeper extends it in time), then the
 handler runs on a task thread and the completer archives or deletes the message.
 Every read and write goes through ``store.py`` (its worker functions); this module
-runs no SQL of its own.
+runs no SQL of its own. A message Python cannot decode never reaches a handler and
+never fails the claim: ``store.claim`` quarantines it and hands over the others.
 The fencing token of a read is its ``read_ct``: any later read of the message
 increments it, so every write for a handled message (archive, delete, extend,
 release) is guarded by ``read_ct`` and a worker that lost the message (killed,
@@ -29,6 +30,7 @@ from django.db import close_old_connections
 
 from ..outcomes import MessageOutcome
 from ..worker.attempt import current_attempt
+from ..worker.runner import describe_exception
 from ..worker.sources import Source
 from . import sql, store
 from .consumers import Consumer, consumers
@@ -137,15 +139,22 @@ class MessageSource(Source):
     # -- running ---------------------------------------------------------------------
 
     def _outcome(
-        self, item: ClaimedMessage, status: str, action: str, delay: float
+        self,
+        item: ClaimedMessage,
+        status: str,
+        action: str,
+        delay: float,
+        error: BaseException | None = None,
     ) -> MessageOutcome:
         return MessageOutcome(
             id=item.id,
             token=item.token,
             status=status,
             delay=delay,
+            last_error=None if error is None else describe_exception(error),
             task_path=item.task_path,
             attempt=item.message.read_ct,
+            row_id=item.message.msg_id,
             action=action,
         )
 
@@ -171,7 +180,7 @@ class MessageSource(Source):
                 traceback.format_exc(),
             )
             # Not acknowledged: visible again after the visibility timeout, as in pgmq.
-            outcome = self._outcome(item, "failed", "retry", item.consumer.vt)
+            outcome = self._outcome(item, "failed", "retry", item.consumer.vt, exc)
         else:
             action = "delete" if item.consumer.delete else "archive"
             outcome = self._outcome(item, "succeeded", action, 0.0)
@@ -191,7 +200,7 @@ class MessageSource(Source):
             type(exc).__name__,
             exc,
         )
-        return self._outcome(item, "failed", "retry", item.consumer.vt)
+        return self._outcome(item, "failed", "retry", item.consumer.vt, exc)
 
     def release(self, item: ClaimedMessage, reason: str) -> MessageOutcome:
         # Never started: visible at once and the read is not counted.

@@ -17,6 +17,16 @@ Rules kept by every statement:
   history.
 * Dead letters are moved by the read statement itself (data-modifying CTEs), so
   a message is either returned or moved, never both, and never lost in between.
+* Built-in functions are written ``pg_catalog.<name>``: PostgreSQL picks the best
+  match among every function on the caller's ``search_path``, so an unqualified
+  ``make_interval(secs => 5)`` would run a ``public.make_interval(secs integer)``
+  that anyone allowed to create functions there had planted. (``unnest`` with
+  several arrays in FROM is the exception: the parser itself expands that form
+  into calls of ``pg_catalog.unnest``, and a qualified name would not be expanded.)
+* Messages and headers come back as ``text`` (``::text``), never as ``jsonb``
+  decoded by the driver: ``store.py`` decodes them itself, one row at a time, so a
+  row Python cannot decode (nesting too deep, an integer too long) is quarantined
+  instead of failing the whole fetch after the read has hidden and counted it.
 * Each statement starts with a ``/* pgqueue:mq_<name> */`` marker for
   ``pg_stat_statements``.
 """
@@ -64,7 +74,7 @@ SELECT name, unlogged, max_reads, dead_letter FROM {REGISTRY} WHERE name = %s"""
 # nothing, so create is idempotent like pgmq's.
 REGISTER_QUEUE = f"""/* pgqueue:mq_register */
 INSERT INTO {REGISTRY} (name, unlogged, max_reads, dead_letter, created_at)
-VALUES (%s, %s, %s, %s, now())
+VALUES (%s, %s, %s, %s, pg_catalog.now())
 ON CONFLICT (name) DO NOTHING
 RETURNING name"""
 
@@ -77,7 +87,7 @@ UNREGISTER_QUEUE = f"/* pgqueue:mq_unregister */ DELETE FROM {REGISTRY} WHERE na
 DEAD_LETTER_SOURCES = f"""/* pgqueue:mq_dead_letter_sources */
 SELECT name FROM {REGISTRY} WHERE dead_letter = %s ORDER BY name"""
 
-NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_notify(%s, '')"
+NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_catalog.pg_notify(%s, '')"
 
 # -- per-queue templates ---------------------------------------------------------------
 
@@ -89,7 +99,7 @@ NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_notify(%s, '')"
 #: The columns after msg_id, shared by a queue's table and its archive (and by the
 #: SQL API's create, which builds the same tables).
 QUEUE_COLUMNS = """read_ct integer NOT NULL DEFAULT 0,
-    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    enqueued_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     vt timestamptz NOT NULL,
     message jsonb,
     headers jsonb
@@ -106,7 +116,7 @@ CREATE {persistence} TABLE {q} (
     "create_archive": """/* pgqueue:mq_create */
 CREATE TABLE {a} (
     msg_id bigint NOT NULL,
-    archived_at timestamptz NOT NULL DEFAULT now(),
+    archived_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     """
     + QUEUE_COLUMNS
     + ")",
@@ -116,12 +126,15 @@ CREATE TABLE {a} (
 # Pieces shared by the reads (templates: {q} is the queue table).
 _PICK = """
     SELECT {columns} FROM {{q}}
-    WHERE vt <= clock_timestamp()
+    WHERE vt <= pg_catalog.clock_timestamp()
     ORDER BY msg_id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
 """
 _RETURNING = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers"
+#: What a read hands to Python: the documents as text (see the module docstring).
+_RETURNING_TEXT = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message::text, m.headers::text"
+_COLUMNS_TEXT = "msg_id, read_ct, enqueued_at, vt, message::text, headers::text"
 _DEAD = f"""dead AS (
     DELETE FROM {{q}} m USING picked
     WHERE m.msg_id = picked.msg_id AND picked.dead
@@ -129,13 +142,26 @@ _DEAD = f"""dead AS (
 )"""
 
 
+#: The header that records where a dead letter came from (the admin's move-back
+#: reads it, and checks it against the queues' configuration).
+DEAD_LETTER_HEADER = "x-pgqueue-dead-letter"
+#: The header that records why a row was quarantined (store.py).
+QUARANTINE_HEADER = "x-pgqueue-quarantine"
+
+# The dead-letter header of a row of ``dead`` or ``gone`` (its queue name a parameter).
+_DEAD_LETTER_NOTE = f"""pg_catalog.jsonb_build_object('{DEAD_LETTER_HEADER}',
+                pg_catalog.jsonb_build_object('queue', %s::text, 'msg_id', msg_id,
+                                              'read_ct', read_ct, 'enqueued_at', enqueued_at))"""
+
+
 def _mark_read(condition: str = "") -> str:
     """The UPDATE that hides the picked messages for vt seconds and counts the read."""
     return f"""UPDATE {{q}} m
-SET vt = clock_timestamp() + make_interval(secs => %s), read_ct = m.read_ct + 1
+SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s),
+    read_ct = m.read_ct + 1
 FROM picked
 WHERE m.msg_id = picked.msg_id{condition}
-RETURNING {_RETURNING}"""
+RETURNING {_RETURNING_TEXT}"""
 
 
 _TEMPLATES = {
@@ -145,7 +171,8 @@ _TEMPLATES = {
     # for both keeps one cached plan).
     "send": """/* pgqueue:mq_send */
 INSERT INTO {q} (vt, message, headers)
-VALUES (COALESCE(%s::timestamptz, clock_timestamp() + make_interval(secs => %s)),
+VALUES (COALESCE(%s::timestamptz,
+                 pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s)),
         %s::jsonb, %s::jsonb)
 RETURNING msg_id""",
     # One INSERT for the batch; the arrays arrive as single text[] literals (cheaper
@@ -153,7 +180,8 @@ RETURNING msg_id""",
     # order of the identities and of the returned ids.
     "send_batch": """/* pgqueue:mq_send_batch */
 INSERT INTO {q} (vt, message, headers)
-SELECT COALESCE(%s::timestamptz, clock_timestamp() + make_interval(secs => %s)), m, h
+SELECT COALESCE(%s::timestamptz,
+                pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s)), m, h
 FROM unnest(%s::text[]::jsonb[], %s::text[]::jsonb[]) WITH ORDINALITY AS t(m, h, n)
 ORDER BY n
 RETURNING msg_id""",
@@ -169,11 +197,9 @@ WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id")})
 WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id, read_ct >= %s AS dead")}),
 {_DEAD}, moved AS (
     INSERT INTO {{dead}} (vt, message, headers)
-    SELECT clock_timestamp(), message,
-           CASE WHEN headers IS NULL OR jsonb_typeof(headers) = 'object'
-           THEN COALESCE(headers, '{{{{}}}}') || jsonb_build_object('x-pgqueue-dead-letter',
-                jsonb_build_object('queue', %s::text, 'msg_id', msg_id, 'read_ct', read_ct,
-                                   'enqueued_at', enqueued_at))
+    SELECT pg_catalog.clock_timestamp(), message,
+           CASE WHEN headers IS NULL OR pg_catalog.jsonb_typeof(headers) = 'object'
+           THEN COALESCE(headers, '{{{{}}}}') || {_DEAD_LETTER_NOTE}
            ELSE headers END
     FROM dead ORDER BY msg_id
 )
@@ -190,11 +216,11 @@ WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id, read_ct >= %s AS dea
 WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id")})
 DELETE FROM {{q}} m USING picked
 WHERE m.msg_id = picked.msg_id
-RETURNING {_RETURNING}""",
-    "set_vt": """/* pgqueue:mq_set_vt */
-UPDATE {q} SET vt = clock_timestamp() + make_interval(secs => %s)
+RETURNING {_RETURNING_TEXT}""",
+    "set_vt": f"""/* pgqueue:mq_set_vt */
+UPDATE {{q}} SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s)
 WHERE msg_id = %s
-RETURNING msg_id, read_ct, enqueued_at, vt, message, headers""",
+RETURNING {_COLUMNS_TEXT}""",
     # Archive = move to the archive table in one statement.
     "archive": """/* pgqueue:mq_archive */
 WITH gone AS (
@@ -221,7 +247,7 @@ WITH o AS (
     SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone WHERE action = 'archive'
 ), back AS (
     UPDATE {q} m
-    SET vt = clock_timestamp() + make_interval(secs => o.delay),
+    SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => o.delay),
         read_ct = m.read_ct - CASE WHEN o.action = 'release' THEN 1 ELSE 0 END
     FROM o
     WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct AND o.action IN ('retry', 'release')
@@ -230,7 +256,7 @@ WITH o AS (
 SELECT msg_id FROM gone UNION ALL SELECT msg_id FROM back""",
     # The consumer's lease extension, guarded by read_ct like "settle".
     "extend": """/* pgqueue:mq_extend */
-UPDATE {q} m SET vt = clock_timestamp() + make_interval(secs => %s)
+UPDATE {q} m SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s)
 FROM unnest(%s::bigint[], %s::int[]) AS o(msg_id, read_ct)
 WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct
 RETURNING m.msg_id""",
@@ -244,41 +270,45 @@ SELECT msg_id, read_ct FROM {q} WHERE msg_id = ANY(%s::bigint[])""",
     # ``--burst``: whether a read would find anything now. EXISTS stops at the first
     # visible row (the vt index), however long the queue.
     "any_visible": """/* pgqueue:mq_any_visible */
-SELECT EXISTS (SELECT 1 FROM {q} WHERE vt <= clock_timestamp())""",
+SELECT EXISTS (SELECT 1 FROM {q} WHERE vt <= pg_catalog.clock_timestamp())""",
     "delete": """/* pgqueue:mq_delete */
 DELETE FROM {q} WHERE msg_id = ANY(%s::bigint[]) RETURNING msg_id""",
     # DELETE, not pgmq's TRUNCATE: TRUNCATE takes an ACCESS EXCLUSIVE lock (every
     # reader and sender of the queue waits for the caller's commit) and is not
     # MVCC-safe for concurrent snapshots.
     "purge": """/* pgqueue:mq_purge */
-WITH gone AS (DELETE FROM {q} RETURNING 1) SELECT count(*) FROM gone""",
+WITH gone AS (DELETE FROM {q} RETURNING 1) SELECT pg_catalog.count(*) FROM gone""",
     # pgmq's metrics_result columns, in its order. Total messages ever sent is the
     # sequence's position (0 before the first send).
     "metrics": """/* pgqueue:mq_metrics */
-SELECT count(*),
-       EXTRACT(epoch FROM clock_timestamp() - max(enqueued_at))::int,
-       EXTRACT(epoch FROM clock_timestamp() - min(enqueued_at))::int,
+SELECT pg_catalog.count(*),
+       EXTRACT(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.max(enqueued_at))::int,
+       EXTRACT(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.min(enqueued_at))::int,
        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}),
-       clock_timestamp(),
-       count(*) FILTER (WHERE vt <= clock_timestamp())
+       pg_catalog.clock_timestamp(),
+       pg_catalog.count(*) FILTER (WHERE vt <= pg_catalog.clock_timestamp())
 FROM {q}""",
     # The admin's list: the archive size is the planner's estimate (counting a
     # million archived rows on every page view is not worth it).
     "stats": """/* pgqueue:mq_stats */
-SELECT count(*),
-       count(*) FILTER (WHERE vt <= clock_timestamp()),
-       EXTRACT(epoch FROM clock_timestamp() - min(enqueued_at)),
-       (SELECT GREATEST(reltuples, 0)::bigint FROM pg_class WHERE oid = %s::regclass)
+SELECT pg_catalog.count(*),
+       pg_catalog.count(*) FILTER (WHERE vt <= pg_catalog.clock_timestamp()),
+       EXTRACT(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.min(enqueued_at)),
+       (SELECT GREATEST(reltuples, 0)::bigint FROM pg_catalog.pg_class WHERE oid = %s::regclass)
 FROM {q}""",
-    "browse": """/* pgqueue:mq_browse */
-SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM {q}
+    "browse": f"""/* pgqueue:mq_browse */
+SELECT {_COLUMNS_TEXT} FROM {{q}}
 ORDER BY msg_id LIMIT %s OFFSET %s""",
-    "browse_ids": """/* pgqueue:mq_browse_ids */
-SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM {q}
-WHERE msg_id = ANY(%s::bigint[]) ORDER BY msg_id""",
-    "browse_archive": """/* pgqueue:mq_browse_archive */
-SELECT msg_id, read_ct, enqueued_at, vt, message, headers, archived_at FROM {a}
+    "browse_archive": f"""/* pgqueue:mq_browse_archive */
+SELECT {_COLUMNS_TEXT}, archived_at FROM {{a}}
 ORDER BY archived_at DESC, msg_id DESC LIMIT %s OFFSET %s""",
+    # Move-back's view of some messages: the origin each dead letter's header names,
+    # read by PostgreSQL (a header Python cannot decode still names its origin;
+    # ``->`` on a header that is not an object is NULL, not an error). FOR UPDATE:
+    # the rows cannot change between this answer and the move.
+    "dead_letter_origins": f"""/* pgqueue:mq_dead_letter_origins */
+SELECT msg_id, headers -> '{DEAD_LETTER_HEADER}'::text ->> 'queue'::text FROM {{q}}
+WHERE msg_id = ANY(%s::bigint[]) ORDER BY msg_id FOR UPDATE""",
     # Move messages to another queue (a dead letter back to where it came from):
     # new ids there, visible at once, read count starting again; the dead-letter
     # header is dropped.
@@ -288,19 +318,70 @@ WITH gone AS (
     RETURNING msg_id, message, headers
 )
 INSERT INTO {target} (vt, message, headers)
-SELECT clock_timestamp(), message,
-       NULLIF(headers - 'x-pgqueue-dead-letter', '{{}}'::jsonb)
+SELECT pg_catalog.clock_timestamp(), message,
+       NULLIF(headers - 'x-pgqueue-dead-letter'::text, '{{}}'::jsonb)
 FROM gone ORDER BY msg_id
 RETURNING msg_id""",
 }
+
+
+# -- quarantine: rows Python cannot decode (store.py) -----------------------------------
+#
+# A quarantined row goes where the queue's dead letters go: the dead-letter queue when
+# the queue has one (new id there, visible at once, with the dead-letter header so
+# move-back knows its origin), otherwise the queue's own archive (as it was). Either
+# way its headers gain a quarantine note naming the error; headers that are not an
+# object are kept under "x-pgqueue-headers". The documents themselves are copied as
+# PostgreSQL holds them: only Python could not read them.
+_QUARANTINE_HEADERS = f"""CASE WHEN headers IS NULL OR pg_catalog.jsonb_typeof(headers) = 'object'
+         THEN COALESCE(headers, '{{{{}}}}'::jsonb)
+         ELSE pg_catalog.jsonb_build_object('x-pgqueue-headers', headers) END
+    || pg_catalog.jsonb_build_object('{QUARANTINE_HEADER}', pg_catalog.jsonb_build_object(
+         'queue', %s::text, 'msg_id', msg_id, 'read_ct', read_ct, 'error', error))"""
+_INTO = {
+    "archive": f"""INSERT INTO {{a}} (msg_id, read_ct, enqueued_at, vt, message, headers)
+SELECT msg_id, read_ct, enqueued_at, vt, message, {_QUARANTINE_HEADERS}
+FROM gone
+RETURNING msg_id""",
+    "queue": f"""INSERT INTO {{dead}} (vt, message, headers)
+SELECT pg_catalog.clock_timestamp(), message, {_QUARANTINE_HEADERS} || {_DEAD_LETTER_NOTE}
+FROM gone ORDER BY msg_id
+RETURNING msg_id""",
+}
+# A row still in the queue (read, claimed, set_vt): taken out only if its read_ct is
+# still the one of the read that found it undecodable (the fencing token of
+# "settle"), so a row another reader holds by now is left to that reader.
+_QUARANTINE_HELD = """WITH bad AS (
+    SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[]) AS b(msg_id, read_ct, error)
+), gone AS (
+    DELETE FROM {q} m USING bad
+    WHERE m.msg_id = bad.msg_id AND m.read_ct = bad.read_ct
+    RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, bad.error
+)
+"""
+# A row pop already deleted: put back from the text the pop returned (at most once
+# still holds: it goes to the archive or the dead-letter queue, not to its queue).
+_QUARANTINE_POPPED = """WITH gone AS (
+    SELECT * FROM (VALUES (%s::bigint, %s::int, %s::timestamptz, %s::timestamptz,
+                           %s::text::jsonb, %s::text::jsonb, %s::text))
+        AS b(msg_id, read_ct, enqueued_at, vt, message, headers, error)
+)
+"""
+for _target, _insert in _INTO.items():
+    _TEMPLATES[f"quarantine_{_target}"] = (
+        "/* pgqueue:mq_quarantine */\n" + _QUARANTINE_HELD + _insert
+    )
+    _TEMPLATES[f"quarantine_popped_{_target}"] = (
+        "/* pgqueue:mq_quarantine */\n" + _QUARANTINE_POPPED + _insert
+    )
 
 
 @lru_cache(maxsize=4096)
 def statement(kind: str, name: str, dead_letter: str | None = None, unlogged: bool = False) -> str:
     """The text of statement ``kind`` for queue ``name`` (validated), cached.
 
-    ``dead_letter`` names the target queue of ``read_dead_letter_queue`` and of
-    ``move``; ``unlogged`` chooses the persistence of ``create_queue``.
+    ``dead_letter`` names the target queue of ``read_dead_letter_queue``,
+    ``quarantine_queue`` and ``move``; ``unlogged`` chooses the persistence of ``create_queue``.
     """
     ids: dict[str, pgsql.Composable] = dict(identifiers(name))
     if dead_letter is not None:

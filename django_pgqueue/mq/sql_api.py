@@ -23,6 +23,7 @@ from typing import Any
 
 from psycopg import sql as pgsql
 
+from ..conf import get_settings
 from .sql import (
     ARCHIVE_PREFIX,
     CHANNEL_PREFIX,
@@ -31,7 +32,13 @@ from .sql import (
     REGISTRY,
     SEQUENCE_PREFIX,
 )
-from .validation import MAX_NAME_LENGTH, NAME_PATTERN
+from .validation import MAX_BATCH, MAX_NAME_LENGTH, NAME_PATTERN
+
+#: Every function of the API runs with this search_path: built-ins resolve in
+#: pg_catalog only (PostgreSQL picks the best match on the whole path, so a planted
+#: ``public.make_interval(secs integer)`` would otherwise win over the built-in),
+#: and our own objects are always written schema-qualified.
+SEARCH_PATH = "SET search_path = pg_catalog, pg_temp"
 
 #: The comment that marks a schema as ours, so a reinstall may replace it (and only it).
 MARKER = "django_pgqueue: pgmq-compatible SQL API"
@@ -162,11 +169,59 @@ END $$;
 CREATE FUNCTION {api}.list_queues() RETURNS SETOF {api}.queue_record
 LANGUAGE sql STABLE AS $$ SELECT queue_name, is_partitioned, is_unlogged, created_at FROM {api}.meta ORDER BY queue_name $$;
 
+-- The message rules of mq.send(), at this door: a message is a JSON object or array
+-- (never a scalar or null), headers an object or NULL; the text within
+-- PGQUEUE['MAX_ARGS_BYTES'] bytes, nesting within PGQUEUE['MAX_JSON_DEPTH'] (both as
+-- installed), and no number Python cannot read back (an integer of more than 4300
+-- digits, a fraction beyond a float). jsonb itself refuses NUL and lone surrogates.
+-- The walks are jsonpath (C), and run only once the size is known to be bounded.
+CREATE FUNCTION {api}._check_document(doc jsonb, what text, is_headers boolean) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    size integer;
+BEGIN
+    IF doc IS NULL THEN
+        IF is_headers THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION '% is NULL: a message must be a JSON object or array', what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF is_headers AND jsonb_typeof(doc) <> 'object' THEN
+        RAISE EXCEPTION '% must be a JSON object, got %', what, jsonb_typeof(doc)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(doc) NOT IN ('object', 'array') THEN
+        RAISE EXCEPTION '% must be a JSON object or array, got %', what, jsonb_typeof(doc)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    size := octet_length(doc::text);
+    IF size > {max_bytes} THEN
+        RAISE EXCEPTION '% bytes of JSON (UTF-8) in %, more than the limit of % (PGQUEUE[''MAX_ARGS_BYTES''])',
+            size, what, {max_bytes} USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF jsonb_path_exists(doc, 'strict $.**{{{max_depth}}} ? (@.type() == "object" || @.type() == "array")') THEN
+        RAISE EXCEPTION '% is nested more than % levels deep (PGQUEUE[''MAX_JSON_DEPTH''])',
+            what, {max_depth} USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    -- A number beyond a float is either an integer (Python reads up to 4300 digits)
+    -- or written with a fraction, which Python would read as infinity: jsonpath cannot
+    -- see how a number is written, so the text is asked, only when such a number exists.
+    IF jsonb_path_exists(doc, 'strict $.** ? (@.type() == "number" && @.abs() > 1.7976931348623157e308)')
+        AND (jsonb_path_exists(doc, 'strict $.** ? (@.type() == "number" && @.abs() >= 1e4300)')
+             OR doc::text ~ '[0-9]{{200}}[0-9]{{109}}[.]') THEN
+        RAISE EXCEPTION '% holds a number Python cannot read (an integer of more than 4300 digits, or a fraction too large for a float)',
+            what USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END $$;
+
 -- send: the NOTIFY wakes Python readers (read_with_poll, consumers) at commit;
 -- PostgreSQL folds identical NOTIFYs of one transaction into one.
 CREATE FUNCTION {api}.send(queue_name text, msg jsonb, headers jsonb, delay timestamptz)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM {api}._check_document(msg, 'message', false);
+    PERFORM {api}._check_document(headers, 'headers', true);
     RETURN QUERY EXECUTE format(
         'INSERT INTO %s (vt, message, headers) VALUES ($1, $2, $3) RETURNING msg_id',
         {api}._rel(queue_name, 'q')) USING delay, msg, headers;
@@ -189,7 +244,23 @@ $$;
 
 CREATE FUNCTION {api}.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamptz)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(cardinality(msgs), 0);
 BEGIN
+    IF n > {max_batch} THEN
+        RAISE EXCEPTION 'the number of messages must be at most {max_batch}, got %', n
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF headers IS NOT NULL AND cardinality(headers) <> n THEN
+        RAISE EXCEPTION '% headers for % messages', cardinality(headers), n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1..n LOOP
+        PERFORM {api}._check_document(msgs[i], format('msgs[%s]', i), false);
+        IF headers IS NOT NULL THEN
+            PERFORM {api}._check_document(headers[i], format('headers[%s]', i), true);
+        END IF;
+    END LOOP;
     RETURN QUERY EXECUTE format(
         'INSERT INTO %s (vt, message, headers)
          SELECT $2, m, h FROM unnest($1, $3) WITH ORDINALITY AS t(m, h, n) ORDER BY n
@@ -382,12 +453,12 @@ def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
     cursor.execute(
         """/* pgqueue:mq_sql_api_schema */
         SELECT n.oid IS NOT NULL,
-               obj_description(n.oid, 'pg_namespace') = %s,
-               EXISTS (SELECT 1 FROM pg_extension e WHERE e.extname = 'pgmq'
+               pg_catalog.obj_description(n.oid, 'pg_namespace') = %s,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'pgmq'
                        AND e.extnamespace = n.oid),
-               EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid)
-               OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = n.oid)
-        FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = %s""",
+               EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid)
+               OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid)
+        FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = %s""",
         [MARKER, schema],
     )
     exists, ours, extension, objects = cursor.fetchone()
@@ -396,21 +467,31 @@ def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
 
 def _data_schema(cursor: Any) -> str:
     cursor.execute(
-        "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = to_regclass(%s)",
+        "SELECT relnamespace::regnamespace::text FROM pg_catalog.pg_class"
+        " WHERE oid = pg_catalog.to_regclass(%s)",
         [REGISTRY],
     )
     row = cursor.fetchone()
     if row is None:
         raise SqlApiError(f"table {REGISTRY} not found: run `manage.py migrate` first")
     # regnamespace::text is quoted when needed; we want the bare name.
-    cursor.execute("SELECT nspname FROM pg_namespace WHERE oid = %s::regnamespace", [row[0]])
+    cursor.execute(
+        "SELECT nspname FROM pg_catalog.pg_namespace WHERE oid = %s::regnamespace", [row[0]]
+    )
     return str(cursor.fetchone()[0])
 
 
 def ddl(schema: str, data_schema: str) -> str:
-    """The install script for ``schema`` over tables in ``data_schema``."""
+    """The install script for ``schema`` over tables in ``data_schema``.
+
+    The message limits (``PGQUEUE['MAX_ARGS_BYTES']``, ``['MAX_JSON_DEPTH']``) are
+    written in as they are now: reinstall after changing them. Every function gets
+    ``SEARCH_PATH``, from this one place.
+    """
+    conf = get_settings()
+    text = _DDL.replace(" AS $$", f" {SEARCH_PATH} AS $$")
     return (
-        pgsql.SQL(_DDL)
+        pgsql.SQL(text)
         .format(
             api=pgsql.Identifier(schema),
             data=pgsql.Literal(data_schema),
@@ -424,6 +505,9 @@ def ddl(schema: str, data_schema: str) -> str:
             channel_prefix=pgsql.Literal(CHANNEL_PREFIX),
             # Inside a quoted format() string: the column list has no quote or brace.
             columns=pgsql.SQL(QUEUE_COLUMNS),
+            max_bytes=pgsql.SQL(str(int(conf.MAX_ARGS_BYTES))),
+            max_depth=pgsql.SQL(str(int(conf.MAX_JSON_DEPTH))),
+            max_batch=pgsql.SQL(str(MAX_BATCH)),
         )
         .as_string(None)
     )

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import math
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -39,12 +41,64 @@ from .validation import (
     check_delay,
     check_headers,
     check_message,
+    check_msg_id,
     check_name,
     check_seconds,
 )
 
 #: Seconds a process trusts its cached copy of a queue's options.
 CONFIG_TTL_SECONDS = 30.0
+
+
+#: The header of a quarantined row: its queue, msg_id, read_ct and the decode error.
+QUARANTINE_HEADER = sql.QUARANTINE_HEADER
+#: Longest decode error kept in a quarantine note.
+MAX_ERROR_LENGTH = 500
+
+logger = logging.getLogger("django_pgqueue.mq")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:20]}... ({len(text)} characters) is too large for a float")
+    return value
+
+
+# One decoder for every row (json.loads with options builds a new one per call). A
+# number too large for a float is refused rather than read as infinity, which no
+# door would store again.
+_decoder = json.JSONDecoder(parse_float=_finite_float)
+
+
+def decode_json(text: str | None) -> Any:
+    """A document as a statement of this module returns it (JSON text, or None for
+    SQL NULL), decoded; raises ValueError or RecursionError on one Python cannot read."""
+    return None if text is None else _decoder.decode(text)
+
+
+def _problem(what: str, exc: BaseException) -> str:
+    text = f"{what} cannot be decoded: {type(exc).__name__}: {exc}".replace("\x00", "")
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 3] + "..."
+
+
+def decode_row(row: tuple[Any, ...]) -> Message | str:
+    """The Message of a row (msg_id, read_ct, enqueued_at, vt, message, headers), or,
+    when a document cannot be decoded, the error naming it.
+
+    Rows are untrusted: any pgmq client, an older version or another program may
+    have written them. Decoding costs one try per row; the caller decides what an
+    error means (a read quarantines the row, the admin shows it).
+    """
+    try:
+        message = decode_json(row[4])
+    except (ValueError, RecursionError) as exc:
+        return _problem("message", exc)
+    try:
+        headers = decode_json(row[5])
+    except (ValueError, RecursionError) as exc:
+        return _problem("headers", exc)
+    return Message(row[0], row[1], row[2], row[3], message, headers)
 
 
 @dataclass(frozen=True)
@@ -60,13 +114,12 @@ class Message:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Message:
-        # Django's connections load jsonb as text (JSONField parses it itself).
-        message, headers = row[4], row[5]
-        if isinstance(message, str):
-            message = json.loads(message)
-        if isinstance(headers, str):
-            headers = json.loads(headers)
-        return cls(row[0], row[1], row[2], row[3], message, headers)
+        """The Message of a row of this module's statements; ValueError if a document
+        cannot be decoded (``decode_row`` returns the error instead)."""
+        decoded = decode_row(row)
+        if isinstance(decoded, str):
+            raise ValueError(f"message {row[0]}: {decoded}")
+        return decoded
 
 
 @dataclass(frozen=True)
@@ -309,12 +362,75 @@ def read(name: str, vt: float = 30, qty: int = 1) -> list[Message]:
     """
     vt = check_seconds("vt", vt, MAX_VT_SECONDS)
     qty = check_count("qty", qty, MAX_QTY)
-    query, params = read_query(get_queue(name), vt, qty)
+    info = get_queue(name)
+    query, params = read_query(info, vt, qty)
     with _cursor(name) as cursor:
         cursor.execute(query, params)
         rows = cursor.fetchall()
+    return _decoded(rows, info, _executor(name))
+
+
+Execute = Callable[[str, list[Any]], Any]
+
+
+def _executor(name: str) -> Execute:
+    """Run one statement on Django's connection (the caller's transaction)."""
+
+    def execute(query: str, params: list[Any]) -> None:
+        with _cursor(name) as cursor:
+            cursor.execute(query, params)
+
+    return execute
+
+
+def _decoded(
+    rows: list[Any], info: QueueInfo, execute: Execute, *, popped: bool = False
+) -> list[Message]:
+    """The Messages of the rows a read returned, in ``msg_id`` order.
+
+    A row Python cannot decode is quarantined (``quarantine``) and left out: the
+    read has already hidden and counted the whole batch, so raising here would
+    cost every message beside it a read, and a consumer would fail every claim.
+    """
     rows.sort()
-    return [Message.from_row(row) for row in rows]
+    messages: list[Message] = []
+    bad: list[tuple[Any, str]] = []
+    for row in rows:
+        decoded = decode_row(row)
+        if isinstance(decoded, Message):
+            messages.append(decoded)
+        else:
+            bad.append((row, decoded))
+    if bad:
+        quarantine(execute, info, bad, popped=popped)
+    return messages
+
+
+def quarantine(
+    execute: Execute, info: QueueInfo, bad: list[tuple[Any, str]], *, popped: bool = False
+) -> None:
+    """Move undecodable rows where the queue's dead letters go, each with its error.
+
+    The dead-letter queue when the queue has one, else the queue's archive (the
+    rows of ``bad`` are ``(row, error)``). A row still in the queue moves only if no
+    other read took it since (read_ct fence); a popped row is put back from its
+    text. The error is logged and kept in the row's ``x-pgqueue-quarantine`` header.
+    """
+    target = "queue" if info.dead_letter else "archive"
+    names = [info.name] * (2 if info.dead_letter else 1)
+    if popped:
+        query = sql.statement(f"quarantine_popped_{target}", info.name, info.dead_letter)
+        for row, error in bad:
+            execute(query, [*row[:6], error, *names])
+    else:
+        query = sql.statement(f"quarantine_{target}", info.name, info.dead_letter)
+        msg_ids, read_cts = _fence((row[0], row[1]) for row, _ in bad)
+        execute(query, [msg_ids, read_cts, text_array_literal([e for _, e in bad]), *names])
+    where = f"dead-letter queue {info.dead_letter!r}" if info.dead_letter else "its archive"
+    for row, error in bad:
+        logger.error(
+            "Message %s of queue %r quarantined into %s: %s", row[0], info.name, where, error
+        )
 
 
 def read_query(info: QueueInfo, vt: float, qty: int) -> tuple[str, list[Any]]:
@@ -331,28 +447,34 @@ def read_query(info: QueueInfo, vt: float, qty: int) -> tuple[str, list[Any]]:
 def pop(name: str, qty: int = 1) -> list[Message]:
     """Read and delete up to ``qty`` messages at once (at-most-once delivery)."""
     qty = check_count("qty", qty, MAX_QTY)
-    get_queue(name)
+    info = get_queue(name)
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("pop", name), [qty])
         rows = cursor.fetchall()
-    rows.sort()
-    return [Message.from_row(row) for row in rows]
+    return _decoded(rows, info, _executor(name), popped=True)
 
 
 def set_vt(name: str, msg_id: int, vt: float) -> Message | None:
-    """Make message ``msg_id`` visible ``vt`` seconds from now (0: at once)."""
+    """Make message ``msg_id`` visible ``vt`` seconds from now (0: at once).
+
+    None if there is no such message, or if it could not be decoded (it is then
+    quarantined, like a read would).
+    """
     vt = check_seconds("vt", vt, MAX_VT_SECONDS)
-    get_queue(name)
+    msg_id = check_msg_id(msg_id)
+    info = get_queue(name)
     with _cursor(name) as cursor:
-        cursor.execute(sql.statement("set_vt", name), [vt, int(msg_id)])
-        row = cursor.fetchone()
-    return None if row is None else Message.from_row(row)
+        cursor.execute(sql.statement("set_vt", name), [vt, msg_id])
+        rows = cursor.fetchall()
+    messages = _decoded(rows, info, _executor(name))
+    return messages[0] if messages else None
 
 
 def _ids(msg_ids: int | Iterable[int]) -> str:
-    if isinstance(msg_ids, int):
+    """The ``bigint[]`` literal of message ids, each checked (``check_msg_id``)."""
+    if isinstance(msg_ids, int | str):
         msg_ids = [msg_ids]
-    return array_literal([str(int(i)) for i in msg_ids])
+    return array_literal([str(check_msg_id(i, f"msg_ids[{n}]")) for n, i in enumerate(msg_ids)])
 
 
 def archive(name: str, msg_ids: int | Iterable[int]) -> list[int]:
@@ -424,12 +546,56 @@ def browse(name: str, *, archived: bool = False, limit: int = 100, offset: int =
         return cursor.fetchall()
 
 
-def browse_ids(name: str, msg_ids: list[int]) -> list[Any]:
-    """The rows of some messages of a queue (the admin's move-back reads their headers)."""
+@dataclass(frozen=True)
+class MovedBack:
+    """What ``move_back`` did: per origin queue, the ids moved and their new ids
+    there; the ids it refused, each with the reason."""
+
+    moved: dict[str, tuple[list[int], list[int]]]
+    refused: dict[int, str]
+
+
+def move_back(name: str, msg_ids: int | Iterable[int]) -> MovedBack:
+    """Return dead letters of queue ``name`` to the queues they came from.
+
+    A letter's ``x-pgqueue-dead-letter`` header names its origin, but anyone who can
+    write to a dead-letter queue can write that header: a letter moves only to a
+    queue whose configured dead-letter queue is ``name``, so a forged header cannot
+    make an operator inject messages into any other queue. The others stay, each
+    refused with the reason.
+    """
+    ids = sorted(
+        {check_msg_id(i, "msg_id") for i in ([msg_ids] if isinstance(msg_ids, int) else msg_ids)}
+    )
     get_queue(name)
-    with _cursor(name) as cursor:
-        cursor.execute(sql.statement("browse_ids", name), [_ids(msg_ids)])
-        return cursor.fetchall()
+    refused: dict[int, str] = {}
+    by_origin: dict[str, list[int]] = {}
+    with transaction.atomic(using=_alias()):
+        with _cursor(name) as cursor:
+            cursor.execute(sql.DEAD_LETTER_SOURCES, [name])
+            sources = {row[0] for row in cursor.fetchall()}
+            cursor.execute(sql.statement("dead_letter_origins", name), [_ids(ids)])
+            origins: dict[int, str | None] = dict(cursor.fetchall())
+        for msg_id in ids:
+            origin = origins.get(msg_id, "")
+            if msg_id not in origins:
+                refused[msg_id] = "gone"
+            elif origin is None:
+                refused[msg_id] = (
+                    f"not a dead letter (no {sql.DEAD_LETTER_HEADER} header naming its queue)"
+                )
+            elif origin not in sources:
+                refused[msg_id] = (
+                    f"its header names queue {origin[:60]!r}, "
+                    f"whose dead-letter queue is not {name!r}"
+                )
+            else:
+                by_origin.setdefault(origin, []).append(msg_id)
+        moved = {
+            origin: (group, move(name, group, to=origin))
+            for origin, group in sorted(by_origin.items())
+        }
+    return MovedBack(moved, refused)
 
 
 # -- the worker (mq/source.py) ----------------------------------------------------------
@@ -454,8 +620,7 @@ def claim(conn: Any, info: QueueInfo, vt: float, qty: int) -> list[Message]:
     except psycopg.errors.UndefinedTable as exc:
         forget(info.name)
         raise QueueNotFound(f"message queue {info.name!r} does not exist") from exc
-    rows.sort()
-    return [Message.from_row(row) for row in rows]
+    return _decoded(rows, info, conn.execute)
 
 
 def any_visible(conn: Any, name: str) -> bool:

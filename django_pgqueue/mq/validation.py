@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from ..conf import get_settings
-from ..contract import check_json_document
+from ..contract import BIGINT_MAX, check_json_document, strict_int
 from ..exceptions import PayloadTooLarge
 from .exceptions import InvalidMessage, InvalidQueueName
 
@@ -70,6 +70,12 @@ def check_count(what: str, value: object, maximum: int) -> int:
     if not 1 <= value <= maximum:
         raise ValueError(f"{what} must be between 1 and {maximum}, got {value}")
     return value
+
+
+def check_msg_id(value: object, what: str = "msg_id") -> int:
+    """A message id: an int, or a string of ASCII digits, from 1 to the largest bigint
+    (an id no row can have would make the statement fail)."""
+    return strict_int(value, what, minimum=1, maximum=BIGINT_MAX)
 
 
 def check_delay(delay: object) -> tuple[float, dt.datetime | None]:

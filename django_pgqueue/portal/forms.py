@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from ..authority import customer_fields
 from ..models.webhooks import Endpoint
 
 
@@ -50,7 +51,8 @@ class EndpointForm(forms.ModelForm):
 
     class Meta:
         model = Endpoint
-        fields = ("url", "description", "event_types", "channels")
+        # Never an operator's field (limits): customer_fields refuses one at import.
+        fields = customer_fields(Endpoint, ("url", "description", "event_types", "channels"))
         labels = {"url": _("Endpoint URL")}
         help_texts = {"url": _("The https address we send your webhooks to.")}
         widgets = {"description": forms.TextInput()}

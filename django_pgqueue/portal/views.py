@@ -6,6 +6,11 @@ the request), and every object is fetched through it (``_endpoint``, ``_delivery
 so an id of another application is a 404 exactly like an id that does not exist.
 Changes are POSTs (with Django's CSRF protection); secrets are shown only in the
 response to a POST, never cached.
+
+Every change is an operation of ``operations.py``, authorised by
+``authority.authorize`` for the customer (:func:`_authorized`, the same check as
+the HTTP API's) and put on record by ``api.audit.record``: the admin's History shows
+what the customer did, by their own user.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from .. import operations
+from .. import authority, operations
+from ..api import audit
+from ..authority import Customer
 from ..conf import get_settings
 from ..models.webhooks import Application, Delivery, Endpoint
+from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
 from .forms import EndpointForm
 
 #: Deliveries listed on an endpoint's page (newest first).
@@ -78,6 +86,33 @@ def portal_view(action: str) -> Callable[[View], View]:
     return decorate
 
 
+def _authorized(
+    request: HttpRequest, application: Application, operation: Any, obj_application_id: Any
+) -> Customer:
+    """The customer, allowed to apply ``operation`` to an object of ``obj_application_id``
+    (``authority.authorize``): 404 for another application's object, 403 otherwise."""
+    customer = Customer(application, request.user)
+    try:
+        authority.authorize(customer, operation, obj_application_id)
+    except authority.Refused as exc:
+        if exc.hidden:
+            raise Http404(_("Not found.")) from None
+        raise PermissionDenied(str(exc)) from None
+    return customer
+
+
+def portal_operation(kind: str, name: str) -> Callable[[View], View]:
+    """Mark a view as the portal's door to operation ``name`` of ``kind``'s declarations
+    (what the authority tests enumerate)."""
+    operation = (ENDPOINT_OPERATIONS if kind == "endpoint" else DELIVERY_OPERATIONS)[name]
+
+    def mark(view: View) -> View:
+        view.operation = operation  # type: ignore[attr-defined]
+        return view
+
+    return mark
+
+
 def _endpoint(application: Application, pk: int) -> Endpoint:
     return get_object_or_404(Endpoint, pk=pk, application=application)
 
@@ -123,9 +158,23 @@ def _save_form(
     return None, form
 
 
+def _record_saved(
+    request: HttpRequest, application: Application, form: EndpointForm, *, added: bool
+) -> None:
+    """Put the customer's save on record, as the API does for a key's."""
+    audit.record(
+        Customer(application, request.user),
+        Endpoint,
+        {form.instance.pk: "Added." if added else audit.change_message(form.changed_data)},
+        action_flag=audit.ADDITION if added else audit.CHANGE,
+    )
+
+
 @portal_view("change")
 def endpoint_create(request: HttpRequest, application: Application) -> HttpResponse:
     done, form = _save_form(request, application, Endpoint())
+    if done:
+        _record_saved(request, application, form, added=True)
     return done or _render(request, "endpoint_form.html", application, form=form)
 
 
@@ -133,6 +182,8 @@ def endpoint_create(request: HttpRequest, application: Application) -> HttpRespo
 def endpoint_edit(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
     done, form = _save_form(request, application, endpoint)
+    if done:
+        _record_saved(request, application, form, added=False)
     return done or _render(request, "endpoint_form.html", application, form=form, endpoint=endpoint)
 
 
@@ -154,14 +205,19 @@ DISABLED_IN_PORTAL = "Disabled by the customer in the webhook portal."
 
 
 def _endpoint_operation(operation: str, done: str) -> View:
+    op = ENDPOINT_OPERATIONS[operation]
+
+    @portal_operation("endpoint", operation)
     @portal_view("change")
     @require_POST
     def view(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
         endpoint = _endpoint(application, pk)
+        customer = _authorized(request, application, op, endpoint.application_id)
         # The operator operation, with the portal's own reason: the admin and the
         # customer can tell who disabled it.
         reason = DISABLED_IN_PORTAL if operation == "disable" else None
-        operations.apply_endpoint_operation(operation, [endpoint.pk], reason=reason)
+        result = operations.apply_endpoint_operation(operation, [endpoint.pk], reason=reason)
+        audit.record(customer, Endpoint, {pk: op.audit(was) for pk, was in result.changed.items()})
         messages.success(request, done)
         return _to_endpoint(endpoint)
 
@@ -174,19 +230,27 @@ endpoint_enable = _endpoint_operation(
 )
 
 
+@portal_operation("endpoint", "reveal_secret")
 @portal_view("secret")
 @require_POST
 def secret_reveal(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
+    op = ENDPOINT_OPERATIONS["reveal_secret"]
+    customer = _authorized(request, application, op, endpoint.application_id)
+    audit.record(customer, Endpoint, {endpoint.pk: op.done})
     return _render(request, "secret.html", application, endpoint=endpoint, secret=endpoint.secret)
 
 
+@portal_operation("endpoint", "rotate_secret")
 @portal_view("secret")
 @require_POST
 def secret_rotate(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
+    op = ENDPOINT_OPERATIONS["rotate_secret"]
+    customer = _authorized(request, application, op, endpoint.application_id)
     secret = endpoint.rotate_secret()
     grace = get_settings().WEBHOOKS["SECRET_ROTATION_GRACE"]
+    audit.record(customer, Endpoint, {endpoint.pk: audit.rotated(grace)})
     return _render(
         request,
         "secret.html",
@@ -198,11 +262,15 @@ def secret_rotate(request: HttpRequest, application: Application, pk: int) -> Ht
     )
 
 
+@portal_operation("endpoint", "send_test_event")
 @portal_view("change")
 @require_POST
 def send_test(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     endpoint = _endpoint(application, pk)
+    op = ENDPOINT_OPERATIONS["send_test_event"]
+    customer = _authorized(request, application, op, endpoint.application_id)
     delivery = operations.send_test_event(endpoint, sent_by=request.user.get_username())
+    audit.record(customer, Endpoint, {endpoint.pk: audit.test_event_sent(delivery.pk)})
     messages.success(request, _("A test event is on its way."))
     return HttpResponseRedirect(reverse("pgqueue_portal:delivery_detail", args=[delivery.pk]))
 
@@ -216,11 +284,15 @@ def delivery_detail(request: HttpRequest, application: Application, pk: int) -> 
     )
 
 
+@portal_operation("delivery", "replay")
 @portal_view("change")
 @require_POST
 def delivery_replay(request: HttpRequest, application: Application, pk: int) -> HttpResponse:
     delivery = _delivery(application, pk)
+    op = DELIVERY_OPERATIONS["replay"]
+    customer = _authorized(request, application, op, delivery.endpoint.application_id)
     result = operations.replay(Delivery, [delivery.pk])
+    audit.record(customer, Delivery, {pk: op.audit(was) for pk, was in result.changed.items()})
     if result.changed:
         messages.success(request, _("The delivery will be sent again."))
     else:

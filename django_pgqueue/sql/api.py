@@ -33,7 +33,7 @@ WITH relaxed AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ), found AS (
     SELECT k.id, k.key_hash, k.scopes, k.application_id, k.revoked_at,
-           a.uid AS application_uid,
+           a.uid AS application_uid, a.is_active AS application_active,
            -- seconds one request costs; NULL: no limit for this key
            %(window)s::float8 / COALESCE(k.rate_limit, %(default_limit)s) AS cost
     FROM {API_KEY_TABLE} AS k LEFT JOIN {APPLICATION_TABLE} AS a ON a.id = k.application_id
@@ -58,6 +58,8 @@ WITH relaxed AS (
     RETURNING k.id
 )
 SELECT f.id, f.key_hash, f.scopes, f.application_id, f.application_uid, f.revoked_at,
+       -- read with the key, so an application switched off stops its keys at once
+       f.application_active,
        f.cost IS NULL OR EXISTS (SELECT 1 FROM hit) AS allowed,
        extract(epoch FROM (
            SELECT GREATEST(r.tat, now()) + make_interval(secs => f.cost)

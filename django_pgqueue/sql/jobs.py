@@ -147,16 +147,12 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 #   later write of this attempt must present.
 # * The due source reads the ``(priority DESC, next_attempt_at, id)`` partial
 #   index in order; terminal rows are not in it, so history does not slow it.
-#   Atomic jobs are left to the atomic claim (CLAIM_ATOMIC_JOB), which runs them
-#   inside its own transaction; they are a filter here, not a condition of the
-#   index, because they are expected to be a small share of the due rows.
+#   Atomic jobs (``atomic = true``) are claimed by the same statement made for
+#   them (CLAIM_ATOMIC_JOBS), lapsed ones included, and each source takes only
+#   its own kind: the flag is a filter here, not a condition of the shared due
+#   index, because atomic jobs are expected to be a small share of the due rows
+#   (they have their own partial index, ``pgq_job_atomic_due_idx``).
 _CLAIM_JOB_PICKED = ("id", "exhausted", "lapsed")
-_LAPSED_JOBS = lapsed_source(
-    "j.id, j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL AS exhausted",
-    f"{JOB_TABLE} AS j",
-    "j",
-    IN_QUEUES,
-)
 _PICKED_JOBS = picked(
     _CLAIM_JOB_PICKED,
     """SELECT id, exhausted, true AS lapsed FROM lapsed
@@ -165,10 +161,20 @@ _PICKED_JOBS = picked(
 )
 _JOB_LEASE_EXPIRED = lease_expired_error("j.worker_id")
 _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
-CLAIM_JOBS = f"""/* pgqueue:claim */
-WITH {_LAPSED_JOBS}, due AS MATERIALIZED (
+
+
+def _claim_jobs(marker: str, kind_sql: str) -> str:
+    """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``)."""
+    lapsed_sql = lapsed_source(
+        "j.id, j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL AS exhausted",
+        f"{JOB_TABLE} AS j",
+        "j",
+        f"{IN_QUEUES} AND {kind_sql}",
+    )
+    return f"""/* pgqueue:{marker} */
+WITH {lapsed_sql}, due AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
+    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND {kind_sql}
       AND {IN_QUEUES}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
@@ -204,12 +210,22 @@ WHERE j.id = p.id AND {PLAN_EACH_RUN_WORKER}
 RETURNING {_CLAIM_RETURNING}
 """
 
+
+CLAIM_JOBS = _claim_jobs("claim", "NOT atomic")
+
 # ---- Atomic jobs (worker/atomic.py) ----------------------------------------------
 #
-# An atomic job is claimed, run and completed in ONE transaction on the queue
-# database (Django cursor, ``%(name)s``): its row stays locked by that
-# transaction the whole time, so no lease, no ``in_progress`` and nothing for
-# other workers to reclaim. A crash rolls the claim back with the task's writes.
+# An atomic job is claimed like any job, by CLAIM_ATOMIC_JOBS on the claim
+# connection: the attempt is counted and a fenced lease taken in that short
+# statement, which commits before the task runs. Then one transaction on the
+# queue database (Django cursor, ``%(name)s``) holds the task's writes and the
+# success (COMPLETE_ATOMIC_JOB), which commit together or not at all. A body
+# that raises, or a transaction that fails, rolls back only the task's writes:
+# its attempt stays counted and its row stays held by the lease, so nobody can
+# claim it again before the failure is written (by the completer, guarded by the
+# token, as for every job). A worker killed mid-task leaves a lease that lapses,
+# and the lapsed row is claimed again with its attempts counted, or goes dead.
+CLAIM_ATOMIC_JOBS = _claim_jobs("claim_atomic", "atomic")
 
 # Bound the transaction. ``statement_timeout`` stops a statement that runs too
 # long and ``idle_in_transaction_session_timeout`` ends a session whose task sits
@@ -219,60 +235,16 @@ SELECT set_config('statement_timeout', %(ms)s, true),
        set_config('idle_in_transaction_session_timeout', %(ms)s, true)
 """
 
-# Claim one due atomic job and keep it locked until the transaction ends. Shaped
-# like CLAIM_JOBS's due source (a MATERIALIZED CTE with SKIP LOCKED, reading the
-# ``pgq_job_atomic_due_idx`` partial index in order), but the row keeps its state:
-# the attempt and token counted here commit only if the job finishes.
-CLAIM_ATOMIC_JOB = f"""/* pgqueue:claim_atomic */
-WITH picked AS MATERIALIZED (
-    SELECT id FROM {JOB_TABLE}
-    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
-      AND {IN_QUEUES}
-    ORDER BY priority DESC, next_attempt_at, id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE {JOB_TABLE} AS j SET
-    attempts = j.attempts + 1,
-    locked_by = gen_random_uuid(),
-    worker_id = %(worker_id)s,
-    worker_ids = j.worker_ids || to_jsonb(%(worker_id)s::text),
-    started_at = COALESCE(j.started_at, now()),
-    last_attempted_at = now(),
-    updated_at = now()
-FROM picked WHERE j.id = picked.id
-RETURNING {_CLAIM_RETURNING}
-"""
-
-# Success, in the claim's transaction: it commits with the task's own writes.
+# Success, in the task's transaction: it commits with the task's own writes.
+# Guarded like COMPLETE_JOBS (token, and still held): an attempt whose lease was
+# lost, or that the worker already recorded as given up, matches no row, and
+# the caller then rolls the task's writes back instead of committing them.
 COMPLETE_ATOMIC_JOB = f"""/* pgqueue:complete_atomic */
 UPDATE {JOB_TABLE} SET
-    status = 'succeeded', result = %(result)s::jsonb, finished_at = clock_timestamp(),
-    updated_at = clock_timestamp()
-WHERE id = %(id)s AND locked_by = %(token)s
-"""
-
-# A failed attempt, recorded in its own short transaction after the task's
-# transaction rolled back (taking the claim's attempt count with it). Counted
-# again here; ``attempts = %(before)s`` makes it a no-op if another worker ran
-# the job in between.
-RECORD_ATOMIC_FAILURE = f"""/* pgqueue:atomic_failure */
-UPDATE {JOB_TABLE} SET
-    status = %(status)s,
-    attempts = attempts + 1,
-    locked_by = %(token)s,
-    worker_id = %(worker_id)s,
-    worker_ids = worker_ids || to_jsonb(%(worker_id)s::text),
-    started_at = COALESCE(started_at, now()),
-    last_attempted_at = now(),
-    next_attempt_at = CASE WHEN %(status)s = 'failed'
-                           THEN now() + make_interval(secs => %(delay)s)
-                           ELSE next_attempt_at END,
-    finished_at = CASE WHEN %(status)s = 'dead' THEN now() END,
-    errors = errors || %(error)s::jsonb,
-    last_error = %(last_error)s,
-    updated_at = now()
-WHERE id = %(id)s AND attempts = %(before)s AND status IN ('pending', 'failed')
+    status = 'succeeded', result = %(result)s::jsonb, locked_until = NULL,
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = %(id)s AND locked_by = %(token)s AND locked_until IS NOT NULL
+RETURNING id
 """
 
 # Any atomic job waiting, due or not (``--until-empty``).
@@ -285,7 +257,7 @@ SELECT EXISTS (
 )
 """
 
-# Whether an atomic job is due (the atomic source's claim sizing and ``--burst``).
+# Whether an atomic job is due (``--burst``; held ones are in ANY_DUE).
 ATOMIC_DUE = f"""/* pgqueue:atomic_due */
 SELECT count(*) FROM (
     SELECT 1 FROM {JOB_TABLE}

@@ -47,6 +47,12 @@ class Attempt:
         self.timeout = seconds
         self.deadline = None if seconds is None else self.started + seconds
 
+    def limit_to(self, seconds: float) -> None:
+        """Set the timeout to ``seconds`` unless a shorter one is set (two bounds apply
+        to an atomic task: its own timeout and its transaction's)."""
+        if self.timeout is None or seconds < self.timeout:
+            self.set_timeout(seconds)
+
     def is_aborted(self) -> bool:
         """True once the attempt was given up (aborted, or past its deadline): stop now.
 

@@ -443,7 +443,7 @@ class TaskRunner:
                     backend.timeout_for(task) if isinstance(backend, PgQueueBackend) else None
                 )
             if timeout is not None:
-                attempt.set_timeout(timeout)
+                attempt.limit_to(timeout)
         # The TaskResult is built only when something will look at it (see
         # SignalGate): a no-op task otherwise spends more time on it than running.
         result: TaskResult | None = None
@@ -473,7 +473,7 @@ class TaskRunner:
                 result = self._result(job, task)
             outcome = self._failure(job, task, backend, result, exc)
             # Sent inside the except block: Django's own receiver logs exc_info.
-            self._finished(outcome, result, sender, started)
+            self._finished(outcome, result, sender, started, attempt)
         else:
             outcome = JobOutcome(
                 job.id,
@@ -490,7 +490,7 @@ class TaskRunner:
             else:
                 object.__setattr__(result, "_return_value", json.loads(result_json))
                 object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-                self._finished(outcome, result, sender, started)
+                self._finished(outcome, result, sender, started, attempt)
         finally:
             # Read again: the task may have opened the thread's first connection.
             if self.manage_connections and getattr(_opened, "any", False):
@@ -499,9 +499,20 @@ class TaskRunner:
         return outcome
 
     @staticmethod
-    def _finished(outcome: JobOutcome, result: TaskResult, sender: Any, started: float) -> None:
+    def _finished(
+        outcome: JobOutcome,
+        result: TaskResult,
+        sender: Any,
+        started: float,
+        attempt: Any = None,
+    ) -> None:
         outcome.duration = time.perf_counter() - started
         object.__setattr__(result, "finished_at", timezone.now())
+        if attempt is not None and attempt.given_up is not None:
+            # The worker gave this attempt up (timeout, abort) and recorded it so;
+            # whatever the task returned afterwards is discarded, and a SUCCESSFUL
+            # here would report an outcome the queue never recorded.
+            return
         level = logging.ERROR if result.status == TaskResultStatus.FAILED else logging.INFO
         if finished_gate.wanted(level):
             task_finished.send(sender=sender, task_result=result)

@@ -99,6 +99,14 @@ class Source(ABC):
     #: completion may have made room for them.
     claim_after_completion: bool = False
 
+    #: Whether a timed-out attempt's own thread records what it came to. True for atomic
+    #: jobs, whose transaction decides: at the deadline the worker gives the slot back
+    #: and replaces the thread, but keeps the row held (its lease extended) while that
+    #: thread lives, so nobody runs the job again meanwhile; when the task returns,
+    #: its outcome is written once. False: the worker records the timeout itself and
+    #: discards whatever the task returns later.
+    timeout_settled_by_thread: bool = False
+
     @abstractmethod
     def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
         """Current (status, locked_by) of rows, to settle an ambiguous commit."""

@@ -348,10 +348,12 @@ class Worker:
             with self._inflight_lock:
                 capacity, refill_at = self._capacity()
                 free = capacity - self._inflight
-                self._full = free <= 0 or self._inflight > refill_at
+                # Decided from what was read here: a task thread may clear ``_full``
+                # as soon as the lock is free, while ``free`` stays what it was (below
+                # zero when the adaptive prefetch just shrank under the rows held).
+                full = self._full = free <= 0 or self._inflight > refill_at
                 self._refill_at = refill_at
-            if self._full:
-                full = True
+            if full:
                 break
             limit = min(free, self.batch_size)
             if self.max_tasks is not None:
@@ -522,6 +524,18 @@ class Worker:
             finally:
                 set_current(None)
             if self.running.pop(me, None) is not attempt:
+                if attempt.given_up == TIMED_OUT and source.timeout_settled_by_thread:
+                    # Its slot came back at the deadline; its row waited for this.
+                    logger.warning(
+                        "%s %s (%s) returned %.1f s after its timeout; recording what it came to",
+                        source.name,
+                        item.id,
+                        source.describe(item),
+                        time.monotonic() - attempt.started,
+                    )
+                    outcome.source = source.name
+                    self.completer.submit(outcome)
+                    return False
                 logger.warning(
                     "%s %s (%s) returned %.1f s after it was given up (%s); its result "
                     "is discarded",
@@ -589,14 +603,26 @@ class Worker:
                 reason = ABORTED
             else:
                 continue
-            if self.running.pop(thread, None) is not attempt:
-                continue  # it returned meanwhile: its own outcome stands
+            # Set before the pop: the thread, finding its entry gone, reads the reason.
             attempt.given_up = reason
+            if self.running.pop(thread, None) is not attempt:
+                attempt.given_up = None
+                continue  # it returned meanwhile: its own outcome stands
             attempt.abandoned = True
             if thread in self._threads:
                 self._threads.remove(thread)
             self._abandoned.append((thread, attempt, now + self.shutdown_grace))
-            if reason == TIMED_OUT:
+            if reason == TIMED_OUT and attempt.source.timeout_settled_by_thread:
+                logger.error(
+                    "%s %s (%s) ran past its timeout of %g s: its thread is replaced; "
+                    "the row stays held until the task returns",
+                    attempt.source.name,
+                    attempt.item.id,
+                    attempt.source.describe(attempt.item),
+                    attempt.timeout,
+                )
+                self._slot_freed()
+            elif reason == TIMED_OUT:
                 stack = _stack_of(thread)
                 logger.error(
                     "%s %s (%s) ran past its timeout of %g s: recorded as timed out; its "

@@ -44,6 +44,16 @@ def _drop_queue_tables() -> None:
             )
 
 
+@pytest.fixture
+def sql_api() -> Iterator[str]:
+    """The SQL API installed in schema pgmq_test for the test, removed after it."""
+    from .test_sql_api import command
+
+    command("--schema", "pgmq_test")
+    yield "pgmq_test"
+    command("--schema", "pgmq_test", "--uninstall")
+
+
 def table_rows(table: str) -> int:
     from django.db import connection
     from psycopg import sql as pgsql

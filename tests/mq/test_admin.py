@@ -97,3 +97,60 @@ def test_move_back_archive_and_delete_are_audited(queues, operator_client):
     assert notes[0][1].startswith(f"Moved messages [{letter[0]}] back to work")
     assert notes[1][1] == f"Archived messages [{ids[0]}]"
     assert notes[2][1] == f"Deleted messages {ids[1:]}"
+
+
+def test_move_back_refuses_a_forged_origin_header(queues, operator_client):
+    """Anyone who can write to a dead-letter queue can write the header: a letter goes
+    back only to a queue whose configured dead-letter queue is this one."""
+    mq.create("victim")
+    forged = mq.send(
+        "dead", {"inject": True}, headers={"x-pgqueue-dead-letter": {"queue": "victim"}}
+    )
+    plain = mq.send("dead", {"no": "header"})
+    (genuine,) = [row[0] for row in mq.store.browse("dead") if row[0] not in (forged, plain)]
+    token = csrf_token(operator_client, url("dead"))
+    response = operator_client.post(
+        url("dead"),
+        {
+            "operation": "move_back",
+            "msg_id": [forged, plain, genuine],
+            "csrfmiddlewaretoken": token,
+        },
+        follow=True,
+    )
+    text = response.content.decode()
+    assert f"Not moved {forged}: its header names queue &#x27;victim&#x27;" in text
+    assert f"Not moved {plain}: not a dead letter" in text
+    assert mq.metrics("victim").queue_length == 0
+    assert sorted(row[0] for row in mq.store.browse("dead")) == [forged, plain]
+    assert sorted(m.message["job"] for m in mq.read("work", vt=0, qty=10)) == [1, 2]
+
+    result = mq.store.move_back("dead", [forged])
+    assert result.moved == {} and "whose dead-letter queue is not 'dead'" in result.refused[forged]
+
+
+@pytest.mark.parametrize(
+    "page", ["99999999999999999999", "-1", "²", "1_0", " 1", "9" * 5000, "1\x00"]
+)
+def test_browser_refuses_a_bad_page_with_400(queues, viewer_client, page):
+    response = viewer_client.get(url("work"), {"page": page})
+    assert response.status_code == 400
+    assert "page must be" in response.content.decode()
+
+
+@pytest.mark.parametrize("msg_id", [str(10**30), "²", "0", "-5", "", "1\x00", "٣"])
+def test_operations_refuse_a_bad_msg_id_with_400(queues, operator_client, msg_id):
+    token = csrf_token(operator_client, url("work"))
+    response = operator_client.post(
+        url("work"), {"operation": "delete", "msg_id": [msg_id], "csrfmiddlewaretoken": token}
+    )
+    assert response.status_code == 400
+    assert "msg_id must be" in response.content.decode()
+    assert mq.metrics("work").queue_length == 1
+
+
+def test_a_queue_name_no_queue_can_have_is_a_404(viewer_client):
+    base = url("work")
+    for name in ("wo%00rk", "x" * 100, "%C2%B2"):
+        response = viewer_client.get(base.replace("/work/", f"/{name}/"))
+        assert response.status_code == 404

@@ -261,3 +261,23 @@ def test_the_shipped_settings_pass_the_portal_check():
     from django_pgqueue.checks import check_portal
 
     assert check_portal() == []
+
+
+def test_endpoints_added_and_changed_in_the_portal_are_on_record(world):
+    from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+
+    client = login("cust_a")
+    created = client.post(f"{PORTAL}endpoints/new/", {"url": "https://93.184.216.34/new"})
+    assert created.status_code == 302
+    endpoint = Endpoint.objects.get(url="https://93.184.216.34/new")
+    client.post(
+        f"{PORTAL}endpoints/{endpoint.pk}/edit/",
+        {"url": "https://93.184.216.34/new", "description": "ours"},
+    )
+    entries = list(LogEntry.objects.filter(object_id=str(endpoint.pk)).order_by("pk"))
+    assert [(e.action_flag, e.user.username) for e in entries] == [
+        (ADDITION, "cust_a"),
+        (CHANGE, "cust_a"),
+    ]
+    assert entries[0].change_message.startswith("Added. (by portal user 'cust_a'")
+    assert entries[1].change_message.startswith("Changed description.")

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from django_pgqueue.api.keys import SCOPES, create_key, revoke_keys
 from django_pgqueue.conf import get_settings
+from django_pgqueue.management.argtypes import positive_int
 from django_pgqueue.models.api import ApiKey
-
-
-def _positive(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive number of requests, got {value!r}")
-    return int(value)
 
 
 class Command(BaseCommand):
@@ -45,7 +39,7 @@ class Command(BaseCommand):
         )
         create.add_argument(
             "--rate-limit",
-            type=_positive,
+            type=positive_int,
             default=None,
             help="Requests per rate window for this key (default: PGQUEUE['API']['RATE_LIMIT']).",
         )
@@ -85,7 +79,10 @@ class Command(BaseCommand):
                     f"last used {used}\t{state}"
                 )
         else:
-            count = revoke_keys(options["prefixes"])
+            try:
+                count = revoke_keys(options["prefixes"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
             if not count:
                 raise CommandError("No active key has that prefix.")
             self.stdout.write(f"Revoked {count} key(s).")
