@@ -263,7 +263,7 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
     while stack:
         item, path, depth = stack.pop()
         if isinstance(item, str):
-            problem = string_problem(item)
+            problem = _string_problem(item)
             if problem:
                 yield path, f"holds {problem}"
         elif item is None or isinstance(item, bool):
@@ -284,7 +284,7 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
                 children: list[tuple[Any, tuple[Any, ...], int]] = []
                 for key, child in item.items():
                     if isinstance(key, str):
-                        problem = string_problem(key)
+                        problem = _string_problem(key)
                         if problem:
                             yield path, f"has a key holding {problem} ({key!r})"
                     elif isinstance(key, float) and not math.isfinite(key):
@@ -301,13 +301,7 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
             yield path, f"is a {type(item).__module__}.{type(item).__qualname__}"
 
 
-def string_problem(text: str) -> str:
-    """What keeps ``text`` out of PostgreSQL (a NUL, a lone surrogate), or "".
-
-    The same rule as inside documents, for the plain text columns a door writes
-    (names, time zones, queue names): ``text`` refuses NUL and UTF-8 refuses lone
-    surrogates, so either would fail the statement, not the check.
-    """
+def _string_problem(text: str) -> str:
     if "\x00" in text:
         return f"a NUL character (\\x00) at position {text.index(chr(0))}"
     try:

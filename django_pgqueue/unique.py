@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from .compat import Task
-from .contract import string_problem
+from .contract import strict_text
 from .exceptions import InvalidUniqueKey
 from .models.queue import UNIQUE_KEY_MAX_LENGTH
 
@@ -38,12 +38,7 @@ def validate_unique_key(key: Any) -> None:
             f"{UNIQUE_KEY_MAX_LENGTH} allowed: {key[:40]!r}... Hash long keys "
             f"(e.g. hashlib.sha256(key.encode()).hexdigest())."
         )
-    problem = string_problem(key)
-    if problem:
-        raise InvalidUniqueKey(
-            f"unique_key {key[:40]!r} holds {problem}; PostgreSQL cannot store it. "
-            "Clean the text, or hash it (hashlib.sha256(...).hexdigest())."
-        )
+    strict_text(key, f"unique_key {key[:40]!r}", error=InvalidUniqueKey)
 
 
 @lru_cache(maxsize=1024)

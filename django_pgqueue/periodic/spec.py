@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ..contract import check_arguments, string_problem
+from ..contract import check_arguments, strict_text
 from ..exceptions import ArgumentsNotJSON, PayloadTooLarge
 from . import cron
 
@@ -72,13 +72,16 @@ def _check_arguments(where: str, args: Any, kwargs: Any, limits: ArgumentLimits)
 
 
 def _check_name(where: str, name: Any) -> None:
-    problem = string_problem(name) if isinstance(name, str) else ""
-    if not isinstance(name, str) or not name or len(name) > 200 or problem:
+    if not isinstance(name, str) or not name or len(name) > 200:
         raise ImproperlyConfigured(
-            f"{where}: schedule names must be non-empty strings of at most 200 characters "
-            f"without NUL characters or unpaired surrogates, got {name!r}"
-            + (f" (it holds {problem})" if problem else "")
+            f"{where}: schedule names must be non-empty strings of at most 200 characters, "
+            f"got {name!r}"
         )
+    strict_text(
+        name,
+        f"{where}: schedule names must be text PostgreSQL stores, but {name!r}",
+        error=ImproperlyConfigured,
+    )
 
 
 def stored_arguments(spec: ScheduleSpec) -> tuple[str, str]:
@@ -133,14 +136,15 @@ def validate_entry(
         raise ImproperlyConfigured(f"{where}['kwargs'] must be a dict with str keys")
     _check_arguments(where, args, kwargs, limits)
     queue_name = entry.get("queue_name")
-    if queue_name is not None and (
-        not isinstance(queue_name, str)
-        or not queue_name
-        or len(queue_name) > 100
-        or string_problem(queue_name)
-    ):
-        raise ImproperlyConfigured(
-            f"{where}['queue_name'] must be a queue name, got {queue_name!r}"
+    if queue_name is not None:
+        if not isinstance(queue_name, str) or not queue_name or len(queue_name) > 100:
+            raise ImproperlyConfigured(
+                f"{where}['queue_name'] must be a queue name, got {queue_name!r}"
+            )
+        strict_text(
+            queue_name,
+            f"{where}['queue_name'] must be a queue name, but {queue_name!r}",
+            error=ImproperlyConfigured,
         )
     check_catch_up(f"{where}['catch_up']", entry.get("catch_up"))
     return ScheduleSpec(
