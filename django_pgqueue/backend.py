@@ -7,7 +7,6 @@ Workers (``manage.py runworkers``) claim and run the rows.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -32,14 +31,16 @@ from .compat import (
     task_enqueued,
 )
 from .conf import PgQueueSettings, get_settings, validate_backend_options
-from .contract import check_json_document, utf8_size
+from .contract import check_arguments
 from .db import execute_one
-from .exceptions import DuplicateJob, InvalidUniqueKey, NotATask, PayloadTooLarge
-from .models.queue import UNIQUE_KEY_MAX_LENGTH, Status
+from .docs import check_hint
+from .exceptions import DuplicateJob, NotATask
+from .models.queue import Status
 from .notify import wake_workers
 from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
 from .tracing import traced_enqueue
+from .unique import unique_key_for, validate_unique_key
 
 #: Our states as the Tasks framework sees them (docs/tasks.md explains the choice).
 STATUS_MAP: dict[str, Any] = {
@@ -143,32 +144,9 @@ def serialize_arguments(
     context = f"Cannot enqueue {task.module_path}"
     if item is not None:
         context += f" (item {item} of the bulk enqueue)"
-    limit, depth = conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH
-    setting = "PGQUEUE['MAX_ARGS_BYTES']"
-    args_json = check_json_document(
-        list(args),
-        name="args",
-        max_bytes=limit,
-        max_depth=depth,
-        context=context,
-        limit_name=setting,
+    return check_arguments(
+        args, kwargs, max_bytes=conf.MAX_ARGS_BYTES, max_depth=conf.MAX_JSON_DEPTH, context=context
     )
-    kwargs_json = check_json_document(
-        kwargs,
-        name="kwargs",
-        max_bytes=limit,
-        max_depth=depth,
-        context=context,
-        limit_name=setting,
-    )
-    size = utf8_size(args_json) + utf8_size(kwargs_json)
-    if size > limit:
-        raise PayloadTooLarge(
-            f"{context}: its arguments take {size} bytes as JSON (UTF-8), more than "
-            f"{setting} = {limit}. Store large data elsewhere and pass "
-            f"a reference."
-        )
-    return args_json, kwargs_json
 
 
 def resolve_task(task_path: str) -> Task:
@@ -224,7 +202,12 @@ class PgQueueBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         return [
-            checks.Error(message, id="django_pgqueue.E010", obj=f"TASKS[{self.alias!r}]")
+            checks.Error(
+                message,
+                hint=check_hint("django_pgqueue.E010"),
+                id="django_pgqueue.E010",
+                obj=f"TASKS[{self.alias!r}]",
+            )
             for message in self._option_errors
         ]
 
@@ -553,36 +536,6 @@ class PgQueueBackend(BaseTaskBackend):
         if (task.queue_name, task.priority, task.backend) == (queue_name, priority, backend):
             return task
         return task.using(queue_name=queue_name, priority=priority, backend=backend)
-
-
-def validate_unique_key(key: Any) -> None:
-    """Raise InvalidUniqueKey unless ``key`` is None or a storable key."""
-    if key is None:
-        return
-    if not isinstance(key, str) or not key:
-        raise InvalidUniqueKey(f"unique_key must be a non-empty string, got {key!r}")
-    if len(key) > UNIQUE_KEY_MAX_LENGTH:
-        raise InvalidUniqueKey(
-            f"unique_key is {len(key)} characters long, more than the "
-            f"{UNIQUE_KEY_MAX_LENGTH} allowed: {key[:40]!r}... Hash long keys "
-            f"(e.g. hashlib.sha256(key.encode()).hexdigest())."
-        )
-
-
-def unique_key_for(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
-    """The unique key of one call: the per-call key, else a digest of the arguments
-    for ``@task(unique=True)``, else None (not unique).
-
-    The digest is taken over canonical JSON (sorted keys), so ``f(a=1, b=2)`` and
-    ``f(b=2, a=1)`` are the same call.
-    """
-    key = getattr(task, "unique_key", None)
-    if key is not None:
-        return str(key)
-    if not getattr(task, "unique", False):
-        return None
-    canonical = json.dumps([list(args), kwargs], sort_keys=True, separators=(",", ":"))
-    return "args:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def atomic_database_problem() -> str | None:

@@ -12,7 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.db.models import Model
 
 from . import sql
-from .docs import docs_url
+from .docs import check_hint
 
 #: What to put in ``DATABASE_ROUTERS`` when the queue has its own database.
 ROUTER_PATH = "django_pgqueue.routers.QueueRouter"
@@ -31,7 +31,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [
             checks.Error(
                 str(exc),
-                hint=f"Every key and its default: {docs_url('settings')}",
+                hint=check_hint("django_pgqueue.E001", "Every key and its default is listed."),
                 id="django_pgqueue.E001",
             )
         ]
@@ -41,6 +41,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             checks.Error(
                 f"PGQUEUE['DATABASE'] is {conf.DATABASE!r}, which is not in DATABASES "
                 f"({', '.join(databases) or 'none'}).",
+                hint=check_hint(
+                    "django_pgqueue.E002", "Set PGQUEUE['DATABASE'] to an alias of DATABASES."
+                ),
                 id="django_pgqueue.E002",
             )
         )
@@ -51,7 +54,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             checks.Error(
                 f"The queue database {conf.DATABASE!r} uses {engine or 'no ENGINE'}; "
                 f"django_pgqueue needs PostgreSQL (SKIP LOCKED, LISTEN/NOTIFY, jsonb).",
-                hint="Point PGQUEUE['DATABASE'] at a 'django.db.backends.postgresql' database.",
+                hint=check_hint(
+                    "django_pgqueue.E002",
+                    "Point PGQUEUE['DATABASE'] at a 'django.db.backends.postgresql' database.",
+                ),
                 id="django_pgqueue.E002",
             )
         )
@@ -64,7 +70,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         errors.append(
             checks.Error(
                 "Django is using psycopg2 for PostgreSQL; django_pgqueue needs psycopg 3.",
-                hint="pip install 'psycopg[binary]' (Django prefers psycopg 3 when installed).",
+                hint=check_hint(
+                    "django_pgqueue.E003",
+                    "pip install 'psycopg[binary]' (Django prefers psycopg 3 when installed).",
+                ),
                 id="django_pgqueue.E003",
             )
         )
@@ -80,8 +89,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             checks.Warning(
                 "No TASKS backend is django_pgqueue.backend.PgQueueBackend, so @task "
                 "functions will not be stored in the queue.",
-                hint='Set TASKS = {"default": {"BACKEND": '
-                '"django_pgqueue.backend.PgQueueBackend"}}.',
+                hint=check_hint(
+                    "django_pgqueue.W001",
+                    'Set TASKS = {"default": {"BACKEND": '
+                    '"django_pgqueue.backend.PgQueueBackend"}}.',
+                ),
                 id="django_pgqueue.W001",
             )
         )
@@ -139,8 +151,11 @@ def check_routing(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
             f"django_pgqueue's models there: {problems}. Django's ORM (Job.objects, the "
             "admin's lists and forms) and migrate would use another database than the one "
             "the queue writes.",
-            hint=f"Add {ROUTER_PATH!r} to DATABASE_ROUTERS (before any router that "
-            "claims every model).",
+            hint=check_hint(
+                "django_pgqueue.E004",
+                f"Add {ROUTER_PATH!r} to DATABASE_ROUTERS (before any router that "
+                "claims every model).",
+            ),
             id="django_pgqueue.E004",
         )
     ]
@@ -168,8 +183,11 @@ def check_tables(
         checks.Warning(
             f"The queue database {alias!r} has no {', '.join(missing)} table"
             f"{'s' if len(missing) > 1 else ''}: enqueue, the workers and the admin will fail.",
-            hint=f"Run 'manage.py migrate --database {alias} django_pgqueue' (this warning "
-            "also shows while that command creates them).",
+            hint=check_hint(
+                "django_pgqueue.W002",
+                f"Run 'manage.py migrate --database {alias} django_pgqueue' (this warning "
+                "also shows while that command creates them).",
+            ),
             id="django_pgqueue.W002",
         )
     ]
@@ -203,7 +221,10 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             errors.append(
                 checks.Error(
                     f"{where} is {spec.task_path!r}, which is not an importable task: {exc}",
-                    hint="Use the dotted path of a function decorated with @task.",
+                    hint=check_hint(
+                        "django_pgqueue.E020",
+                        "Use the dotted path of a function decorated with @task.",
+                    ),
                     id="django_pgqueue.E020",
                 )
             )
@@ -212,7 +233,9 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             checks.Error(
                 f"Schedule {name!r} is declared both in PGQUEUE['SCHEDULE'] and with @periodic "
                 f"on {decorated[name].task_path}; the settings' entry would win.",
-                hint="Give one of them another name (@periodic(name=...)).",
+                hint=check_hint(
+                    "django_pgqueue.E021", "Give one of them another name (@periodic(name=...))."
+                ),
                 id="django_pgqueue.E021",
             )
         )
@@ -244,7 +267,7 @@ def check_task_backends(app_configs: Any = None, **kwargs: Any) -> list[checks.C
                 "On Django 5.2 the Tasks framework is the django-tasks backport, and "
                 "'django_tasks' is not in INSTALLED_APPS: its system checks and the signal "
                 "receivers that log each task are not set up.",
-                hint=f"Add 'django_tasks' to INSTALLED_APPS. {docs_url('quickstart')}",
+                hint=check_hint("django_pgqueue.E011", "Add 'django_tasks' to INSTALLED_APPS."),
                 id="django_pgqueue.E011",
             )
         )
@@ -294,7 +317,7 @@ def check_portal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         errors.append(
             checks.Error(
                 f"PGQUEUE['WEBHOOKS'][{key!r}] = {path!r} {problem}.",
-                hint=f"Give the dotted path of a function: {docs_url('multi-tenant')}",
+                hint=check_hint("django_pgqueue.E030", "Give the dotted path of a function."),
                 id="django_pgqueue.E030",
             )
         )
@@ -318,8 +341,9 @@ def check_api_body_limit(app_configs: Any = None, **kwargs: Any) -> list[checks.
         checks.Warning(
             f"PGQUEUE['API']['MAX_BODY_BYTES'] is {limit}, above DATA_UPLOAD_MAX_MEMORY_SIZE "
             f"({django_limit}): bodies between the two are refused (413) by Django's limit.",
-            hint="Lower MAX_BODY_BYTES or raise DATA_UPLOAD_MAX_MEMORY_SIZE. "
-            + docs_url("http-api", "limits"),
+            hint=check_hint(
+                "django_pgqueue.W040", "Lower MAX_BODY_BYTES or raise DATA_UPLOAD_MAX_MEMORY_SIZE."
+            ),
             id="django_pgqueue.W040",
         )
     ]

@@ -8,8 +8,9 @@ signal fires for ``PGQUEUE`` (``override_settings`` in tests).
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -216,20 +217,33 @@ def _bool(name: str, value: Any) -> bool:
     return value
 
 
-def _check_keys(name: str, given: Mapping[str, Any], valid: Mapping[str, Any]) -> None:
-    unknown = sorted(set(given) - set(valid))
+def check_keys(name: str, given: Mapping[str, Any], valid: Iterable[str]) -> None:
+    """Refuse keys of ``given`` that are not in ``valid``, each with the closest valid
+    key when one is close (a typo, the wrong case), and the whole list."""
+    valid = sorted(valid)
+    unknown = sorted(set(given) - set(valid), key=str)
     if unknown:
+        named = ", ".join(_with_suggestion(key, valid) for key in unknown)
         raise ImproperlyConfigured(
-            f"Unknown key(s) in {name}: {', '.join(unknown)}. "
-            f"Valid keys are: {', '.join(sorted(valid))}."
+            f"Unknown key(s) in {name}: {named}. Valid keys are: {', '.join(valid)}."
         )
+
+
+def _with_suggestion(key: Any, valid: list[str]) -> str:
+    if not isinstance(key, str):
+        return repr(key)
+    # Case-insensitive first: "batch_size" is BATCH_SIZE, however far difflib finds it.
+    by_case = {v.lower(): v for v in valid}
+    close = [by_case[key.lower()]] if key.lower() in by_case else []
+    close = close or difflib.get_close_matches(key, valid, n=1, cutoff=0.75)
+    return f"{key} (did you mean {close[0]!r}?)" if close else key
 
 
 def validate_webhooks(raw: Any) -> dict[str, Any]:
     """Merge ``PGQUEUE["WEBHOOKS"]`` with its defaults and validate every value."""
     if not isinstance(raw, Mapping):
         raise ImproperlyConfigured(f"PGQUEUE['WEBHOOKS'] must be a dict, got {raw!r}")
-    _check_keys("PGQUEUE['WEBHOOKS']", raw, WEBHOOK_DEFAULTS)
+    check_keys("PGQUEUE['WEBHOOKS']", raw, WEBHOOK_DEFAULTS)
     merged = {**WEBHOOK_DEFAULTS, **raw}
     prefix = "PGQUEUE['WEBHOOKS']"
     schedule = merged["RETRY_SCHEDULE"]
@@ -310,7 +324,7 @@ def validate_api(raw: Any) -> dict[str, Any]:
     prefix = "PGQUEUE['API']"
     if not isinstance(raw, Mapping):
         raise ImproperlyConfigured(f"{prefix} must be a dict, got {raw!r}")
-    _check_keys(prefix, raw, API_DEFAULTS)
+    check_keys(prefix, raw, API_DEFAULTS)
     merged = {**API_DEFAULTS, **raw}
     if merged["RATE_LIMIT"] is not None:
         merged["RATE_LIMIT"] = _positive_int(f"{prefix}['RATE_LIMIT']", merged["RATE_LIMIT"])
@@ -343,7 +357,7 @@ def validate_retention(raw: Any) -> dict[str, float | None]:
     """Merge ``PGQUEUE["RETENTION"]`` with its defaults; every value in seconds or None."""
     if not isinstance(raw, Mapping):
         raise ImproperlyConfigured(f"PGQUEUE['RETENTION'] must be a dict, got {raw!r}")
-    _check_keys("PGQUEUE['RETENTION']", raw, RETENTION_DEFAULTS)
+    check_keys("PGQUEUE['RETENTION']", raw, RETENTION_DEFAULTS)
     merged: dict[str, float | None] = {}
     for state, value in {**RETENTION_DEFAULTS, **raw}.items():
         if isinstance(value, dt.timedelta):
@@ -385,7 +399,7 @@ def validate_backend_options(
             return False
         return True
 
-    valid(_check_keys, prefix, raw, BACKEND_OPTION_DEFAULTS)
+    valid(check_keys, prefix, raw, BACKEND_OPTION_DEFAULTS)
     options = {**BACKEND_OPTION_DEFAULTS}
     name = f"{prefix}['MAX_ATTEMPTS']"
     if valid(_positive_int, name, raw.get("MAX_ATTEMPTS", options["MAX_ATTEMPTS"])):
@@ -425,7 +439,7 @@ def validate(raw: Any) -> PgQueueSettings:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ImproperlyConfigured(f"PGQUEUE must be a dict, got {type(raw).__name__}")
-    _check_keys("PGQUEUE", raw, DEFAULTS)
+    check_keys("PGQUEUE", raw, DEFAULTS)
     merged = {**DEFAULTS, **raw}
     if not isinstance(merged["DATABASE"], str) or not merged["DATABASE"]:
         raise ImproperlyConfigured(
@@ -454,7 +468,9 @@ def validate(raw: Any) -> PgQueueSettings:
     listen_dsn = merged["LISTEN_DSN"]
     if listen_dsn is not None and not isinstance(listen_dsn, str):
         raise ImproperlyConfigured("PGQUEUE['LISTEN_DSN'] must be None or a libpq DSN string")
-    from .periodic.spec import check_catch_up, validate_schedule
+    from .periodic.spec import ArgumentLimits, check_catch_up, validate_schedule
+
+    max_args_bytes = _positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"])
 
     check_catch_up("PGQUEUE['SCHEDULE_CATCH_UP']", merged["SCHEDULE_CATCH_UP"])
     return PgQueueSettings(
@@ -482,14 +498,14 @@ def validate(raw: Any) -> PgQueueSettings:
         COMPLETION_RETRY_SECONDS=_positive_number(
             "PGQUEUE['COMPLETION_RETRY_SECONDS']", merged["COMPLETION_RETRY_SECONDS"]
         ),
-        MAX_ARGS_BYTES=_positive_int("PGQUEUE['MAX_ARGS_BYTES']", merged["MAX_ARGS_BYTES"]),
+        MAX_ARGS_BYTES=max_args_bytes,
         MAX_JSON_DEPTH=depth,
         MAX_RESULT_BYTES=_positive_int("PGQUEUE['MAX_RESULT_BYTES']", merged["MAX_RESULT_BYTES"]),
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
-        SCHEDULE=validate_schedule(merged["SCHEDULE"]),
+        SCHEDULE=validate_schedule(merged["SCHEDULE"], ArgumentLimits(max_args_bytes, depth)),
         SCHEDULER_INTERVAL=_positive_number(
             "PGQUEUE['SCHEDULER_INTERVAL']", merged["SCHEDULER_INTERVAL"]
         ),

@@ -25,7 +25,7 @@ import json
 import math
 import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .exceptions import ArgumentsNotJSON, PayloadTooLarge, ResultNotStorable
@@ -98,6 +98,45 @@ def check_json_document(
     if text.count("[") + text.count("{") > max_depth and json_depth(text) > max_depth:
         _refuse(value, name, max_depth, context, error)
     return text
+
+
+#: The setting that bounds a call's arguments, as messages name it.
+ARGS_LIMIT_NAME = "PGQUEUE['MAX_ARGS_BYTES']"
+
+
+def check_arguments(
+    args: Sequence[Any], kwargs: dict[str, Any], *, max_bytes: int, max_depth: int, context: str
+) -> tuple[str, str]:
+    """A call's arguments as (args JSON, kwargs JSON), both documents under the contract
+    and their sum within ``max_bytes`` (``PGQUEUE["MAX_ARGS_BYTES"]``).
+
+    Every enqueue checks its arguments here, and so does every schedule when it is
+    declared, so a schedule can never hold arguments its ticks could not enqueue.
+    """
+    args_json = check_json_document(
+        list(args),
+        name="args",
+        max_bytes=max_bytes,
+        max_depth=max_depth,
+        context=context,
+        limit_name=ARGS_LIMIT_NAME,
+    )
+    kwargs_json = check_json_document(
+        kwargs,
+        name="kwargs",
+        max_bytes=max_bytes,
+        max_depth=max_depth,
+        context=context,
+        limit_name=ARGS_LIMIT_NAME,
+    )
+    size = utf8_size(args_json) + utf8_size(kwargs_json)
+    if size > max_bytes:
+        raise PayloadTooLarge(
+            f"{_prefix(context)}its arguments take {size} bytes as JSON (UTF-8), more than "
+            f"{ARGS_LIMIT_NAME} = {max_bytes}. Store large data elsewhere and pass "
+            f"a reference."
+        )
+    return args_json, kwargs_json
 
 
 _get_settings: Any = None
@@ -248,6 +287,10 @@ def _faults(value: Any, max_depth: int) -> Iterator[tuple[tuple[Any, ...], str]]
                         problem = _string_problem(key)
                         if problem:
                             yield path, f"has a key holding {problem} ({key!r})"
+                    elif isinstance(key, float) and not math.isfinite(key):
+                        # json.dumps writes a float key as text, but refuses NaN and
+                        # infinity there too (allow_nan=False).
+                        yield path, f"has the key {key!r}, which JSON cannot represent"
                     elif not (key is None or isinstance(key, int | float)):
                         yield path, f"has a key of type {type(key).__name__} ({key!r})"
                     children.append((child, (*path, key), depth + 1))

@@ -36,6 +36,32 @@ def test_unknown_key_names_valid_ones():
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
+        ({"LEASE_SECOND": 5}, r"PGQUEUE: LEASE_SECOND \(did you mean 'LEASE_SECONDS'\?\)"),
+        ({"batch_size": 5}, r"batch_size \(did you mean 'BATCH_SIZE'\?\)"),
+        (
+            {"WEBHOOKS": {"ALLOW_NETWORK": []}},
+            r"PGQUEUE\['WEBHOOKS'\]: ALLOW_NETWORK \(did you mean 'ALLOW_NETWORKS'\?\)",
+        ),
+        (
+            {"SCHEDULE": {"n": {"task": "a.b", "cron": "* * * * *", "time_zone": "UTC"}}},
+            r"time_zone \(did you mean 'timezone'\?\)",
+        ),
+    ],
+)
+def test_unknown_keys_suggest_the_closest_valid_one(raw, message):
+    with pytest.raises(ImproperlyConfigured, match=message):
+        validate(raw)
+
+
+def test_an_unknown_key_like_no_valid_one_suggests_nothing():
+    with pytest.raises(ImproperlyConfigured) as caught:
+        validate({"ZZZZZZ": 1})
+    assert "did you mean" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
         ({"LEASE_SECONDS": -5}, r"PGQUEUE\['LEASE_SECONDS'\] must be a positive number, got -5"),
         ({"LEASE_SECONDS": "30"}, "must be a number"),
         ({"CONCURRENCY": 0}, "CONCURRENCY'] must be a positive integer"),
@@ -153,7 +179,7 @@ def test_hints_point_at_the_documentation_url():
 
     with override_settings(PGQUEUE={"BATCH_SIZE": 0}):
         [message] = check_settings()
-    assert message.hint.endswith(docs_url("settings"))
+    assert message.hint.endswith(docs_url("settings", "pgqueue-keys"))
     assert docs_url("settings").startswith("https://")
     # pyproject.toml's [project.urls] and the fallback agree.
     import tomllib

@@ -7,7 +7,7 @@ import threading
 import pytest
 from django.db import connections, transaction
 
-from django_pgqueue.compat import TaskResultStatus
+from django_pgqueue.compat import TaskResultStatus, task
 from django_pgqueue.exceptions import DuplicateJob, InvalidUniqueKey
 from django_pgqueue.models import Job
 from testproject.demo import tasks
@@ -71,7 +71,12 @@ def test_per_call_key_on_a_plain_task_and_in_enqueue_many():
 
 @pytest.mark.parametrize(
     ("key", "message"),
-    [("x" * 256, "256 characters long, more than the 255"), ("", "non-empty string")],
+    [
+        ("x" * 256, "256 characters long, more than the 255"),
+        ("", "non-empty string"),
+        ("order\x00-42", r"NUL character \(\\x00\) at position 5"),
+        ("order-\ud800", r"lone surrogate \('\\ud800'\) at position 6"),
+    ],
 )
 def test_bad_unique_key_is_refused_before_writing(key, message):
     with pytest.raises(InvalidUniqueKey, match=message):
@@ -165,3 +170,40 @@ def test_replaying_a_finished_job_whose_key_is_live_again_is_skipped():
     assert result.skipped == {int(first.id): "its unique key is held by another live job"}
     assert Job.objects.get(pk=int(first.id)).status == "dead"
     assert Job.objects.get(pk=int(live.id)).status == "pending"
+
+
+@task(unique=True)
+def sync_shop(shop_id: int, full: bool = False, *, region: str = "eu") -> int:
+    """A unique task with defaults: every spelling of one call is one key."""
+    return shop_id
+
+
+def test_one_call_spelled_positionally_or_by_keyword_is_one_key():
+    first = sync_shop.enqueue(7)
+    for same in (
+        lambda: sync_shop.enqueue(shop_id=7),
+        lambda: sync_shop.enqueue(7, False),
+        lambda: sync_shop.enqueue(7, full=False, region="eu"),
+        lambda: sync_shop.enqueue(region="eu", shop_id=7),
+    ):
+        assert same().id == first.id
+    assert sync_shop.enqueue(7, True).id != first.id
+    assert sync_shop.enqueue(7, region="us").id != first.id
+    assert Job.objects.filter(task_path=sync_shop.module_path).count() == 3
+
+
+def test_arguments_that_do_not_fit_the_signature_are_refused_before_writing():
+    with pytest.raises(InvalidUniqueKey, match=r"sync_shop.*do not match its signature"):
+        sync_shop.enqueue(7, colour="red")
+    assert not Job.objects.exists()
+
+
+@task(unique=True, takes_context=True)
+def sync_shop_with_context(context, shop_id: int, full: bool = False) -> int:
+    """The context is the worker's to pass, not part of the call's key."""
+    return shop_id
+
+
+def test_a_task_taking_context_binds_the_callers_arguments_only():
+    first = sync_shop_with_context.enqueue(7)
+    assert sync_shop_with_context.enqueue(shop_id=7, full=False).id == first.id

@@ -10,6 +10,9 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models.webhooks import Delivery, DeliveryAttempt, Event
 from ..operations import DELIVERY_OPERATIONS
+from ..webhooks.breaker import refused_by_configuration
+from ..webhooks.ssrf import refusal_detail_now
+from ..webhooks.transport import TransportResult
 from .display import first_line, json_display, pretty_json
 from .filters import RecentValuesFilter, StatusFilter, application_filter
 from .paginator import EstimatedCountPaginator
@@ -35,7 +38,7 @@ class DeliveryAttemptInline(admin.TabularInline):
         "started_at",
         "duration_ms",
         "status_code",
-        "error",
+        "error_display",
         "response",
         "worker_id",
     )
@@ -54,6 +57,28 @@ class DeliveryAttemptInline(admin.TabularInline):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+    @admin.display(description=_("error"))
+    def error_display(self, obj: DeliveryAttempt):
+        """The stored error, and for an SSRF refusal the operator's detail.
+
+        The stored text is the customer's (the portal and the API show it): it never
+        says what the host resolved to or which setting would allow it. The detail is
+        worked out again from the endpoint's URL, with today's DNS and settings, once
+        per URL and page.
+        """
+        if not refused_by_configuration(TransportResult(error=obj.error)):
+            return obj.error
+        url = obj.delivery.endpoint.url
+        details: dict[str, str] = self.__dict__.setdefault("_refusal_details", {})
+        if url not in details:
+            details[url] = refusal_detail_now(url)
+        return format_html(
+            '{}<br><span class="pgq-muted">{} {}</span>',
+            obj.error,
+            _("Checked now:"),
+            details[url],
+        )
 
     @admin.display(description=_("response"))
     def response(self, obj: DeliveryAttempt):

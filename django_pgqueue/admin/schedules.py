@@ -16,7 +16,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..models.schedule import Schedule
-from ..periodic.store import set_paused
+from ..periodic import store
 from .audit import log_changes, report
 from .display import json_display
 
@@ -71,6 +71,13 @@ class ScheduleAdmin(admin.ModelAdmin):
         opts = self.model._meta
         return request.user.has_perm(f"{opts.app_label}.pause_schedule")
 
+    # Deleting goes through the schedule store, the rows' one writer.
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        store.delete([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        store.delete(queryset.values_list("pk", flat=True))
+
     @admin.display(description=_("task"), ordering="task_path")
     def task(self, obj: Schedule) -> str:
         return obj.task_path.rsplit(".", 1)[-1]
@@ -87,7 +94,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         return format_html('<a href="{}">#{}</a>', url, obj.last_job_id)
 
     def _set_paused(self, request: HttpRequest, queryset: QuerySet, paused: bool) -> None:
-        changed, skipped = set_paused(queryset.values_list("pk", flat=True), paused)
+        changed, skipped = store.set_paused(queryset.values_list("pk", flat=True), paused)
         verb = "Paused" if paused else "Resumed"
         log_changes(request, Schedule, dict.fromkeys(changed, f"{verb} the schedule"))
         report(self, request, verb, changed, skipped)

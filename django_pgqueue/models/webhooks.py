@@ -394,21 +394,14 @@ class Endpoint(models.Model):
     # -- validation ------------------------------------------------------------------
 
     def clean(self) -> None:
-        from ..conf import get_settings
         from ..webhooks.signing import validate_custom_headers
-        from ..webhooks.ssrf import UnsafeURLError, validate_url
+        from ..webhooks.ssrf import UnsafeURLError, log_refusal, validate_url_with_settings
 
         errors: dict[str, str] = {}
-        conf = get_settings().WEBHOOKS
         try:
-            validate_url(
-                self.url,
-                allow_http=conf["ALLOW_HTTP"],
-                allow_networks=conf["ALLOW_NETWORKS"],
-                allowed_ports=conf["ALLOWED_PORTS"],
-                allow_hosts=conf["ALLOW_HOSTS"],
-            )
+            validate_url_with_settings(self.url)
         except UnsafeURLError as exc:
+            log_refusal(self.url, exc, where="save time")
             errors["url"] = f"This URL cannot receive webhooks: {exc}"
         try:
             validate_custom_headers(self.headers or {})

@@ -31,15 +31,29 @@ from cronsim import CronSim, CronSimError
 UTC = dt.UTC
 
 
+#: The longest cron expression accepted: what the schedule row's ``cron`` column
+#: holds. The cap also keeps a pasted blob a clear error (a field of 5,000 digits
+#: overflows Python's int-from-text limit inside cronsim).
+MAX_EXPRESSION_LENGTH = 200
+#: The longest time zone name accepted: the row's ``timezone`` column. IANA names
+#: are at most 32 characters; a longer one would only be a long path into zoneinfo.
+MAX_ZONE_LENGTH = 64
+
+
 class BadCron(ValueError):
     """A cron expression or time zone that cannot be used."""
 
 
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone ``name``, or BadCron naming it."""
+    if isinstance(name, str) and len(name) > MAX_ZONE_LENGTH:
+        raise BadCron(
+            f"a time zone name is at most {MAX_ZONE_LENGTH} characters, got one of "
+            f"{len(name)} ({name[:40]!r}...); use an IANA name such as 'Europe/Paris'"
+        )
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
         raise BadCron(
             f"unknown time zone {name!r} (use an IANA name such as 'Europe/Paris')"
         ) from exc
@@ -49,10 +63,17 @@ def validate(expression: str, timezone: str = "UTC") -> None:
     """Raise BadCron with cronsim's reason unless ``expression`` parses."""
     if not isinstance(expression, str) or not expression.strip():
         raise BadCron(f"a cron expression must be a non-empty string, got {expression!r}")
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise BadCron(
+            f"a cron expression is at most {MAX_EXPRESSION_LENGTH} characters, got one of "
+            f"{len(expression)} ({expression[:40]!r}...)"
+        )
     tz = zone(timezone)
     try:
         CronSim(expression, dt.datetime(2000, 1, 1, tzinfo=tz))
-    except CronSimError as exc:
+    except (CronSimError, ValueError, OverflowError) as exc:
+        # cronsim range-checks each number it reads, but the int() it reads with can
+        # fail first (a number of more digits than Python converts): same error.
         raise BadCron(f"bad cron expression {expression!r}: {exc}") from exc
 
 

@@ -10,7 +10,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from ..compat import Task
 from ..conf import get_settings
-from .spec import ScheduleSpec, validate_entry
+from .spec import ArgumentLimits, ScheduleSpec, validate_entry
 
 T = TypeVar("T", bound=Task)
 
@@ -54,7 +54,11 @@ def periodic(
             "queue_name": queue_name,
             "catch_up": catch_up,
         }
-        spec = validate_entry(spec_name, entry, f"@periodic on {task.module_path}", "decorator")
+        conf = get_settings()
+        limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
+        spec = validate_entry(
+            spec_name, entry, f"@periodic on {task.module_path}", "decorator", limits
+        )
         _declared[spec_name] = spec
         return task
 

@@ -1,12 +1,16 @@
 """The scheduler: turns due ticks of declared schedules into jobs, in every worker.
 
 There is no leader. Each pass, every worker process does, per schedule and in one
-transaction on the queue database: read the schedule's cursor (the last tick
-enqueued) and pause flag; work out the due ticks from the catch-up policy; insert
-each tick's row (the unique (schedule, instant) constraint lets exactly one
-transaction through, see sql.INSERT_TICK) and, only if it got the row, enqueue
+transaction of its own on the queue database: read the schedule's cursor (the last
+tick enqueued) and pause flag; work out the due ticks from the catch-up policy;
+insert each tick's row (the unique (schedule, instant) constraint lets exactly one
+transaction through, see ``store.claim_tick``) and, only if it got the row, enqueue
 the job; then move the cursor forward. A worker killed mid-pass rolls back its
-tick row and job together, and the next pass of any worker enqueues the tick.
+tick row and job together, and the next pass of any worker enqueues the tick. One
+schedule that fails (its task gone, arguments that cannot be stored) is logged with
+its name and rolled back alone; the others tick.
+
+This module decides; ``periodic/store.py`` writes every schedule and tick row.
 
 "Now" is the database's ``now()`` (hosts' clocks do not matter), or the clock a
 test injects.
@@ -15,10 +19,10 @@ test injects.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import close_old_connections, connections, transaction
@@ -28,11 +32,16 @@ from ..backend import resolve_task
 from ..conf import get_settings
 from ..exceptions import DuplicateJob
 from ..worker import hooks
-from . import cron
+from . import cron, store
 from .registry import declared_schedules
 from .spec import ScheduleSpec
 
 logger = logging.getLogger("django_pgqueue.scheduler")
+
+#: A schedule failing the same way again is logged at most once per this many seconds
+#: (a pass runs every SCHEDULER_INTERVAL, 2 s by default: a broken schedule would
+#: otherwise fill the log); a new kind of failure is logged at once.
+REPEAT_FAILURE_LOG_SECONDS = 600.0
 
 #: Most missed ticks one pass enqueues under catch_up "all"; the rest follow on
 #: the next passes (a long downtime never makes one huge transaction).
@@ -60,6 +69,8 @@ class Scheduler:
         self.grace = dt.timedelta(seconds=conf.SCHEDULE_GRACE_SECONDS)
         self.test_hooks = hooks.armed_points()
         self.enqueued = 0
+        #: Per schedule: (the last failure logged, when).
+        self._failures: dict[str, tuple[str, float]] = {}
 
     def now(self) -> dt.datetime:
         if self.clock is not None:
@@ -70,26 +81,27 @@ class Scheduler:
         return now
 
     def sync(self) -> None:
-        """Write every declared schedule's definition to its row (for the admin)."""
+        """Write every declared schedule's definition to its row (for the admin).
+
+        Each schedule in its own transaction: one that cannot be stored (a spec that
+        skipped the checks, a row another version wrote) is logged, naming it, and
+        the others are declared and tick all the same.
+        """
         now = self.now()
-        with transaction.atomic(using=self.db), connections[self.db].cursor() as cursor:
-            for spec in self.schedules.values():
-                cursor.execute(
-                    sql.UPSERT_SCHEDULE,
-                    {
-                        "name": spec.name,
-                        "task_path": spec.task_path,
-                        "cron": spec.cron,
-                        "timezone": spec.timezone,
-                        "args": json.dumps(spec.args),
-                        "kwargs": json.dumps(spec.kwargs),
-                        "queue_name": spec.queue_name or "",
-                        "catch_up": spec.catch_up or self.default_catch_up,
-                        "origin": spec.origin,
-                        "next": cron.next_tick(spec.cron, spec.timezone, now),
-                        "now": now,
-                    },
-                )
+        for spec in self.schedules.values():
+            try:
+                with transaction.atomic(using=self.db):
+                    self._declare(spec, now)
+            except Exception as exc:
+                self._log_failure(spec.name, exc, "could not be declared; it does not tick")
+
+    def _declare(self, spec: ScheduleSpec, now: dt.datetime) -> None:
+        store.declare(
+            spec,
+            catch_up=spec.catch_up or self.default_catch_up,
+            next_tick=cron.next_tick(spec.cron, spec.timezone, now),
+            now=now,
+        )
 
     def run_pass(self) -> int:
         """Enqueue every due tick of every schedule; returns the jobs this pass enqueued."""
@@ -98,10 +110,23 @@ class Scheduler:
         for spec in self.schedules.values():
             try:
                 enqueued += self._run_schedule(spec, now)
-            except Exception:
-                logger.exception("Schedule %r: pass failed; it is retried next pass", spec.name)
+            except Exception as exc:
+                self._log_failure(spec.name, exc, "pass failed; it is retried next pass")
+            else:
+                self._failures.pop(spec.name, None)
         self.enqueued += enqueued
         return enqueued
+
+    def _log_failure(self, name: str, exc: Exception, what: str) -> None:
+        """Log a schedule's failure with its name and traceback; the same failure again
+        only every REPEAT_FAILURE_LOG_SECONDS (the other schedules keep ticking)."""
+        kind = f"{type(exc).__name__}: {exc}"
+        seen = self._failures.get(name)
+        now = time.monotonic()
+        if seen is not None and seen[0] == kind and now - seen[1] < REPEAT_FAILURE_LOG_SECONDS:
+            return
+        self._failures[name] = (kind, now)
+        logger.error("Schedule %r: %s", name, what, exc_info=exc)
 
     def _due(
         self, spec: ScheduleSpec, cursor_at: dt.datetime, now: dt.datetime
@@ -128,15 +153,16 @@ class Scheduler:
         return [latest], latest
 
     def _run_schedule(self, spec: ScheduleSpec, now: dt.datetime) -> int:
-        with transaction.atomic(using=self.db), connections[self.db].cursor() as cursor:
-            cursor.execute(sql.SCHEDULE_STATE, [spec.name])
-            row = cursor.fetchone()
-            if row is None:
+        """One schedule's due ticks, in one transaction of its own (run_pass logs its
+        failure and goes on with the next schedule)."""
+        with transaction.atomic(using=self.db):
+            state = store.read_state(spec.name)
+            if state is None:
                 # Deleted from the admin (or never synced): declare it again; its
                 # ticks count from now.
-                self._sync_one(spec, now)
+                self._declare(spec, now)
                 return 0
-            paused, cursor_at = row
+            paused, cursor_at = state
             ticks, new_cursor = self._due(spec, cursor_at, now)
             if new_cursor is None:
                 return 0
@@ -145,36 +171,25 @@ class Scheduler:
             enqueued = 0
             last_job: int | None = None
             for tick in ticks:
-                cursor.execute(sql.INSERT_TICK, [spec.name, tick])
-                won = cursor.fetchone()
-                if won is None:
+                tick_id = store.claim_tick(spec.name, tick)
+                if tick_id is None:
                     continue  # another worker enqueued this tick
                 if "scheduler_tick" in self.test_hooks:
                     hooks.pause("scheduler_tick", spec.name, tick.isoformat())
                 last_job = self._enqueue(spec)
-                cursor.execute(sql.SET_TICK_JOB, [last_job, won[0]])
+                store.set_tick_job(tick_id, last_job)
                 enqueued += 1
                 logger.info(
                     "Schedule %r: tick %s enqueued as job %s", spec.name, tick.isoformat(), last_job
                 )
-            cursor.execute(
-                sql.ADVANCE_SCHEDULE,
-                {
-                    "name": spec.name,
-                    "tick": new_cursor,
-                    "job_id": last_job,
-                    "next": cron.next_tick(spec.cron, spec.timezone, max(now, new_cursor)),
-                    "now": now,
-                },
+            store.advance(
+                spec.name,
+                tick=new_cursor,
+                job_id=last_job,
+                next_tick=cron.next_tick(spec.cron, spec.timezone, max(now, new_cursor)),
+                now=now,
             )
         return enqueued
-
-    def _sync_one(self, spec: ScheduleSpec, now: dt.datetime) -> None:
-        saved, self.schedules = self.schedules, {spec.name: spec}
-        try:
-            self.sync()
-        finally:
-            self.schedules = saved
 
     def _enqueue(self, spec: ScheduleSpec) -> int | None:
         """Enqueue one tick's job in the current transaction; its id."""

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..contract import check_arguments, strict_text
+from ..exceptions import ArgumentsNotJSON, PayloadTooLarge
 from . import cron
 
 CATCH_UP_CHOICES = ("latest", "all", "none")
@@ -40,26 +42,83 @@ def check_catch_up(where: str, value: Any) -> None:
         )
 
 
-def validate_entry(name: Any, entry: Any, where: str, origin: str) -> ScheduleSpec:
-    """One schedule entry as a ScheduleSpec, or ImproperlyConfigured naming the bad key."""
+@dataclass(frozen=True)
+class ArgumentLimits:
+    """The input contract's limits a schedule's arguments are checked against: the
+    ones every enqueue is (``PGQUEUE["MAX_ARGS_BYTES"]`` and ``["MAX_JSON_DEPTH"]``)."""
+
+    max_bytes: int
+    max_depth: int
+
+
+def _check_arguments(where: str, args: Any, kwargs: Any, limits: ArgumentLimits) -> tuple[str, str]:
+    """Refuse arguments every tick's enqueue would refuse, at check time, with the
+    enqueue's own rule (``contract.check_arguments``).
+
+    The scheduler enqueues inside its own transaction: a NUL or a NaN found there
+    would fail that tick on every pass, so the rule is applied where the schedule
+    is declared, naming the entry.
+    """
+    try:
+        return check_arguments(
+            list(args),
+            dict(kwargs),
+            max_bytes=limits.max_bytes,
+            max_depth=limits.max_depth,
+            context="",
+        )
+    except (ArgumentsNotJSON, PayloadTooLarge) as exc:
+        raise ImproperlyConfigured(f"{where}: {exc}") from exc
+
+
+def _check_name(where: str, name: Any) -> None:
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ImproperlyConfigured(
             f"{where}: schedule names must be non-empty strings of at most 200 characters, "
             f"got {name!r}"
         )
+    strict_text(
+        name,
+        f"{where}: schedule names must be text PostgreSQL stores, but {name!r}",
+        error=ImproperlyConfigured,
+    )
+
+
+def stored_arguments(spec: ScheduleSpec) -> tuple[str, str]:
+    """A spec's arguments as the JSON its row stores, checked as at declaration.
+
+    For specs that did not come through :func:`validate_entry` (built in code, or by
+    another version): the same rule, raising ImproperlyConfigured naming the schedule.
+    """
+    from ..conf import get_settings
+
+    where = f"Schedule {spec.name!r}"
+    _check_name(where, spec.name)
+    conf = get_settings()
+    limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
+    return _check_arguments(where, spec.args, spec.kwargs, limits)
+
+
+def validate_entry(
+    name: Any, entry: Any, where: str, origin: str, limits: ArgumentLimits
+) -> ScheduleSpec:
+    """One schedule entry as a ScheduleSpec, or ImproperlyConfigured naming the bad key.
+
+    Everything a tick writes is checked here, so no tick can fail on its row or its
+    job: the name, cron and time zone as text PostgreSQL stores, and the arguments
+    under the input contract with ``limits``.
+    """
+    _check_name(where, name)
     if not isinstance(entry, Mapping):
         raise ImproperlyConfigured(f"{where} must be a dict, got {entry!r}")
-    unknown = sorted(set(entry) - set(ENTRY_KEYS))
-    if unknown:
-        raise ImproperlyConfigured(
-            f"Unknown key(s) in {where}: {', '.join(unknown)}. Valid keys are: "
-            f"{', '.join(ENTRY_KEYS)}."
-        )
+    from ..conf import check_keys
+
+    check_keys(where, entry, ENTRY_KEYS)
     for required in ("task", "cron"):
         if required not in entry:
             raise ImproperlyConfigured(f"{where} has no {required!r} key")
     task_path = entry["task"]
-    if not isinstance(task_path, str) or "." not in task_path:
+    if not isinstance(task_path, str) or "." not in task_path or len(task_path) > 255:
         raise ImproperlyConfigured(
             f"{where}['task'] must be the dotted path of a @task function, got {task_path!r}"
         )
@@ -75,10 +134,17 @@ def validate_entry(name: Any, entry: Any, where: str, origin: str) -> ScheduleSp
         raise ImproperlyConfigured(f"{where}['args'] must be a list, got {args!r}")
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise ImproperlyConfigured(f"{where}['kwargs'] must be a dict with str keys")
+    _check_arguments(where, args, kwargs, limits)
     queue_name = entry.get("queue_name")
-    if queue_name is not None and (not isinstance(queue_name, str) or not queue_name):
-        raise ImproperlyConfigured(
-            f"{where}['queue_name'] must be a queue name, got {queue_name!r}"
+    if queue_name is not None:
+        if not isinstance(queue_name, str) or not queue_name or len(queue_name) > 100:
+            raise ImproperlyConfigured(
+                f"{where}['queue_name'] must be a queue name, got {queue_name!r}"
+            )
+        strict_text(
+            queue_name,
+            f"{where}['queue_name'] must be a queue name, but {queue_name!r}",
+            error=ImproperlyConfigured,
         )
     check_catch_up(f"{where}['catch_up']", entry.get("catch_up"))
     return ScheduleSpec(
@@ -94,11 +160,12 @@ def validate_entry(name: Any, entry: Any, where: str, origin: str) -> ScheduleSp
     )
 
 
-def validate_schedule(raw: Any) -> dict[str, ScheduleSpec]:
-    """``PGQUEUE["SCHEDULE"]`` as specs by name (structure, cron and time zone checked)."""
+def validate_schedule(raw: Any, limits: ArgumentLimits) -> dict[str, ScheduleSpec]:
+    """``PGQUEUE["SCHEDULE"]`` as specs by name (structure, cron, time zone and
+    arguments checked)."""
     if not isinstance(raw, Mapping):
         raise ImproperlyConfigured(f"PGQUEUE['SCHEDULE'] must be a dict, got {raw!r}")
     return {
-        name: validate_entry(name, entry, f"PGQUEUE['SCHEDULE'][{name!r}]", "settings")
+        name: validate_entry(name, entry, f"PGQUEUE['SCHEDULE'][{name!r}]", "settings", limits)
         for name, entry in raw.items()
     }

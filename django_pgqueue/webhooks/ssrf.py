@@ -13,12 +13,18 @@ IPv4-translated/SIIT, IPv4-compatible, NAT64, 6to4, Teredo, ISATAP), then allow 
 ``is_global`` non-multicast addresses outside an explicit block-list. The explicit list is
 needed because the stdlib flags differ between Python versions and miss the embedded forms.
 An allow-list of CIDRs can open private ranges for internal deployments and tests, except
-the hard-deny set (link-local and cloud metadata addresses), which nothing opens.
+the hard-deny set (link-local, cloud metadata and host-agent addresses, and metadata host
+names), which nothing opens.
+
+A refusal (:class:`UnsafeURLError`) carries two texts: a generic one for the customer who
+typed the URL, and the operator's detail (the resolved address, the reason, the setting),
+which :func:`log_refusal` logs and the admin shows.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
@@ -27,17 +33,23 @@ from urllib.parse import SplitResult, urlsplit
 
 __all__ = [
     "BLOCKED_NETWORKS",
+    "HARD_DENY_HOSTS",
     "HARD_DENY_NETWORKS",
     "IPAddress",
     "Resolver",
     "UnsafeURLError",
     "check_host",
     "is_address_allowed",
+    "log_refusal",
     "own_host_addresses",
     "parse_networks",
+    "refusal_detail_now",
     "resolve_host",
     "validate_url",
+    "validate_url_with_settings",
 ]
+
+logger = logging.getLogger("django_pgqueue.webhooks")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -60,12 +72,79 @@ def _allow_hint(reason: str, host: str = "") -> str:
 
 
 class UnsafeURLError(ValueError):
-    """A webhook URL or the address it resolves to is not allowed."""
+    """A webhook URL or the address it resolves to is not allowed.
+
+    Two texts, for two readers. ``public_message`` (also ``str()``) is for the
+    customer who typed the URL (portal form, HTTP API, the attempt log they can read):
+    it names the URL or host they gave and the kind of refusal, never an address the
+    host resolved to nor the operator's settings, which would map the internal network
+    and the allow-list for whoever probes with URLs. ``operator_detail`` says what the
+    host resolved to, why that address is refused and which ``PGQUEUE`` setting would
+    allow it: for the admin and the logs.
+    """
+
+    def __init__(self, public_message: str, operator_detail: str | None = None) -> None:
+        super().__init__(public_message)
+        self.public_message = public_message
+        self.operator_detail = operator_detail or public_message
+
+    def __str__(self) -> str:
+        return self.public_message
+
+
+def _refused_address(host: str, operator_detail: str) -> UnsafeURLError:
+    """An address refusal. The customer's text is the same whatever the address was
+    (private, loopback, metadata...): it names only the host they gave."""
+    if _is_literal(host):
+        public = f"The address {host} is a private or reserved address"
+    else:
+        public = f"The host {host!r} points to a private or reserved address"
+    return UnsafeURLError(f"{public}, which cannot receive webhooks.", operator_detail)
+
+
+def log_refusal(url: str, error: UnsafeURLError, *, where: str) -> None:
+    """Log a refusal with its operator detail (the stored text is the customer's).
+
+    ``where`` says which check refused: "send time" (the worker) or "save time".
+    """
+    logger.warning("Webhook URL %s refused at %s: %s", url, where, error.operator_detail)
 
 
 def _net(cidr: str) -> IPNetwork:
     return ipaddress.ip_network(cidr)
 
+
+# Never allowed, whatever the allow-list says: cloud metadata endpoints answer credentials,
+# host agents answer host configuration, and no legitimate webhook receiver lives on a
+# link-local address. Each is also in BLOCKED_NETWORKS (the reason a refusal gives).
+_HARD_DENY: tuple[tuple[IPNetwork, str], ...] = (
+    (_net("169.254.0.0/16"), "a link-local address (cloud metadata lives here)"),
+    (_net("169.254.169.254/32"), "the cloud metadata address"),
+    (_net("fe80::/10"), "a link-local address"),
+    # AWS's IPv6 instance services: metadata ::254, DNS ::253, time ::123.
+    (_net("fd00:ec2::/64"), "an AWS instance services address (metadata, DNS, time)"),
+    (_net("fd00:ec2::254/128"), "the AWS metadata address"),
+    (_net("fd20:ce::254/128"), "the GCP metadata address (IPv6)"),
+    (_net("100.100.100.200/32"), "a cloud metadata address (Alibaba)"),
+    # A public address, so nothing else here would refuse it.
+    (_net("168.63.129.16/32"), "the Azure host agent address (WireServer)"),
+    (_net("192.0.0.192/32"), "a cloud metadata address (Oracle)"),
+)
+HARD_DENY_NETWORKS: tuple[IPNetwork, ...] = tuple(network for network, _ in _HARD_DENY)
+
+#: Host names of metadata services, refused by name whatever they resolve to (a
+#: split-horizon DNS may answer anything) and whatever the allow-lists say.
+HARD_DENY_HOSTS = frozenset(
+    {
+        "metadata.google.internal",
+        "metadata.goog",
+        "metadata",
+        "instance-data",
+        "instance-data.ec2.internal",
+        "metadata.tencentyun.com",
+        "metadata.platformequinix.com",
+    }
+)
 
 # Deny if the address (after unwrapping IPv4-mapped) falls in any of these. Longest prefix
 # first, so the reason names the most specific block (e.g. metadata before CGNAT).
@@ -77,10 +156,7 @@ BLOCKED_NETWORKS: tuple[tuple[IPNetwork, str], ...] = tuple(
             (_net("172.16.0.0/12"), "a private network address"),
             (_net("192.168.0.0/16"), "a private network address"),
             (_net("100.64.0.0/10"), "a shared (carrier-grade NAT) address"),
-            (_net("100.100.100.200/32"), "a cloud metadata address (Alibaba)"),
             (_net("127.0.0.0/8"), "a loopback address"),
-            (_net("169.254.0.0/16"), "a link-local address (cloud metadata lives here)"),
-            (_net("169.254.169.254/32"), "the cloud metadata address"),
             (_net("192.0.0.0/24"), "an IETF protocol assignment address"),
             (_net("192.0.2.0/24"), "a documentation address"),
             (_net("198.51.100.0/24"), "a documentation address"),
@@ -103,22 +179,12 @@ BLOCKED_NETWORKS: tuple[tuple[IPNetwork, str], ...] = tuple(
             (_net("100::/64"), "a discard-only address"),
             (_net("5f00::/16"), "an SRv6 segment identifier"),
             (_net("fc00::/7"), "a unique local (private) address"),
-            (_net("fd00:ec2::254/128"), "the AWS metadata address"),
-            (_net("fe80::/10"), "a link-local address"),
             (_net("ff00::/8"), "a multicast address"),
             (_net("2001:20::/28"), "an ORCHIDv2 address"),
+            *_HARD_DENY,
         ),
         key=lambda item: (item[0].version, -item[0].prefixlen),
     )
-)
-
-# Never allowed, whatever the allow-list says: cloud metadata endpoints answer credentials,
-# and no legitimate webhook receiver lives on a link-local address.
-HARD_DENY_NETWORKS: tuple[IPNetwork, ...] = (
-    _net("169.254.0.0/16"),
-    _net("fe80::/10"),
-    _net("fd00:ec2::254/128"),
-    _net("100.100.100.200/32"),
 )
 
 _MAPPED = _net("::ffff:0:0/96")
@@ -364,13 +430,25 @@ def check_host(
     allow = parse_networks(allow_networks)
     if isinstance(allow_hosts, str):
         raise ValueError(f"allow_hosts must be a list of host names, not {allow_hosts!r}")
-    if _host_key(host) in {_host_key(h) for h in allow_hosts}:
+    key = _host_key(host)
+    if key in HARD_DENY_HOSTS:
+        raise _refused_address(
+            host,
+            f"The host {host!r} is a cloud metadata host name (never allowed, even when "
+            f"allow-listed); {_POLICY_SENTENCE}.",
+        )
+    if key in {_host_key(h) for h in allow_hosts}:
         allow = _EVERYWHERE
     deny = tuple(deny_addresses)
     try:
         addresses = resolve_host(host, port, resolver)
     except (OSError, UnicodeError) as exc:
-        raise UnsafeURLError(f"The host {host!r} could not be resolved ({exc}).") from None
+        # The customer's own DNS, so the text is theirs too; the resolver's words
+        # (which can name internal resolvers or search domains) are the operator's.
+        raise UnsafeURLError(
+            f"The host {host!r} could not be resolved.",
+            f"The host {host!r} could not be resolved ({exc}).",
+        ) from None
     for address in addresses:
         allowed, reason = is_address_allowed(address, allow, deny_addresses=deny)
         if not allowed:
@@ -380,8 +458,8 @@ def check_host(
             else:
                 subject = f"The host {host!r}"
                 verb = f"resolves to {address},"
-            raise UnsafeURLError(
-                f"{subject} {verb} {reason}; {_POLICY_SENTENCE}{_allow_hint(reason, host)}."
+            raise _refused_address(
+                host, f"{subject} {verb} {reason}; {_POLICY_SENTENCE}{_allow_hint(reason, host)}."
             )
     return addresses
 
@@ -464,9 +542,10 @@ def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
         )
     if scheme == "http" and not allow_http:
         raise UnsafeURLError(
+            "Plain http:// URLs are not allowed; use https://.",
             "Plain http:// URLs are not allowed; use https://, or set "
             "PGQUEUE['WEBHOOKS']['ALLOW_HTTP'] = True (a receiver on a private or loopback "
-            "address also needs its network in PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS'])."
+            "address also needs its network in PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS']).",
         )
     if "@" in parts.netloc:
         raise UnsafeURLError(
@@ -516,10 +595,11 @@ def validate_url(
     if allowed_ports is not None:
         ports = set(allowed_ports)
         if port not in ports:
+            allowed_text = ", ".join(str(p) for p in sorted(ports)) or "none"
             raise UnsafeURLError(
-                f"The port {port} is not allowed; allowed ports: "
-                f"{', '.join(str(p) for p in sorted(ports)) or 'none'} "
-                f"(PGQUEUE['WEBHOOKS']['ALLOWED_PORTS'])."
+                f"The port {port} is not allowed; allowed ports: {allowed_text}.",
+                f"The port {port} is not allowed; allowed ports: {allowed_text} "
+                f"(PGQUEUE['WEBHOOKS']['ALLOWED_PORTS']).",
             )
     if ":" in raw_host:
         # Bracketed IPv6 literal (urlsplit removed the brackets).
@@ -530,8 +610,9 @@ def validate_url(
             raise UnsafeURLError(f"The host [{raw_host}] is not a valid IPv6 address.") from None
         allowed, reason = is_address_allowed(address, allow, deny_addresses=deny_addresses)
         if not allowed:
-            raise UnsafeURLError(
-                f"The address {address} is {reason}; {_POLICY_SENTENCE}{_allow_hint(reason)}."
+            raise _refused_address(
+                f"[{raw_host}]",
+                f"The address {address} is {reason}; {_POLICY_SENTENCE}{_allow_hint(reason)}.",
             )
         if zone:
             raise UnsafeURLError("IPv6 zone identifiers (%...) are not allowed in webhook URLs.")
@@ -546,6 +627,33 @@ def validate_url(
             deny_addresses=deny_addresses,
             allow_hosts=allow_hosts,
         )
+
+
+def validate_url_with_settings(url: str) -> None:
+    """:func:`validate_url` under ``PGQUEUE["WEBHOOKS"]`` (``ALLOW_HTTP``,
+    ``ALLOW_NETWORKS``, ``ALLOWED_PORTS``, ``ALLOW_HOSTS``): the check an endpoint's
+    URL passes when it is saved, and the one the admin repeats to explain a refusal."""
+    from ..conf import get_settings
+
+    conf = get_settings().WEBHOOKS
+    validate_url(
+        url,
+        allow_http=conf["ALLOW_HTTP"],
+        allow_networks=conf["ALLOW_NETWORKS"],
+        allowed_ports=conf["ALLOWED_PORTS"],
+        allow_hosts=conf["ALLOW_HOSTS"],
+    )
+
+
+def refusal_detail_now(url: str) -> str:
+    """Why ``url`` is refused under today's DNS and settings, for an operator (the
+    admin's attempt log: the stored refusal is the customer's text), or a line saying
+    it is allowed now."""
+    try:
+        validate_url_with_settings(url)
+    except UnsafeURLError as exc:
+        return exc.operator_detail
+    return "The URL is allowed under the current settings."
 
 
 @lru_cache(maxsize=1)

@@ -56,6 +56,7 @@ from django_pgqueue.webhooks.ssrf import (
     Resolver,
     UnsafeURLError,
     check_host,
+    log_refusal,
     own_host_addresses,
     parse_networks,
     validate_url,
@@ -419,6 +420,7 @@ class _PinningAdapter(HTTPAdapter):
                 deny_addresses=self._deny_addresses,
             )
         except UnsafeURLError as exc:
+            log_refusal(request.url or host, exc, where="send time")
             raise _RefusedDestination(str(exc)) from None
         # getaddrinfo returns addresses in RFC 6724 order (unreachable families last), so
         # the first is the one a plain connect would have tried first.
@@ -590,6 +592,7 @@ class WebhookTransport:
                     resolve=False,
                 )
             except UnsafeURLError as exc:
+                log_refusal(url, exc, where="send time")
                 result.error = f"refused: {exc}"
                 return result
 

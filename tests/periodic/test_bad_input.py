@@ -92,3 +92,49 @@ def test_atomic_task_refused_when_the_queue_database_is_another_one():
 
 def _effect() -> None:
     """A module-level function for the atomic checks above."""
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"args": ["a\x00b"]}, ": positional argument 0 cannot be stored: args[0] holds a NUL"),
+        (
+            {"kwargs": {"x": float("nan")}},
+            ": keyword argument 'x' is not JSON-serialisable: kwargs['x'] is nan",
+        ),
+        ({"args": [object()]}, ": positional argument 0 is not JSON-serialisable"),
+        ({"kwargs": {"x": "\ud800"}}, ": keyword argument 'x' cannot be stored"),
+        ({"args": [[[[1]]]]}, ": positional argument 0 is nested too deeply"),
+        ({"cron": "1" * 5000 + " * * * *"}, "['cron']: a cron expression is at most"),
+        ({"cron": "* * * * 99999999999999999999"}, "['cron']: bad cron expression"),
+        ({"timezone": "E" * 10_000}, "['timezone']: a time zone name is at most"),
+        ({"timezone": "Europe/\x00Paris"}, "['timezone']: unknown time zone"),
+        ({"queue_name": "q\x00"}, "['queue_name'] must be a queue name"),
+        (
+            {"args": ["x" * 600], "kwargs": {"y": "z" * 600}},
+            ": its arguments take 1212 bytes as JSON (UTF-8), more than PGQUEUE['MAX_ARGS_BYTES']",
+        ),
+    ],
+)
+def test_schedule_arguments_pass_the_input_contract_at_check_time(entry, message):
+    full = {"task": ADD, "cron": "* * * * *", **entry}
+    limits = {"MAX_JSON_DEPTH": 3, "MAX_ARGS_BYTES": 1000}
+    with override_settings(PGQUEUE={"SCHEDULE": {"nightly": full}, **limits}):
+        messages = check_settings()
+    assert ids(messages) == ["django_pgqueue.E001"]
+    assert f"PGQUEUE['SCHEDULE']['nightly']{message}" in messages[0].msg
+
+
+@pytest.mark.parametrize("name", ["night\x00ly", "night\ud800ly"])
+def test_a_schedule_name_with_nul_or_a_surrogate_is_refused(name):
+    with override_settings(PGQUEUE={"SCHEDULE": {name: {"task": ADD, "cron": "* * * * *"}}}):
+        messages = check_settings()
+    assert ids(messages) == ["django_pgqueue.E001"]
+    assert "schedule names must be" in messages[0].msg
+    assert "NUL" in messages[0].msg or "surrogate" in messages[0].msg
+
+
+def test_decorator_refuses_arguments_outside_the_contract():
+    with pytest.raises(ImproperlyConfigured, match=r"@periodic on .*: positional argument 0"):
+        periodic(cron="* * * * *", name="nul-args", args=["\x00"])(tasks.add)
+    assert "nul-args" not in _declared

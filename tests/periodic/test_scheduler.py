@@ -199,3 +199,46 @@ def test_queue_name_and_the_decorator():
         assert [j.queue_name for j in jobs()] == ["reports"]
     finally:
         _declared.pop("deco", None)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ScheduleSpec(name="nul-args", task_path=ADD, cron="* * * * *", args=["a\x00b"]),
+        ScheduleSpec(
+            name="nan-kwargs", task_path=ADD, cron="* * * * *", kwargs={"x": float("nan")}
+        ),
+        ScheduleSpec(name="nul\x00name", task_path=ADD, cron="* * * * *"),
+        ScheduleSpec(name="gone-task", task_path="testproject.demo.tasks.nope", cron="* * * * *"),
+    ],
+    ids=["nul-args", "nan-kwargs", "nul-name", "unknown-task"],
+)
+def test_one_bad_schedule_never_stops_the_others(bad, caplog):
+    # Specs built directly skip the checks, as a schedule row edited or declared by
+    # another code version might: the scheduler must still run every other schedule.
+    clock = Clock(dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC))
+    s = Scheduler({bad.name: bad, "good": spec(name="good")}, clock=clock)
+    with caplog.at_level("ERROR", logger="django_pgqueue.scheduler"):
+        s.sync()
+        for _ in range(3):
+            clock.advance(minutes=1)
+            s.run_pass()
+    good = jobs()
+    assert len(good) == 3  # zero lost ticks of the good schedule
+    assert list(ScheduleTick.objects.values_list("schedule_name", flat=True)) == ["good"] * 3
+    assert Schedule.objects.get(name="good").last_job_id == good[-1].id
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(repr(bad.name) in line for line in logged), logged
+
+
+def test_a_schedule_failing_the_same_way_is_logged_once_not_every_pass(caplog):
+    clock = Clock(dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC))
+    broken = ScheduleSpec(name="broken", task_path="testproject.demo.tasks.nope", cron="* * * * *")
+    s = scheduler(clock, broken, spec(name="good"))
+    with caplog.at_level("ERROR", logger="django_pgqueue.scheduler"):
+        for _ in range(5):
+            clock.advance(minutes=1)
+            s.run_pass()
+    failures = [r for r in caplog.records if "'broken'" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+    assert len(jobs()) == 5  # the good schedule lost no tick

@@ -4,7 +4,9 @@ No test makes an external connection: public addresses come from fake resolvers 
 only classified; the only sockets opened go to listeners on 127.0.0.1 started here.
 """
 
+import contextlib
 import ipaddress
+import re
 import socket
 import threading
 
@@ -22,6 +24,23 @@ from django_pgqueue.webhooks.transport import WebhookTransport
 PUBLIC_V4 = "93.184.215.14"
 PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
 EVERYTHING = ["0.0.0.0/0", "::/0"]
+
+
+@contextlib.contextmanager
+def refused(detail: str):
+    """Expect an UnsafeURLError whose operator detail matches ``detail``; the customer's
+    text never names a resolved address or a setting."""
+    with pytest.raises(UnsafeURLError) as caught:
+        yield caught
+    assert re.search(detail, caught.value.operator_detail), caught.value.operator_detail
+    assert "PGQUEUE" not in str(caught.value)
+
+
+def logged_refusal(caplog) -> str:
+    """The operator detail the transport logged for its refusal."""
+    lines = [r.getMessage() for r in caplog.records if r.name == "django_pgqueue.webhooks"]
+    assert lines, "no refusal logged"
+    return lines[-1]
 
 
 class FakeResolver:
@@ -147,7 +166,7 @@ def test_url_vectors_refused(url):
     ],
 )
 def test_non_canonical_ipv4_literals_refused_even_when_allowlisted(url):
-    with pytest.raises(UnsafeURLError, match="non-standard form"):
+    with refused("non-standard form"):
         validate_url(url, allow_http=True, allow_networks=EVERYTHING)
 
 
@@ -290,7 +309,7 @@ def test_hard_deny_survives_allow_everything(address):
     ],
 )
 def test_hard_deny_urls_refused_even_when_allowlisted(url):
-    with pytest.raises(UnsafeURLError, match="never allowed"):
+    with refused("never allowed"):
         validate_url(url, allow_http=True, allow_networks=EVERYTHING)
 
 
@@ -345,7 +364,7 @@ def test_loopback_allowed_only_with_allowlist():
 
 def test_allow_hosts_open_private_but_never_metadata():
     internal = FakeResolver(["10.0.0.5"])
-    with pytest.raises(UnsafeURLError, match="private network"):
+    with refused("private network"):
         validate_url("https://hooks.internal.test/", allow_http=False, resolver=internal)
     validate_url(
         "https://Hooks.Internal.test./",
@@ -354,14 +373,14 @@ def test_allow_hosts_open_private_but_never_metadata():
         allow_hosts=["hooks.internal.test"],
     )
     metadata = FakeResolver(["169.254.169.254"])
-    with pytest.raises(UnsafeURLError, match="never allowed"):
+    with refused("never allowed"):
         validate_url(
             "https://hooks.internal.test/",
             allow_http=False,
             resolver=metadata,
             allow_hosts=["hooks.internal.test"],
         )
-    with pytest.raises(UnsafeURLError, match="private network"):
+    with refused("private network"):
         validate_url(
             "https://other.internal.test/",
             allow_http=False,
@@ -382,7 +401,7 @@ def test_bad_allow_network_is_named():
 
 
 def test_http_needs_opt_in_and_https_is_default():
-    with pytest.raises(UnsafeURLError, match="http://"):
+    with refused("http://"):
         validate_url("http://example.test/", allow_http=False, resolver=FakeResolver([PUBLIC_V4]))
     validate_url("https://example.test/", allow_http=False, resolver=FakeResolver([PUBLIC_V4]))
 
@@ -390,7 +409,7 @@ def test_http_needs_opt_in_and_https_is_default():
 def test_allowed_ports():
     resolver = FakeResolver([PUBLIC_V4])
     validate_url("https://example.test/", allow_http=False, allowed_ports=[443], resolver=resolver)
-    with pytest.raises(UnsafeURLError, match="port 8443"):
+    with refused("port 8443"):
         validate_url(
             "https://example.test:8443/", allow_http=False, allowed_ports=[443], resolver=resolver
         )
@@ -400,7 +419,15 @@ def test_message_names_host_address_and_kind():
     resolver = FakeResolver(["10.0.0.5"])
     with pytest.raises(UnsafeURLError) as excinfo:
         validate_url("https://internal.example/hook", allow_http=False, resolver=resolver)
-    assert str(excinfo.value) == (
+    assert (
+        str(excinfo.value)
+        == excinfo.value.public_message
+        == (
+            "The host 'internal.example' points to a private or reserved address, which cannot "
+            "receive webhooks."
+        )
+    )
+    assert excinfo.value.operator_detail == (
         "The host 'internal.example' resolves to 10.0.0.5, a private network address; "
         "webhooks cannot be sent to private, loopback, link-local or metadata addresses, "
         "unless its network is in PGQUEUE['WEBHOOKS']['ALLOW_NETWORKS'] or "
@@ -421,7 +448,8 @@ def test_every_refusal_a_setting_could_allow_names_that_setting(url, kwargs, set
     resolver = FakeResolver([PUBLIC_V4])
     with pytest.raises(UnsafeURLError) as excinfo:
         validate_url(url, allow_http=False, resolver=resolver, **kwargs)
-    assert setting in str(excinfo.value)
+    assert setting in excinfo.value.operator_detail
+    assert "PGQUEUE" not in str(excinfo.value)
 
 
 def test_a_refusal_no_setting_can_lift_names_none():
@@ -429,8 +457,8 @@ def test_a_refusal_no_setting_can_lift_names_none():
         validate_url(
             "https://169.254.169.254/", allow_http=False, allow_networks=["169.254.0.0/16"]
         )
-    assert "never allowed" in str(excinfo.value)
-    assert "PGQUEUE" not in str(excinfo.value)
+    assert "never allowed" in excinfo.value.operator_detail
+    assert "PGQUEUE" not in excinfo.value.operator_detail
 
 
 def test_public_host_passes_with_stub_resolver():
@@ -447,7 +475,7 @@ def test_public_host_passes_with_stub_resolver():
     [[PUBLIC_V4, "127.0.0.1"], ["127.0.0.1", PUBLIC_V4], [PUBLIC_V6, "::ffff:10.0.0.1"]],
 )
 def test_mixed_answers_refused(answer):
-    with pytest.raises(UnsafeURLError, match="resolves to"):
+    with refused("resolves to"):
         validate_url("https://mixed.example.test/", allow_http=False, resolver=FakeResolver(answer))
 
 
@@ -466,7 +494,7 @@ def test_unresolvable_host_is_reported():
     def resolver(host, port):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    with pytest.raises(UnsafeURLError, match="could not be resolved"):
+    with refused("could not be resolved"):
         validate_url("https://nowhere.example.test/", allow_http=False, resolver=resolver)
 
 
@@ -485,16 +513,20 @@ def test_resolve_host_literal_skips_the_resolver():
     ]
 
 
-def test_mixed_answer_never_connects(sentinel):
+def test_mixed_answer_never_connects(sentinel, caplog):
     resolver = FakeResolver([PUBLIC_V4, "127.0.0.1"])
     with WebhookTransport(allow_http=True, resolver=resolver, deny_addresses=()) as transport:
         result = transport.post(f"http://mixed.example.test:{sentinel.port}/", b"{}", {})
     assert result.status_code is None
-    assert result.error.startswith("refused: The host 'mixed.example.test' resolves to 127.0.0.1")
+    assert result.error == (
+        "refused: The host 'mixed.example.test' points to a private or reserved address, "
+        "which cannot receive webhooks."
+    )
+    assert "The host 'mixed.example.test' resolves to 127.0.0.1" in logged_refusal(caplog)
     assert sentinel.connections == 0
 
 
-def test_dns_rebinding_refused_at_connect_time(sentinel):
+def test_dns_rebinding_refused_at_connect_time(sentinel, caplog):
     # Save time sees a public address; send time sees loopback. The connect-time check is
     # the one that counts, and nothing reaches the sentinel listening on 127.0.0.1.
     resolver = FakeResolver([PUBLIC_V4], ["127.0.0.1"])
@@ -504,7 +536,8 @@ def test_dns_rebinding_refused_at_connect_time(sentinel):
         result = transport.post(url, b"{}", {})
     assert resolver.calls == 2
     assert result.error.startswith("refused:")
-    assert "127.0.0.1" in result.error
+    assert "127.0.0.1" not in result.error  # the customer never learns the address
+    assert "127.0.0.1" in logged_refusal(caplog)
     assert sentinel.connections == 0
 
 
@@ -518,16 +551,18 @@ def test_dns_rebinding_refused_at_connect_time(sentinel):
         "http://[2606:4700::200:5efe:a9fe:a9fe]/",
     ],
 )
-def test_transport_refuses_hard_deny_even_when_allowlisted(url):
+def test_transport_refuses_hard_deny_even_when_allowlisted(url, caplog):
     with WebhookTransport(allow_http=True, allow_networks=EVERYTHING, deny_addresses=()) as t:
         result = t.post(url, b"{}", {})
     assert result.status_code is None
-    assert "never allowed" in result.error
+    assert result.error.startswith("refused:") and "private or reserved" in result.error
+    assert "never allowed" in logged_refusal(caplog)
 
 
 @pytest.mark.parametrize("url", ["https://[::ffff:0:7f00:1]/", "http://[::ffff:0:a9fe:a9fe]/"])
-def test_transport_refuses_ipv4_translated_without_allowlist(url):
+def test_transport_refuses_ipv4_translated_without_allowlist(url, caplog):
     with WebhookTransport(allow_http=True, deny_addresses=()) as transport:
         result = transport.post(url, b"{}", {})
     assert result.status_code is None
-    assert result.error.startswith("refused:") and "IPv4-translated" in result.error
+    assert result.error.startswith("refused:")
+    assert "IPv4-translated" in logged_refusal(caplog)
