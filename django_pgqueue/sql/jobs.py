@@ -17,12 +17,30 @@ from .fragments import (
     unnest_picked,
 )
 
-#: Columns a worker needs to run a claimed job.
-_CLAIM_RETURNING = """
-    j.id, j.status, j.locked_by, j.attempts, j.max_attempts, j.task_path,
-    j.args, j.kwargs, j.queue_name, j.priority, j.backend, j.created_at,
-    j.started_at, j.last_attempted_at, j.errors::text, j.worker_ids::text
-"""
+#: What the claims return of a job (CLAIM_JOBS, CLAIM_ATOMIC_JOB): each attribute of
+#: ``jobs.rows.ClaimedJob`` with the expression that reads it. The one list both the
+#: RETURNING clause and the row decoder are built from, so a row is decoded by name
+#: and a column is added here and in the dataclass, in any order. The attempt log
+#: and worker ids come back as text, decoded only when a TaskResult is built.
+CLAIMED_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "j.id"),
+    ("status", "j.status"),
+    ("token", "j.locked_by"),
+    ("attempts", "j.attempts"),
+    ("max_attempts", "j.max_attempts"),
+    ("task_path", "j.task_path"),
+    ("args", "j.args"),
+    ("kwargs", "j.kwargs"),
+    ("queue_name", "j.queue_name"),
+    ("priority", "j.priority"),
+    ("backend", "j.backend"),
+    ("created_at", "j.created_at"),
+    ("started_at", "j.started_at"),
+    ("last_attempted_at", "j.last_attempted_at"),
+    ("errors", "j.errors::text"),
+    ("worker_ids", "j.worker_ids::text"),
+)
+_CLAIM_RETURNING = ", ".join(expression for _, expression in CLAIMED_JOB_COLUMNS)
 
 #: A new job's columns, in one list for every way a job is written (INSERT_JOB,
 #: INSERT_KEYED_JOB, INSERT_JOBS, COPY_JOBS and the COPY rows of
@@ -48,6 +66,8 @@ NEW_JOB_COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("worker_ids", "'[]'", "[]"),
 )
 _PER_ROW = ("args", "kwargs")
+#: The columns INSERT_JOB takes as parameters, in placeholder order.
+NEW_JOB_PARAMETERS = tuple(column for column, value, _ in NEW_JOB_COLUMNS if "%s" in value)
 _NEW_JOB_NAMES = ", ".join(column for column, _, _ in NEW_JOB_COLUMNS)
 _NEW_JOB_VALUES = ", ".join(value for _, value, _ in NEW_JOB_COLUMNS)
 # INSERT_JOBS reads the per-row values from ``unnest`` (``t``), the rest as INSERT_JOB.
@@ -430,11 +450,30 @@ WHERE status = 'failed' AND next_attempt_at > now()
   AND {IN_QUEUES}
 """
 
+#: What ``get_result`` reads of a job: the columns of ``jobs.rows.JobRow``, the one
+#: list GET_JOB's select list and the row decoder are built from.
+JOB_ROW_COLUMNS: tuple[str, ...] = (
+    "id",
+    "status",
+    "task_path",
+    "args",
+    "kwargs",
+    "queue_name",
+    "priority",
+    "backend",
+    "next_attempt_at",
+    "created_at",
+    "started_at",
+    "last_attempted_at",
+    "finished_at",
+    "errors",
+    "worker_ids",
+    "result",
+)
+
 # Read one job for ``get_result`` (Django cursor).
 GET_JOB = f"""/* pgqueue:get_result */
-SELECT id, status, task_path, args, kwargs, queue_name, priority, backend,
-       next_attempt_at, created_at, started_at, last_attempted_at, finished_at,
-       errors, worker_ids, result
+SELECT {", ".join(JOB_ROW_COLUMNS)}
 FROM {JOB_TABLE} WHERE id = %s
 """
 

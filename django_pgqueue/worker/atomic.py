@@ -36,10 +36,11 @@ from ..backend import _json
 from ..conf import get_settings
 from ..db import is_connection_error
 from ..jobs import store
+from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..outcomes import JobOutcome
 from ..storable import make_outcome_storable
-from .runner import ClaimedJob, TaskRunner, _error_entry, _exception_path
+from .runner import TaskRunner, _error_entry, _exception_path
 from .sources import Source
 
 logger = logging.getLogger("django_pgqueue.worker")
