@@ -99,7 +99,7 @@ RAW_CLAIM = f"""UPDATE {sql.JOB_TABLE} SET status = 'in_progress', attempts = at
     started_at = now()
 WHERE id IN (
     SELECT id FROM {sql.JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE status IN {sql.CLAIMABLE_SQL} AND next_attempt_at <= now()
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %s FOR UPDATE SKIP LOCKED)
 RETURNING id"""  # noqa: S608 - identifiers are module constants

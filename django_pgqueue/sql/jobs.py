@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from .fragments import (
+    CLAIMABLE_SQL,
     IN_QUEUES,
     JOB_TABLE,
+    LIVE_SQL,
     PLAN_EACH_RUN_IDS,
     PLAN_EACH_RUN_LIMIT,
     PLAN_EACH_RUN_QUEUES,
     PLAN_EACH_RUN_WORKER,
+    TERMINAL_SQL,
     extend_leases,
     lapsed_source,
     lease_expired_error,
@@ -109,7 +112,7 @@ INSERT_KEYED_JOB = f"""/* pgqueue:enqueue_keyed */
 INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES}, unique_key, atomic)
 VALUES ({_NEW_JOB_VALUES}, %s, %s)
 ON CONFLICT (task_path, unique_key)
-    WHERE unique_key IS NOT NULL AND status IN ('pending', 'in_progress', 'failed')
+    WHERE unique_key IS NOT NULL AND status IN {LIVE_SQL}
 DO NOTHING
 RETURNING id, created_at
 """
@@ -117,7 +120,7 @@ RETURNING id, created_at
 # The live job holding a unique key (the partial unique index answers it).
 LIVE_JOB_WITH_KEY = f"""/* pgqueue:live_job_with_key */
 SELECT id FROM {JOB_TABLE}
-WHERE task_path = %s AND unique_key = %s AND status IN ('pending', 'in_progress', 'failed')
+WHERE task_path = %s AND unique_key = %s AND status IN {LIVE_SQL}
 """
 
 # Reserve ids for a bulk enqueue. ``INSERT ... RETURNING`` does not promise to
@@ -188,7 +191,7 @@ _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
 CLAIM_JOBS = f"""/* pgqueue:claim */
 WITH {_LAPSED_JOBS}, due AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND NOT atomic
+    WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND NOT atomic
       AND {IN_QUEUES}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
@@ -246,7 +249,7 @@ SELECT set_config('statement_timeout', %(ms)s, true),
 CLAIM_ATOMIC_JOB = f"""/* pgqueue:claim_atomic */
 WITH picked AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
-    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE atomic AND status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()
       AND {IN_QUEUES}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT 1
@@ -292,14 +295,14 @@ UPDATE {JOB_TABLE} SET
     errors = errors || %(error)s::jsonb,
     last_error = %(last_error)s,
     updated_at = now()
-WHERE id = %(id)s AND attempts = %(before)s AND status IN ('pending', 'failed')
+WHERE id = %(id)s AND attempts = %(before)s AND status IN {CLAIMABLE_SQL}
 """
 
 # Any atomic job waiting, due or not (``--until-empty``).
 ATOMIC_LEFT = f"""/* pgqueue:atomic_left */
 SELECT EXISTS (
     SELECT 1 FROM {JOB_TABLE}
-    WHERE atomic AND status IN ('pending', 'failed')
+    WHERE atomic AND status IN {CLAIMABLE_SQL}
       AND {IN_QUEUES}
       AND {PLAN_EACH_RUN_QUEUES}
 )
@@ -309,7 +312,7 @@ SELECT EXISTS (
 ATOMIC_DUE = f"""/* pgqueue:atomic_due */
 SELECT count(*) FROM (
     SELECT 1 FROM {JOB_TABLE}
-    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE atomic AND status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()
       AND {IN_QUEUES}
       AND {PLAN_EACH_RUN_LIMIT}
     LIMIT %(limit)s
@@ -381,9 +384,9 @@ UPDATE {JOB_TABLE} AS j SET
     status = v.status,
     result = CASE WHEN v.status = 'succeeded' THEN v.result::jsonb ELSE j.result END,
     locked_until = NULL,
-    finished_at = CASE WHEN v.status IN ('succeeded', 'dead', 'cancelled') THEN now()
+    finished_at = CASE WHEN v.status IN {TERMINAL_SQL} THEN now()
                        ELSE NULL END,
-    next_attempt_at = CASE WHEN v.status IN ('failed', 'pending')
+    next_attempt_at = CASE WHEN v.status IN {CLAIMABLE_SQL}
                            THEN now() + make_interval(secs => v.delay)
                            ELSE j.next_attempt_at END,
     attempts = j.attempts - v.refund,
@@ -425,7 +428,7 @@ EXTEND_JOB_LEASES = extend_leases(
 def _any_waiting(due_sql: str) -> str:
     """Whether a waiting job (``due_sql``: and due now) or a held one exists."""
     return f"""(SELECT true FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed'){due_sql}
+    WHERE status IN {CLAIMABLE_SQL}{due_sql}
       AND {IN_QUEUES}
       AND {PLAN_EACH_RUN_QUEUES}
     ORDER BY priority DESC, next_attempt_at, id LIMIT 1) IS NOT NULL
