@@ -147,6 +147,9 @@ INSTANCE_NAMES = {
     "instance": "a model row",
 }
 ANY_ROW = "a model row"
+#: Variables that hold a QuerySet by Django's convention (an admin action's
+#: ``queryset``): any ORM write on them counts.
+QUERYSET_NAMES = {"queryset", "qs"}
 
 
 def _chain_names(node: ast.AST) -> set[str]:
@@ -223,6 +226,8 @@ class _Writes(ast.NodeVisitor):
                 and receiver.id in INSTANCE_NAMES
             ):
                 self.found.append((self._where(f".{func.attr}()"), INSTANCE_NAMES[receiver.id]))
+            elif isinstance(receiver, ast.Name) and receiver.id in QUERYSET_NAMES:
+                self.found.append((self._where(f".{func.attr}()"), ANY_ROW))
         self.generic_visit(node)
 
 
@@ -254,6 +259,7 @@ def f(cursor, endpoint):
     Event.objects.get_or_create(pk=1)
     endpoint.save()
     form.save()
+    queryset.update(status="cancelled")
     cursor.execute(sql.COMPLETE_JOBS, {})
     cursor.execute(CLAIM_JOBS, {})
     cursor.execute(f"DELETE FROM {sql.EVENT_TABLE} WHERE id = %s", [1])
@@ -264,6 +270,7 @@ def f(cursor, endpoint):
     visitor = _Writes("example.py")
     visitor.visit(ast.parse(source))
     assert sorted(table for _, table in visitor.found) == [
+        "a model row",
         "a model row",
         "pgqueue_delivery",
         "pgqueue_delivery",
