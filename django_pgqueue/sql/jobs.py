@@ -474,9 +474,11 @@ JOB_ROW_COLUMNS: tuple[str, ...] = (
     "result",
 )
 
+_JOB_ROW_NAMES = ", ".join(JOB_ROW_COLUMNS)
+
 # Read one job for ``get_result`` (Django cursor).
 GET_JOB = f"""/* pgqueue:get_result */
-SELECT {", ".join(JOB_ROW_COLUMNS)}
+SELECT {_JOB_ROW_NAMES}
 FROM {JOB_TABLE} WHERE id = %s
 """
 
