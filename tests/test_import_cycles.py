@@ -142,6 +142,18 @@ def test_the_graph_is_read():
     assert "django_pgqueue.sql" in graph["django_pgqueue.jobs.store"]
 
 
+def test_lazy_imports_count_and_type_checking_imports_do_not():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from .hints import Only\n"
+        "def f():\n"
+        "    from .lazy import thing\n"
+    )
+    modules = [node.module for node in _imports(tree)]
+    assert "lazy" in modules and "hints" not in modules
+
+
 def test_the_finder_sees_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _strongly_connected(graph) == [{"a", "b", "c"}]
