@@ -16,10 +16,10 @@ from typing import Any, Literal, cast, overload
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils.module_loading import import_string
 
-from . import bulk, sql
+from . import bulk
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -32,13 +32,14 @@ from .compat import (
 )
 from .conf import PgQueueSettings, get_settings, validate_backend_options
 from .contract import check_arguments
-from .db import execute_one
 from .docs import check_hint
 from .exceptions import DuplicateJob, NotATask
+from .jobs import store
 from .models.queue import Status
 from .notify import wake_workers
 from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
+from .signal_gate import SignalGate
 from .tracing import traced_enqueue
 from .unique import unique_key_for, validate_unique_key
 
@@ -52,9 +53,6 @@ STATUS_MAP: dict[str, Any] = {
     Status.DEAD: TaskResultStatus.FAILED,
     Status.CANCELLED: TaskResultStatus.FAILED,
 }
-
-#: Bulk enqueues of at least this many rows go through COPY instead of INSERT.
-COPY_THRESHOLD = 2000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,6 +251,17 @@ class PgQueueBackend(BaseTaskBackend):
             self._validated.clear()
         self._validated[id(task)] = task
 
+    def _new_jobs(self, task: Task) -> store.NewJobs:
+        """The columns the jobs of ``task`` are written with (the arguments apart)."""
+        return store.NewJobs(
+            task.priority,
+            self.max_attempts_for(task),
+            task.run_after,
+            task.module_path,
+            task.queue_name,
+            self.alias,
+        )
+
     def max_attempts_for(self, task: Task) -> int:
         return getattr(task, "max_attempts", None) or self.max_attempts
 
@@ -281,26 +290,19 @@ class PgQueueBackend(BaseTaskBackend):
         # Built before the INSERT: nothing that can fail runs after the row exists.
         result = self._new_result(task, args, kwargs)
         db = conf.DATABASE
-        params = [
-            task.priority,
-            self.max_attempts_for(task),
-            task.run_after,
-            task.module_path,
-            task.queue_name,
-            self.alias,
-            args_json,
-            kwargs_json,
-        ]
         warn_if_outside_queue_transaction(db, "enqueue()", stacklevel=3)
         unique_key = unique_key_for(task, args, kwargs)
-        if unique_key is not None or getattr(task, "atomic", False):
-            inserted = self._insert_keyed(task, db, params, unique_key)
-            if isinstance(inserted, TaskResult):
-                return inserted  # a live job already holds the key
-            job_id, created_at = inserted
+        atomic = bool(getattr(task, "atomic", False))
+        new = self._new_jobs(task)
+        if unique_key is not None or atomic:
+            job_id, created_at = store.insert_keyed(
+                db, new, args_json, kwargs_json, unique_key=unique_key, atomic=atomic
+            )
+            if created_at is None:
+                return self._duplicate(task, job_id, unique_key)
         else:
-            job_id, created_at = execute_one(
-                connections[db], sql.INSERT_JOB, params, prepare=conf.PREPARED_STATEMENTS
+            job_id, created_at = store.insert(
+                db, new, args_json, kwargs_json, prepare=conf.PREPARED_STATEMENTS
             )
         _written(result, job_id, created_at)
         if task.run_after is None:
@@ -309,42 +311,16 @@ class PgQueueBackend(BaseTaskBackend):
             task_enqueued.send(type(self), task_result=result)
         return result
 
-    def _insert_keyed(
-        self, task: Task, db: str, params: list[Any], unique_key: str | None
-    ) -> tuple[int, datetime] | TaskResult:
-        """Insert a unique or atomic job; a live job holding the key wins.
-
-        The partial unique index settles concurrent enqueues of one key: the
-        INSERT of the second waits for the first transaction and then inserts
-        nothing (``ON CONFLICT DO NOTHING``). Only then is the live job read, by
-        a statement with a fresh snapshot. If that job finished in between,
-        nothing is live any more and the insert is tried again.
-        """
-        connection = connections[db]
-        for _ in range(5):
-            with transaction.atomic(using=db), connection.cursor() as cursor:
-                cursor.execute(
-                    sql.INSERT_KEYED_JOB,
-                    [*params, unique_key, bool(getattr(task, "atomic", False))],
-                )
-                row = cursor.fetchone()
-                if row is not None:
-                    return row[0], row[1]
-                cursor.execute(sql.LIVE_JOB_WITH_KEY, [task.module_path, unique_key])
-                live = cursor.fetchone()
-            if live is None:
-                continue  # it finished meanwhile: the key is free again
-            if getattr(task, "on_duplicate", "return") == "raise":
-                raise DuplicateJob(
-                    f"{task.module_path} already has a live job ({live[0]}) with unique key "
-                    f"{unique_key!r}",
-                    job_id=live[0],
-                )
-            return self.get_result(str(live[0]))
-        raise DuplicateJob(  # pragma: no cover - needs five finishes in a row
-            f"{task.module_path}: the job holding unique key {unique_key!r} kept changing",
-            job_id=None,
-        )
+    def _duplicate(self, task: Task, live_id: int, unique_key: str | None) -> TaskResult:
+        """The answer to an enqueue whose unique key a live job holds: that job's
+        result, or DuplicateJob with ``on_duplicate="raise"``."""
+        if getattr(task, "on_duplicate", "return") == "raise":
+            raise DuplicateJob(
+                f"{task.module_path} already has a live job ({live_id}) with unique key "
+                f"{unique_key!r}",
+                job_id=live_id,
+            )
+        return self.get_result(str(live_id))
 
     @overload
     def enqueue_many(
@@ -404,49 +380,14 @@ class PgQueueBackend(BaseTaskBackend):
         runs = bulk.encode_calls(
             arguments, lambda a, k, item: serialize_arguments(task, a, k, conf, item=item)
         )
-        count = bulk.count_of(runs)
-        if not count:
+        if not bulk.count_of(runs):
             return []
         db = conf.DATABASE
-        max_attempts = self.max_attempts_for(task)
         warn_if_outside_queue_transaction(db, "enqueue_many()", stacklevel=3)
-        with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            cursor.execute(sql.RESERVE_JOB_IDS, [count])
-            ids, created_at = cursor.fetchone()
-            if count >= COPY_THRESHOLD:
-                shared = sql.copy_tail(
-                    {
-                        "priority": task.priority,
-                        "max_attempts": max_attempts,
-                        "next_attempt_at": (task.run_after or created_at).isoformat(),
-                        "created_at": created_at.isoformat(),
-                        "updated_at": created_at.isoformat(),
-                        "task_path": task.module_path,
-                        "queue_name": task.queue_name,
-                        "backend": self.alias,
-                    }
-                )
-                with cursor.cursor.copy(sql.COPY_JOBS) as copy:  # Django's psycopg cursor
-                    for chunk in bulk.copy_chunks(ids, runs, shared):
-                        copy.write(chunk)
-            else:
-                args_json, kwargs_json = bulk.insert_arrays(runs)
-                cursor.execute(
-                    sql.INSERT_JOBS,
-                    [
-                        task.priority,
-                        max_attempts,
-                        task.run_after,
-                        task.module_path,
-                        task.queue_name,
-                        self.alias,
-                        ids,
-                        args_json,
-                        kwargs_json,
-                    ],
-                )
-            if task.run_after is None:
-                wake_workers(db)
+        new = self._new_jobs(task)
+        ids, created_at = store.insert_many(db, new, runs)
+        if task.run_after is None:
+            wake_workers(db)
         # Results only for a caller or a receiver that will read them.
         wanted = _enqueued_wanted()
         if not (results or wanted):
@@ -482,53 +423,33 @@ class PgQueueBackend(BaseTaskBackend):
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
-        db = get_settings().DATABASE
-        with connections[db].cursor() as cursor:
-            cursor.execute(sql.GET_JOB, [job_id])
-            row = cursor.fetchone()
-        if row is None:
+        job = store.read(get_settings().DATABASE, job_id)
+        if job is None:
             raise TaskResultDoesNotExist(result_id)
-        (
-            _id,
-            status,
-            task_path,
-            args,
-            kwargs,
-            queue_name,
-            priority,
-            backend,
-            _next_attempt_at,
-            created_at,
-            started_at,
-            last_attempted_at,
-            finished_at,
-            errors,
-            worker_ids,
-            return_value,
-        ) = row
         try:
-            task = resolve_task(task_path)
+            task = resolve_task(job.task_path)
         except (ImportError, NotATask) as exc:
             raise InvalidTask(
-                f"Job {job_id} refers to {task_path!r}, which is not an importable Task here: {exc}"
+                f"Job {job_id} refers to {job.task_path!r}, which is not an importable Task "
+                f"here: {exc}"
             ) from exc
-        task = self._task_as_enqueued(task, queue_name, priority, backend)
+        task = self._task_as_enqueued(task, job.queue_name, job.priority, job.backend)
         result: TaskResult = TaskResult(
             task=task,
             id=str(job_id),
-            status=STATUS_MAP[status],
-            enqueued_at=created_at,
-            started_at=started_at,
-            last_attempted_at=last_attempted_at,
-            finished_at=finished_at,
-            args=_json(args),
-            kwargs=_json(kwargs),
-            backend=backend,
-            errors=task_errors(errors),
-            worker_ids=list(_json(worker_ids) or []),
+            status=STATUS_MAP[job.status],
+            enqueued_at=job.created_at,
+            started_at=job.started_at,
+            last_attempted_at=job.last_attempted_at,
+            finished_at=job.finished_at,
+            args=_json(job.args),
+            kwargs=_json(job.kwargs),
+            backend=job.backend,
+            errors=task_errors(job.errors),
+            worker_ids=list(_json(job.worker_ids) or []),
         )
-        if status == Status.SUCCEEDED:
-            object.__setattr__(result, "_return_value", _json(return_value))
+        if job.status == Status.SUCCEEDED:
+            object.__setattr__(result, "_return_value", _json(job.result))
         return result
 
     @staticmethod
@@ -590,11 +511,11 @@ def task_errors(errors: Any) -> list[TaskError]:
     ]
 
 
-_enqueued_gate: Any = None
+_enqueued_gate: SignalGate | None = None
 
 
 def _enqueued_wanted() -> bool:
-    """Whether sending ``task_enqueued`` would do anything (worker/runner.py's SignalGate).
+    """Whether sending ``task_enqueued`` would do anything (``signal_gate.SignalGate``).
 
     The framework's own receiver logs each enqueue at DEBUG; an enqueue skips the
     signal (a bulk enqueue thousands of them, and building their results) when
@@ -602,9 +523,7 @@ def _enqueued_wanted() -> bool:
     receiver, or a handler that writes DEBUG, and every result is sent as before.
     """
     global _enqueued_gate
-    if _enqueued_gate is None:
-        from .worker.runner import SignalGate  # the worker's modules import this one
-
+    if _enqueued_gate is None:  # built on first use: it reads the framework's signals module
         _enqueued_gate = SignalGate(task_enqueued)
     return bool(_enqueued_gate.wanted(logging.DEBUG))
 

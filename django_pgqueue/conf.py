@@ -21,8 +21,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from .contract import DEFAULT_MAX_DEPTH, DEPTH_CEILING
 from .retry import DEFAULT_BASE, DEFAULT_CAP
+
+# Here rather than in contract.py, which reads the settings: no import circle.
+#: Default ``PGQUEUE["MAX_JSON_DEPTH"]``: as deep as Ruby's JSON parser allows.
+DEFAULT_MAX_DEPTH = 100
+#: The deepest limit the setting accepts: Django's Tasks framework rebuilds
+#: arguments recursively (``normalize_json``) and fails a few hundred levels down.
+DEPTH_CEILING = 200
 
 #: Webhook delivery defaults (``PGQUEUE["WEBHOOKS"]``). The retry schedule follows
 #: Svix: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
@@ -303,7 +309,7 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
             raise ImproperlyConfigured(
                 f"{prefix}[{key!r}] must be None or a non-empty string, got {merged[key]!r}"
             )
-    from .webhooks.catalogue import parse_catalogue
+    from .webhooks.event_types import parse_catalogue
 
     merged["EVENT_TYPES"] = parse_catalogue(merged["EVENT_TYPES"], f"{prefix}['EVENT_TYPES']")
     merged["VALIDATE_EVENT_TYPES"] = _bool(

@@ -28,13 +28,8 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .conf import get_settings
 from .exceptions import ArgumentsNotJSON, PayloadTooLarge, ResultNotStorable
-
-#: Default ``PGQUEUE["MAX_JSON_DEPTH"]``: as deep as Ruby's JSON parser allows.
-DEFAULT_MAX_DEPTH = 100
-#: The deepest limit the setting accepts: Django's Tasks framework rebuilds
-#: arguments recursively (``normalize_json``) and fails a few hundred levels down.
-DEPTH_CEILING = 200
 
 #: A JSON string literal in ``json.dumps`` output (the unrolled-loop form: linear,
 #: no backtracking on long strings).
@@ -139,21 +134,6 @@ def check_arguments(
     return args_json, kwargs_json
 
 
-_get_settings: Any = None
-
-
-def _settings() -> Any:
-    """``conf.get_settings()`` (``conf`` imports this module: looked up once, on first
-    use; an import statement in a function called once per job costs more than the
-    rest of a no-op task's result handling)."""
-    global _get_settings
-    if _get_settings is None:
-        from .conf import get_settings
-
-        _get_settings = get_settings
-    return _get_settings()
-
-
 def return_value_json(value: Any) -> str:
     """A task's return value as JSON text, under the same contract as its arguments.
 
@@ -161,7 +141,7 @@ def return_value_json(value: Any) -> str:
     ``PGQUEUE["MAX_RESULT_BYTES"]``): the worker records that as the attempt's
     failure, like an exception raised by the task.
     """
-    conf = _settings()
+    conf = get_settings()
     if value is None and conf.MAX_RESULT_BYTES >= 4:
         return "null"  # most tasks return nothing: no need to serialise and check it
     return check_json_document(

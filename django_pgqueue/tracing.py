@@ -14,8 +14,9 @@ project configures its SDK and exporter as usual. Then:
   carries ``traceparent`` (W3C Trace Context) so the receiver can join the trace.
 
 Each wrapper costs one settings lookup when tracing is off. The statements are
-``jobs/store.py``'s (``store_trace_context``, ``read_trace_contexts``); this module
-runs no SQL of its own.
+the stores': the job store's ``store_trace_context`` at enqueue and, after a
+claim, the source's ``trace_contexts`` hook (``worker.sources.Source``); this
+module runs no SQL of its own and knows no source by name.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .conf import get_settings
+from .jobs import store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,8 +97,6 @@ def traced_enqueue(method: F) -> F:
             span.set_attribute("messaging.message.id", str(result.id))
             carrier = current_carrier()
             if carrier:
-                from .jobs import store
-
                 store.store_trace_context(int(result.id), carrier)
             return result
 
@@ -107,7 +107,12 @@ def traced_enqueue(method: F) -> F:
 
 
 def traced_claim(method: F) -> F:
-    """Wrap ``Worker._claim``: a ``claim`` span, and the claimed jobs' stored contexts."""
+    """Wrap ``Worker._claim``: a ``claim`` span, and the claimed rows' stored contexts.
+
+    A source whose rows carry a trace context says so with its ``trace_contexts``
+    hook (``worker.sources.Source``); the hook reads them over the connection the
+    claim ran on, which the claim hands to the source (``_ReadsTraceContexts``).
+    """
 
     @functools.wraps(method)
     def claim(worker: Any, source: Any, params: Any, limit: int) -> list[Any]:
@@ -115,22 +120,36 @@ def traced_claim(method: F) -> F:
             return method(worker, source, params, limit)
         with _tracer().start_as_current_span(f"claim {source.name}") as span:
             span.set_attribute("pgqueue.limit", limit)
+            if getattr(source, "trace_contexts", None) is not None:
+                source = _ReadsTraceContexts(source)
             items: list[Any] = method(worker, source, params, limit)
             span.set_attribute("pgqueue.claimed", len(items))
-            if items and source.name == "jobs":
-                from .jobs import store
-
-                rows = store.read_trace_contexts(
-                    worker._claim_connection(), [item.id for item in items]
-                )
-                with _claimed_lock:
-                    for job_id, carrier in rows:
-                        _claimed_contexts[job_id] = carrier
-                    while len(_claimed_contexts) > MAX_PENDING_CONTEXTS:
-                        _claimed_contexts.popitem(last=False)
             return items
 
     return claim  # type: ignore[return-value]
+
+
+class _ReadsTraceContexts:
+    """A source whose claim also keeps the claimed rows' stored trace contexts, read
+    by its ``trace_contexts`` hook on the claim's own connection (one statement,
+    primary-key lookups), until each row's run starts."""
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def claim(self, conn: Any, params: Any) -> list[Any]:
+        items: list[Any] = self._source.claim(conn, params)
+        if items:
+            rows = self._source.trace_contexts(conn, [item.id for item in items])
+            with _claimed_lock:
+                for row_id, carrier in rows:
+                    _claimed_contexts[row_id] = carrier
+                while len(_claimed_contexts) > MAX_PENDING_CONTEXTS:
+                    _claimed_contexts.popitem(last=False)
+        return items
 
 
 # -- run ---------------------------------------------------------------------------------

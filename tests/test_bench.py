@@ -12,7 +12,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from django_pgqueue.bench.core import WORKLOADS, Bench, fmt, pctl
+from django_pgqueue.bench.core import WORKLOADS, Bench
+from django_pgqueue.bench.rows import fmt, pctl
 from django_pgqueue.models import Job
 from testproject.demo import tasks
 

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_pgqueue import enqueue_many
-from django_pgqueue.backend import COPY_THRESHOLD, PgQueueBackend, PgQueueTask
+from django_pgqueue.backend import PgQueueBackend, PgQueueTask
 from django_pgqueue.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
@@ -22,6 +22,7 @@ from django_pgqueue.compat import (
     task_enqueued,
 )
 from django_pgqueue.exceptions import ArgumentsNotJSON, PayloadTooLarge
+from django_pgqueue.jobs.store import COPY_THRESHOLD
 from django_pgqueue.models import Job
 from testproject.demo import tasks
 
@@ -189,7 +190,6 @@ def test_enqueue_many_returns_results_in_order(count):
 def test_every_enqueue_path_writes_the_same_new_row():
     """enqueue(), enqueue_many's INSERT and its COPY write a new job's columns from one
     list (sql.NEW_JOB_COLUMNS): a column out of place in any of them shows here."""
-    from django_pgqueue.backend import COPY_THRESHOLD
     from django_pgqueue.sql import NEW_JOB_COLUMNS
 
     columns = [column for column, _, _ in NEW_JOB_COLUMNS]

@@ -9,8 +9,9 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
+from django_pgqueue.jobs.rows import ClaimedJob
 from django_pgqueue.worker import runner as runner_module
-from django_pgqueue.worker.runner import ClaimedJob, TaskRunner
+from django_pgqueue.worker.runner import TaskRunner
 from testproject.demo import tasks
 
 

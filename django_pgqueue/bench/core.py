@@ -13,7 +13,6 @@ same way an operator starts them.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import statistics
@@ -24,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -37,6 +35,7 @@ from .. import sql
 from ..conf import get_settings
 from ..db import connect, connection_params
 from .guard import check_scratch_database
+from .rows import Row, fmt, pctl
 from .server import children
 
 WORKLOADS = (
@@ -100,7 +99,7 @@ RAW_CLAIM = f"""UPDATE {sql.JOB_TABLE} SET status = 'in_progress', attempts = at
     started_at = now()
 WHERE id IN (
     SELECT id FROM {sql.JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE status IN {sql.CLAIMABLE_SQL} AND next_attempt_at <= now()
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %s FOR UPDATE SKIP LOCKED)
 RETURNING id"""  # noqa: S608 - identifiers are module constants
@@ -124,82 +123,6 @@ HISTORY_ROWS = f"""INSERT INTO {sql.JOB_TABLE} (
 SELECT 'succeeded', 0, 1, 5, t, gen_random_uuid(), 'history', '', '[]', t, t, t, t, t,
        %s, 'default', %s, '[]', '{{}}', 'null', '["history"]'
 FROM (SELECT now() - make_interval(secs => g) AS t FROM generate_series(1, %s) AS g) AS s"""  # noqa: S608 - identifiers are module constants
-
-
-@dataclass
-class Row:
-    """One line of the result table."""
-
-    workload: str
-    config: str
-    unit: str
-    values: list[float] = field(default_factory=list)
-    reference: str = ""
-    ref_values: list[float] = field(default_factory=list)
-    target: str = ""
-    #: "higher" (throughput) or "lower" (latency, cost) is better.
-    better: str = "higher"
-    #: The ratio ours/reference must reach this (or stay below it for "lower").
-    goal: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def median(self) -> float | None:
-        return statistics.median(self.values) if self.values else None
-
-    def ratio(self) -> float | None:
-        if not self.values or not self.ref_values:
-            return None
-        ref = statistics.median(self.ref_values)
-        return statistics.median(self.values) / ref if ref else None
-
-    def verdict(self) -> str:
-        ratio = self.ratio()
-        if self.goal is None or ratio is None:
-            return ""
-        ok = ratio >= self.goal if self.better == "higher" else ratio <= self.goal
-        return "met" if ok else "MISSED"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "config": self.config,
-            "unit": self.unit,
-            "values": self.values,
-            "median": self.median(),
-            "reference": self.reference,
-            "reference_values": self.ref_values,
-            "reference_median": statistics.median(self.ref_values) if self.ref_values else None,
-            "ratio": self.ratio(),
-            "target": self.target,
-            "verdict": self.verdict(),
-            **self.extra,
-        }
-
-
-def fmt(values: list[float]) -> str:
-    """``median (min-max)`` with sensible precision."""
-    if not values:
-        return "-"
-
-    def one(v: float) -> str:
-        if abs(v) >= 100:
-            return f"{v:,.0f}"
-        if abs(v) >= 10:
-            return f"{v:.1f}"
-        return f"{v:.2f}"
-
-    med = statistics.median(values)
-    if len(values) == 1:
-        return one(med)
-    return f"{one(med)} ({one(min(values))}-{one(max(values))})"
-
-
-def pctl(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, math.ceil(p / 100 * len(sorted_values)) - 1))
-    return sorted_values[k]
 
 
 class Bench:

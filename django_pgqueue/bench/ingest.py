@@ -38,7 +38,7 @@ THREADS = 4
 
 
 def bench_ingest(bench: Bench) -> None:
-    from .core import Row, pctl
+    from .rows import Row, pctl
 
     reason = api_server_unavailable()
     if reason:

@@ -105,7 +105,7 @@ def _statement(kind: str) -> str:
 
 
 def bench_message_queues(bench: Bench) -> None:
-    from .core import Row, pctl
+    from .rows import Row, pctl
 
     script = pgmq_sql_path()
     peer = PgmqPeer(bench, script) if script is not None else None
@@ -363,7 +363,7 @@ SELECT g, 1, now(), now(), now(), '{{"n": 1}}' FROM generate_series(1, %s) AS g"
 def _archive_growth(bench: Bench, n_read: int) -> None:
     """read(100) + archive on a queue whose archive holds ``history_rows`` messages,
     next to the same on a queue with an empty archive, interleaved."""
-    from .core import Row
+    from .rows import Row
 
     row = bench.add(
         Row(

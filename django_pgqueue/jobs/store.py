@@ -1,10 +1,21 @@
-"""Every state change of a job on the worker path, and the reads that decide them.
+"""The job store: the one writer of ``pgqueue_job`` rows, from birth to the worker's
+last write, and the reads that decide them.
 
-The worker's sources (``worker/sources.JobSource``, ``worker/atomic``) call these
-functions and never run SQL themselves; the statements are in ``sql/jobs.py``
-with why each is shaped so. Functions taking ``conn`` run on one of the worker's
-own autocommit psycopg connections; the atomic ones take a Django cursor inside
-the transaction that holds the job.
+* Birth: ``insert`` (one job, in the caller's transaction), ``insert_keyed``
+  (unique and atomic jobs, settled by the partial unique index) and
+  ``insert_many`` (one statement, COPY for large batches). ``backend.py``, the
+  Tasks boundary, checks and serialises the call and hands the columns here.
+* The worker's claim, completion and leases (``worker/sources.JobSource``,
+  ``worker/atomic``), which run no SQL themselves.
+* Reads: ``read`` for ``get_result``, the due/left questions of ``--burst`` and
+  ``--until-empty``, the trace contexts (tracing.py).
+
+Operator actions (cancel, retry, replay, abort) are ``operations.py``'s and
+retention is ``maintenance.py``'s (docs/architecture.md lists every writer).
+The statements are in ``sql/jobs.py`` with why each is shaped so; rows come back
+decoded by column name (``jobs/rows.py``). Functions taking ``conn`` run on one
+of the worker's own autocommit psycopg connections; the atomic ones take a
+Django cursor inside the transaction that holds the job.
 
 Every write to a claimed row is guarded by its claim token (``locked_by``): a
 worker whose lease lapsed and whose row was taken by another changes nothing.
@@ -12,14 +23,167 @@ worker whose lease lapsed and whose row was taken by another changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .. import sql
-from ..db import array_literal, run_lease_extension, text_array_literal
+from django.db import connections, transaction
+
+from .. import bulk, sql
+from ..conf import get_settings
+from ..db import array_literal, execute_one, run_lease_extension, text_array_literal
+from ..exceptions import DuplicateJob
 from ..outcomes import JobOutcome
-from ..worker.runner import ClaimedJob
+from .rows import CLAIMED_JOB, JOB_ROW, ClaimedJob, JobRow
+
+#: Bulk enqueues of at least this many rows go through COPY instead of INSERT.
+COPY_THRESHOLD = 2000
+
+#: The order of the values ``insert`` passes: the placeholders of
+#: ``sql.NEW_JOB_COLUMNS``, checked here so that list stays the only declaration.
+_INSERT_VALUES = (
+    "priority",
+    "max_attempts",
+    "next_attempt_at",
+    "task_path",
+    "queue_name",
+    "backend",
+    "args",
+    "kwargs",
+)
+if sql.NEW_JOB_PARAMETERS != _INSERT_VALUES:  # pragma: no cover - a mistake in sql/jobs.py
+    raise ImportError(
+        f"sql.NEW_JOB_COLUMNS takes {sql.NEW_JOB_PARAMETERS} as parameters; "
+        f"jobs/store.py passes {_INSERT_VALUES}"
+    )
+
+# -- birth: enqueue ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewJobs:
+    """The columns a call sets on the jobs it enqueues, the same for every job of one
+    ``enqueue_many`` (the arguments differ per job and come apart)."""
+
+    priority: int
+    max_attempts: int
+    run_after: dt.datetime | None
+    task_path: str
+    queue_name: str
+    backend: str
+
+    def values(self, args_json: Any, kwargs_json: Any) -> list[Any]:
+        """INSERT_JOB's parameters (``_INSERT_VALUES``) for one job with these arguments
+        (INSERT_JOBS: the arrays of every job's arguments)."""
+        return [
+            self.priority,
+            self.max_attempts,
+            self.run_after,
+            self.task_path,
+            self.queue_name,
+            self.backend,
+            args_json,
+            kwargs_json,
+        ]
+
+
+def insert(
+    db: str, new: NewJobs, args_json: str, kwargs_json: str, *, prepare: bool
+) -> tuple[int, dt.datetime]:
+    """Write one job in the caller's transaction; return its id and ``created_at``.
+
+    Server-side bound (``db.execute_one``): for a one-row enqueue parsing and
+    planning the statement again was a large share of the whole cost.
+    """
+    row = execute_one(
+        connections[db], sql.INSERT_JOB, new.values(args_json, kwargs_json), prepare=prepare
+    )
+    return row[0], row[1]
+
+
+def insert_keyed(
+    db: str,
+    new: NewJobs,
+    args_json: str,
+    kwargs_json: str,
+    *,
+    unique_key: str | None,
+    atomic: bool,
+) -> tuple[int, dt.datetime | None]:
+    """Write a unique or atomic job, unless a live job holds its key.
+
+    Returns the new job's id and ``created_at``, or the id of the live job holding
+    ``unique_key`` and None. The partial unique index settles concurrent enqueues
+    of one key: the INSERT of the second waits for the first transaction and then
+    inserts nothing (``ON CONFLICT DO NOTHING``). Only then is the live job read,
+    by a statement with a fresh snapshot. If that job finished in between, nothing
+    is live any more and the insert is tried again.
+    """
+    values = [*new.values(args_json, kwargs_json), unique_key, atomic]
+    connection = connections[db]
+    for _ in range(5):
+        with transaction.atomic(using=db), connection.cursor() as cursor:
+            cursor.execute(sql.INSERT_KEYED_JOB, values)
+            row = cursor.fetchone()
+            if row is not None:
+                return row[0], row[1]
+            cursor.execute(sql.LIVE_JOB_WITH_KEY, [new.task_path, unique_key])
+            live = cursor.fetchone()
+        if live is not None:
+            return live[0], None
+        # it finished meanwhile: the key is free again
+    raise DuplicateJob(  # pragma: no cover - needs five finishes in a row
+        f"{new.task_path}: the job holding unique key {unique_key!r} kept changing",
+        job_id=None,
+    )
+
+
+def insert_many(db: str, new: NewJobs, runs: Sequence[bulk.Run]) -> tuple[list[int], dt.datetime]:
+    """Write every call of ``runs`` as a job of one task, all or none, in the caller's
+    transaction; return the ids in call order and the batch's ``created_at``.
+
+    Ids are drawn first (``sql.RESERVE_JOB_IDS``: INSERT ... RETURNING promises no
+    order), then the rows go in one INSERT, or through COPY from
+    ``COPY_THRESHOLD`` rows on (several times faster).
+    """
+    count = bulk.count_of(runs)
+    with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        cursor.execute(sql.RESERVE_JOB_IDS, [count])
+        ids, created_at = cursor.fetchone()
+        if count >= COPY_THRESHOLD:
+            shared = sql.copy_tail(
+                {
+                    "priority": new.priority,
+                    "max_attempts": new.max_attempts,
+                    "next_attempt_at": (new.run_after or created_at).isoformat(),
+                    "created_at": created_at.isoformat(),
+                    "updated_at": created_at.isoformat(),
+                    "task_path": new.task_path,
+                    "queue_name": new.queue_name,
+                    "backend": new.backend,
+                }
+            )
+            with cursor.cursor.copy(sql.COPY_JOBS) as copy:  # Django's psycopg cursor
+                for chunk in bulk.copy_chunks(ids, runs, shared):
+                    copy.write(chunk)
+        else:
+            # INSERT_JOB's parameters with the ids and per-row arguments as arrays.
+            args_json, kwargs_json = bulk.insert_arrays(runs)
+            values = new.values(args_json, kwargs_json)
+            cursor.execute(sql.INSERT_JOBS, [*values[:-2], ids, *values[-2:]])
+    return ids, created_at
+
+
+def read(db: str, job_id: int) -> JobRow | None:
+    """One job as ``get_result`` reports it, or None when there is no such job."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.GET_JOB, [job_id])
+        row = cursor.fetchone()
+    return None if row is None else JOB_ROW.one(row)
+
 
 # -- the worker's claim, completion and leases -------------------------------------
 
@@ -30,7 +194,7 @@ def claim(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
     Rows come back ``in_progress`` with a fresh token, or ``dead``/``cancelled``
     (a lapsed row out of attempts or aborted, finished by the claim itself).
     """
-    return [ClaimedJob.from_row(row) for row in conn.execute(sql.CLAIM_JOBS, params).fetchall()]
+    return CLAIMED_JOB.all(conn.execute(sql.CLAIM_JOBS, params).fetchall())
 
 
 def complete(conn: Any, outcomes: Sequence[JobOutcome]) -> set[int]:
@@ -131,12 +295,6 @@ def store_trace_context(job_id: int, carrier: dict[str, str]) -> None:
     On Django's connection to the queue database, so in the enqueuing transaction:
     the context exists exactly when the job does.
     """
-    import json
-
-    from django.db import connections
-
-    from ..conf import get_settings
-
     with connections[get_settings().DATABASE].cursor() as cursor:
         cursor.execute(sql.STORE_TRACE_CONTEXT, [json.dumps(carrier), job_id])
 

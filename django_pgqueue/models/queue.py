@@ -7,30 +7,11 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+# Declared in states.py (importable without the app registry, for sql/).
+from ..states import CLAIMABLE, LIVE, TERMINAL, Status
 
-class Status(models.TextChoices):
-    """The one state machine of every queue row (drawn in docs/state-machine.md).
+__all__ = ["CLAIMABLE", "LIVE", "TERMINAL", "UNIQUE_KEY_MAX_LENGTH", "Status"]
 
-    ``pending`` -> ``in_progress`` -> ``succeeded``; an error moves the row to
-    ``failed`` (a retry is scheduled) or ``dead`` (attempts exhausted: the
-    dead-letter queue); an operator may ``cancel`` it. ``replay`` moves any
-    terminal or failed row back to ``pending``.
-    """
-
-    PENDING = "pending", _("Pending")
-    IN_PROGRESS = "in_progress", _("In progress")
-    SUCCEEDED = "succeeded", _("Succeeded")
-    FAILED = "failed", _("Failed, retry scheduled")
-    DEAD = "dead", _("Dead (DLQ)")
-    CANCELLED = "cancelled", _("Cancelled")
-
-
-#: States a worker may claim (when due).
-CLAIMABLE = (Status.PENDING, Status.FAILED)
-#: States that end a row's life until an operator replays it.
-TERMINAL = (Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)
-#: States of a "live" job: at most one live job per (task, unique key).
-LIVE = (Status.PENDING, Status.IN_PROGRESS, Status.FAILED)
 #: Longest unique key (the column's length).
 UNIQUE_KEY_MAX_LENGTH = 255
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from .fragments import APPLICATION_TABLE, DELIVERY_TABLE, ENDPOINT_TABLE, JOB_TABLE
+from .fragments import (
+    APPLICATION_TABLE,
+    CLAIMABLE_SQL,
+    DELIVERY_TABLE,
+    ENDPOINT_TABLE,
+    JOB_TABLE,
+)
 
 # The planner's row estimate of a whole table, for admin changelists on big
 # tables: ``COUNT(*)`` reads every row, ``reltuples`` is kept by VACUUM/ANALYZE
@@ -20,10 +26,10 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)
 JOB_OVERVIEW = f"""/* pgqueue:overview */
 SELECT queue_name, status, count(*),
        min(next_attempt_at) FILTER (
-           WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()),
+           WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()),
        count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
        now(),
-       count(*) FILTER (WHERE status IN ('pending', 'failed') AND next_attempt_at <= now())
+       count(*) FILTER (WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now())
 FROM {JOB_TABLE}
 GROUP BY queue_name, status
 ORDER BY queue_name, status
@@ -38,11 +44,11 @@ SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reaso
        (SELECT a.uid FROM {APPLICATION_TABLE} AS a WHERE a.id = e.application_id),
        d.status, count(d.id),
        min(d.next_attempt_at) FILTER (
-           WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()),
+           WHERE d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at <= now()),
        count(d.id) FILTER (WHERE d.status = 'in_progress' AND d.locked_until < now()),
        now(),
        count(d.id) FILTER (
-           WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now())
+           WHERE d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at <= now())
 FROM {ENDPOINT_TABLE} AS e LEFT JOIN {DELIVERY_TABLE} AS d ON d.endpoint_id = e.id
 GROUP BY e.id, d.status
 ORDER BY e.id, d.status

@@ -13,12 +13,15 @@ from __future__ import annotations
 from .fragments import (
     APPLICATION_TABLE,
     ATTEMPT_TABLE,
+    CLAIMABLE_SQL,
     DELIVERY_TABLE,
     ENDPOINT_TABLE,
     EVENT_TABLE,
+    LIVE_SQL,
     PARKED,
     PLAN_EACH_RUN_IDS,
     PLAN_EACH_RUN_WORKER,
+    TERMINAL_SQL,
     extend_leases,
     lapsed_source,
     lease_expired_error,
@@ -151,7 +154,7 @@ RECORD_TEST_EVENT = _RECORD_EVENT.format(
 _FIFO_HEAD = f"""(d.ordering_key IS NULL OR NOT EXISTS (
               SELECT 1 FROM {DELIVERY_TABLE} AS o
               WHERE o.endpoint_id = d.endpoint_id AND o.ordering_key = d.ordering_key
-                AND o.status IN ('pending', 'failed', 'in_progress') AND o.id <> d.id
+                AND o.status IN {LIVE_SQL} AND o.id <> d.id
                 AND (o.id < d.id OR o.status = 'in_progress')))"""
 
 # Deliveries of endpoint ``e`` in flight (claimed, not yet completed), through the
@@ -268,7 +271,7 @@ _UNNEST_PICKED_DELIVERIES = unnest_picked(_CLAIM_DELIVERY_PICKED)
 # still prefer a sequential scan "until the first match". A scalar sub-select is
 # never pulled up into a join. Parked deliveries (PARKED) are never due.
 _HAS_DUE = f"""(SELECT d.next_attempt_at FROM {DELIVERY_TABLE} AS d
-           WHERE d.endpoint_id = e.id AND d.status IN ('pending', 'failed')
+           WHERE d.endpoint_id = e.id AND d.status IN {CLAIMABLE_SQL}
            ORDER BY d.next_attempt_at LIMIT 1) <= now()"""
 CLAIM_DELIVERIES = f"""/* pgqueue:claim_deliveries */
 WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
@@ -282,7 +285,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     FROM probe_endpoints AS pe
     CROSS JOIN LATERAL (
         SELECT d.id FROM {DELIVERY_TABLE} AS d
-        WHERE d.endpoint_id = pe.id AND d.status IN ('pending', 'failed')
+        WHERE d.endpoint_id = pe.id AND d.status IN {CLAIMABLE_SQL}
           AND d.next_attempt_at <= now()
         ORDER BY d.next_attempt_at, d.id
         LIMIT 1
@@ -297,11 +300,11 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     RETURNING e.id
 ), walk(endpoint_id) AS (
     (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
-     WHERE d.status IN ('pending', 'failed')
+     WHERE d.status IN {CLAIMABLE_SQL}
      ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
     UNION ALL
     SELECT (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
-            WHERE d.status IN ('pending', 'failed') AND d.endpoint_id > w.endpoint_id
+            WHERE d.status IN {CLAIMABLE_SQL} AND d.endpoint_id > w.endpoint_id
             ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
     FROM walk AS w WHERE w.endpoint_id IS NOT NULL
 ), free AS MATERIALIZED (
@@ -336,7 +339,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     FROM rooms AS r
     CROSS JOIN LATERAL (
         SELECT d.id FROM {DELIVERY_TABLE} AS d
-        WHERE d.endpoint_id = r.id AND d.status IN ('pending', 'failed')
+        WHERE d.endpoint_id = r.id AND d.status IN {CLAIMABLE_SQL}
           AND d.next_attempt_at <= now()
           AND {_FIFO_HEAD}
         ORDER BY d.next_attempt_at, d.id
@@ -445,8 +448,8 @@ WITH v AS (
     UPDATE {DELIVERY_TABLE} AS d SET
         status = v.status,
         locked_until = NULL,
-        finished_at = CASE WHEN v.status IN ('succeeded', 'dead') THEN now() END,
-        next_attempt_at = CASE WHEN v.status NOT IN ('failed', 'pending')
+        finished_at = CASE WHEN v.status IN {TERMINAL_SQL} THEN now() END,
+        next_attempt_at = CASE WHEN v.status NOT IN {CLAIMABLE_SQL}
                                    THEN d.next_attempt_at
                                WHEN ep.is_active THEN now() + make_interval(secs => v.delay)
                                ELSE {PARKED} END,
@@ -532,7 +535,7 @@ WITH v AS (
     UPDATE {DELIVERY_TABLE} AS d SET next_attempt_at = b.open_until, updated_at = now()
     FROM breaker AS b
     WHERE b.breaker_state = 'open' AND b.opened_now AND d.endpoint_id = b.id
-      AND d.status IN ('pending', 'failed') AND d.next_attempt_at < b.open_until
+      AND d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at < b.open_until
 )
 -- Each written id, with its endpoint's circuit before and after (for the metrics),
 -- its new status and whether this statement disabled its endpoint (for the
@@ -554,7 +557,7 @@ EXTEND_DELIVERY_LEASES = extend_leases("extend_delivery_leases", DELIVERY_TABLE)
 ANY_DUE_DELIVERIES = f"""/* pgqueue:any_due_deliveries */
 SELECT EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
-    WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now()
+    WHERE d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at <= now()
       AND e.is_active AND (e.breaker_state = 'closed' OR e.open_until <= now())
       AND {_FIFO_HEAD}
 ) OR EXISTS (
@@ -568,7 +571,7 @@ SELECT EXISTS (
 ANY_LEFT_DELIVERIES = f"""/* pgqueue:any_left_deliveries */
 SELECT EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
-    WHERE d.status IN ('pending', 'failed') AND e.is_active
+    WHERE d.status IN {CLAIMABLE_SQL} AND e.is_active
 ) OR EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
 )
@@ -584,7 +587,7 @@ WHERE status = 'failed' AND next_attempt_at > now() AND next_attempt_at < {PARKE
 # time they were last given (which may be hours away after days of failure).
 DELIVERIES_DUE_NOW = f"""/* pgqueue:deliveries_due_now */
 UPDATE {DELIVERY_TABLE} SET next_attempt_at = now(), updated_at = now()
-WHERE endpoint_id = ANY(%s) AND status IN ('pending', 'failed') AND next_attempt_at > now()
+WHERE endpoint_id = ANY(%s) AND status IN {CLAIMABLE_SQL} AND next_attempt_at > now()
 """
 
 # Deliveries refused by the SSRF settings wait at the breaker's pace; saving their

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from ..states import CLAIMABLE, LIVE, TERMINAL, sql_list
+
 JOB_TABLE = "pgqueue_job"
 APPLICATION_TABLE = "pgqueue_application"
 ENDPOINT_TABLE = "pgqueue_endpoint"
@@ -18,6 +20,16 @@ ATTEMPT_TABLE = "pgqueue_delivery_attempt"
 SCHEDULE_TABLE = "pgqueue_schedule"
 TICK_TABLE = "pgqueue_schedule_tick"
 WORKER_TABLE = "pgqueue_worker"
+
+# The state sets of a queue row as SQL lists, from their one declaration
+# (states.py, which the partial indexes in the models' Meta are built from too):
+# a statement that must match an index's predicate cannot drift from it.
+#: ``('pending', 'failed')``: waiting rows, due or not (``status IN {CLAIMABLE_SQL}``).
+CLAIMABLE_SQL = sql_list(CLAIMABLE)
+#: ``('pending', 'in_progress', 'failed')``: rows not finished yet.
+LIVE_SQL = sql_list(LIVE)
+#: ``('succeeded', 'dead', 'cancelled')``: finished rows.
+TERMINAL_SQL = sql_list(TERMINAL)
 
 #: The queue tables whose rows a worker claims (retention and the dashboard read both).
 QUEUE_TABLES = (JOB_TABLE, DELIVERY_TABLE)

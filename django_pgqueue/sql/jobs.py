@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from .fragments import (
+    CLAIMABLE_SQL,
     IN_QUEUES,
     JOB_TABLE,
+    LIVE_SQL,
     PLAN_EACH_RUN_IDS,
     PLAN_EACH_RUN_LIMIT,
     PLAN_EACH_RUN_QUEUES,
     PLAN_EACH_RUN_WORKER,
+    TERMINAL_SQL,
     extend_leases,
     lapsed_source,
     lease_expired_error,
@@ -17,12 +20,30 @@ from .fragments import (
     unnest_picked,
 )
 
-#: Columns a worker needs to run a claimed job.
-_CLAIM_RETURNING = """
-    j.id, j.status, j.locked_by, j.attempts, j.max_attempts, j.task_path,
-    j.args, j.kwargs, j.queue_name, j.priority, j.backend, j.created_at,
-    j.started_at, j.last_attempted_at, j.errors::text, j.worker_ids::text
-"""
+#: What the claims return of a job (CLAIM_JOBS, CLAIM_ATOMIC_JOB): each attribute of
+#: ``jobs.rows.ClaimedJob`` with the expression that reads it. The one list both the
+#: RETURNING clause and the row decoder are built from, so a row is decoded by name
+#: and a column is added here and in the dataclass, in any order. The attempt log
+#: and worker ids come back as text, decoded only when a TaskResult is built.
+CLAIMED_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "j.id"),
+    ("status", "j.status"),
+    ("token", "j.locked_by"),
+    ("attempts", "j.attempts"),
+    ("max_attempts", "j.max_attempts"),
+    ("task_path", "j.task_path"),
+    ("args", "j.args"),
+    ("kwargs", "j.kwargs"),
+    ("queue_name", "j.queue_name"),
+    ("priority", "j.priority"),
+    ("backend", "j.backend"),
+    ("created_at", "j.created_at"),
+    ("started_at", "j.started_at"),
+    ("last_attempted_at", "j.last_attempted_at"),
+    ("errors", "j.errors::text"),
+    ("worker_ids", "j.worker_ids::text"),
+)
+_CLAIM_RETURNING = ", ".join(expression for _, expression in CLAIMED_JOB_COLUMNS)
 
 #: A new job's columns, in one list for every way a job is written (INSERT_JOB,
 #: INSERT_KEYED_JOB, INSERT_JOBS, COPY_JOBS and the COPY rows of
@@ -48,6 +69,8 @@ NEW_JOB_COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("worker_ids", "'[]'", "[]"),
 )
 _PER_ROW = ("args", "kwargs")
+#: The columns INSERT_JOB takes as parameters, in placeholder order.
+NEW_JOB_PARAMETERS = tuple(column for column, value, _ in NEW_JOB_COLUMNS if "%s" in value)
 _NEW_JOB_NAMES = ", ".join(column for column, _, _ in NEW_JOB_COLUMNS)
 _NEW_JOB_VALUES = ", ".join(value for _, value, _ in NEW_JOB_COLUMNS)
 # INSERT_JOBS reads the per-row values from ``unnest`` (``t``), the rest as INSERT_JOB.
@@ -89,7 +112,7 @@ INSERT_KEYED_JOB = f"""/* pgqueue:enqueue_keyed */
 INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES}, unique_key, atomic)
 VALUES ({_NEW_JOB_VALUES}, %s, %s)
 ON CONFLICT (task_path, unique_key)
-    WHERE unique_key IS NOT NULL AND status IN ('pending', 'in_progress', 'failed')
+    WHERE unique_key IS NOT NULL AND status IN {LIVE_SQL}
 DO NOTHING
 RETURNING id, created_at
 """
@@ -97,7 +120,7 @@ RETURNING id, created_at
 # The live job holding a unique key (the partial unique index answers it).
 LIVE_JOB_WITH_KEY = f"""/* pgqueue:live_job_with_key */
 SELECT id FROM {JOB_TABLE}
-WHERE task_path = %s AND unique_key = %s AND status IN ('pending', 'in_progress', 'failed')
+WHERE task_path = %s AND unique_key = %s AND status IN {LIVE_SQL}
 """
 
 # Reserve ids for a bulk enqueue. ``INSERT ... RETURNING`` does not promise to
@@ -174,7 +197,7 @@ def _claim_jobs(marker: str, kind_sql: str) -> str:
     return f"""/* pgqueue:{marker} */
 WITH {lapsed_sql}, due AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND {kind_sql}
+    WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
       AND {IN_QUEUES}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
@@ -251,7 +274,7 @@ RETURNING id
 ATOMIC_LEFT = f"""/* pgqueue:atomic_left */
 SELECT EXISTS (
     SELECT 1 FROM {JOB_TABLE}
-    WHERE atomic AND status IN ('pending', 'failed')
+    WHERE atomic AND status IN {CLAIMABLE_SQL}
       AND {IN_QUEUES}
       AND {PLAN_EACH_RUN_QUEUES}
 )
@@ -261,7 +284,7 @@ SELECT EXISTS (
 ATOMIC_DUE = f"""/* pgqueue:atomic_due */
 SELECT count(*) FROM (
     SELECT 1 FROM {JOB_TABLE}
-    WHERE atomic AND status IN ('pending', 'failed') AND next_attempt_at <= now()
+    WHERE atomic AND status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()
       AND {IN_QUEUES}
       AND {PLAN_EACH_RUN_LIMIT}
     LIMIT %(limit)s
@@ -333,9 +356,9 @@ UPDATE {JOB_TABLE} AS j SET
     status = v.status,
     result = CASE WHEN v.status = 'succeeded' THEN v.result::jsonb ELSE j.result END,
     locked_until = NULL,
-    finished_at = CASE WHEN v.status IN ('succeeded', 'dead', 'cancelled') THEN now()
+    finished_at = CASE WHEN v.status IN {TERMINAL_SQL} THEN now()
                        ELSE NULL END,
-    next_attempt_at = CASE WHEN v.status IN ('failed', 'pending')
+    next_attempt_at = CASE WHEN v.status IN {CLAIMABLE_SQL}
                            THEN now() + make_interval(secs => v.delay)
                            ELSE j.next_attempt_at END,
     attempts = j.attempts - v.refund,
@@ -377,7 +400,7 @@ EXTEND_JOB_LEASES = extend_leases(
 def _any_waiting(due_sql: str) -> str:
     """Whether a waiting job (``due_sql``: and due now) or a held one exists."""
     return f"""(SELECT true FROM {JOB_TABLE}
-    WHERE status IN ('pending', 'failed'){due_sql}
+    WHERE status IN {CLAIMABLE_SQL}{due_sql}
       AND {IN_QUEUES}
       AND {PLAN_EACH_RUN_QUEUES}
     ORDER BY priority DESC, next_attempt_at, id LIMIT 1) IS NOT NULL
@@ -402,11 +425,32 @@ WHERE status = 'failed' AND next_attempt_at > now()
   AND {IN_QUEUES}
 """
 
+#: What ``get_result`` reads of a job: the columns of ``jobs.rows.JobRow``, the one
+#: list GET_JOB's select list and the row decoder are built from.
+JOB_ROW_COLUMNS: tuple[str, ...] = (
+    "id",
+    "status",
+    "task_path",
+    "args",
+    "kwargs",
+    "queue_name",
+    "priority",
+    "backend",
+    "next_attempt_at",
+    "created_at",
+    "started_at",
+    "last_attempted_at",
+    "finished_at",
+    "errors",
+    "worker_ids",
+    "result",
+)
+
+_JOB_ROW_NAMES = ", ".join(JOB_ROW_COLUMNS)
+
 # Read one job for ``get_result`` (Django cursor).
 GET_JOB = f"""/* pgqueue:get_result */
-SELECT id, status, task_path, args, kwargs, queue_name, priority, backend,
-       next_attempt_at, created_at, started_at, last_attempted_at, finished_at,
-       errors, worker_ids, result
+SELECT {_JOB_ROW_NAMES}
 FROM {JOB_TABLE} WHERE id = %s
 """
 

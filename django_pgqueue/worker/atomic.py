@@ -42,10 +42,11 @@ from django.db import close_old_connections, connections, transaction
 from ..conf import get_settings
 from ..db import is_connection_error
 from ..jobs import store
+from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..outcomes import JobOutcome
 from .attempt import current_attempt
-from .runner import ClaimedJob, TaskRunner, _error_entry, _exception_path
+from .runner import TaskRunner, _error_entry, _exception_path
 from .sources import JobSource
 
 logger = logging.getLogger("django_pgqueue.worker")

@@ -19,9 +19,10 @@ from typing import Any, Protocol
 from django.utils import timezone
 
 from ..jobs import store
+from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..outcomes import JobOutcome, Outcome
-from .runner import ClaimedJob, TaskRunner
+from .runner import TaskRunner
 
 
 class Claimed(Protocol):
@@ -120,6 +121,13 @@ class Source(ABC):
     def describe(self, item: Any) -> str:
         return str(getattr(item, "task_path", self.name))
 
+    #: The stored trace contexts (W3C headers) of claimed rows, as ``(id, carrier)``
+    #: pairs read over the claim's connection: ``trace_contexts(conn, ids)``. Set by
+    #: sources whose rows carry the context of the span that created them; tracing.py
+    #: calls it after each claim, and a run then continues that trace. None: the
+    #: source's rows carry none.
+    trace_contexts: Callable[[Any, list[int]], list[tuple[int, dict[str, str]]]] | None = None
+
     def unstorable(self, outcome: Any, reason: str, worker_id: str) -> Outcome:
         """What to write instead of ``outcome`` when PostgreSQL refused its values:
         here the same outcome with ``reason`` as its error (sources whose outcomes
@@ -146,6 +154,9 @@ class JobSource(Source):
 
     def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:
         store.retries_due_now(conn, params)
+
+    def trace_contexts(self, conn: Any, ids: list[int]) -> list[tuple[int, dict[str, str]]]:
+        return store.read_trace_contexts(conn, ids)
 
     def run(self, item: ClaimedJob) -> JobOutcome:
         return self.runner.run(item)

@@ -8,7 +8,7 @@ import pytest
 from django.utils.log import RequireDebugFalse, RequireDebugTrue
 
 from django_pgqueue.compat import task_started
-from django_pgqueue.worker.runner import SignalGate
+from django_pgqueue.signal_gate import SignalGate
 
 
 @pytest.fixture
