@@ -8,9 +8,8 @@ signal fires for ``PGQUEUE`` (``override_settings`` in tests).
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -22,6 +21,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from .retry import DEFAULT_BASE, DEFAULT_CAP
+from .setting_keys import check_keys
 
 # Here rather than in contract.py, which reads the settings: no import circle.
 #: Default ``PGQUEUE["MAX_JSON_DEPTH"]``: as deep as Ruby's JSON parser allows.
@@ -221,28 +221,6 @@ def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ImproperlyConfigured(f"{name} must be True or False, got {value!r}")
     return value
-
-
-def check_keys(name: str, given: Mapping[str, Any], valid: Iterable[str]) -> None:
-    """Refuse keys of ``given`` that are not in ``valid``, each with the closest valid
-    key when one is close (a typo, the wrong case), and the whole list."""
-    valid = sorted(valid)
-    unknown = sorted(set(given) - set(valid), key=str)
-    if unknown:
-        named = ", ".join(_with_suggestion(key, valid) for key in unknown)
-        raise ImproperlyConfigured(
-            f"Unknown key(s) in {name}: {named}. Valid keys are: {', '.join(valid)}."
-        )
-
-
-def _with_suggestion(key: Any, valid: list[str]) -> str:
-    if not isinstance(key, str):
-        return repr(key)
-    # Case-insensitive first: "batch_size" is BATCH_SIZE, however far difflib finds it.
-    by_case = {v.lower(): v for v in valid}
-    close = [by_case[key.lower()]] if key.lower() in by_case else []
-    close = close or difflib.get_close_matches(key, valid, n=1, cutoff=0.75)
-    return f"{key} (did you mean {close[0]!r}?)" if close else key
 
 
 def validate_webhooks(raw: Any) -> dict[str, Any]:

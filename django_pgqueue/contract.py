@@ -28,8 +28,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .conf import get_settings
-from .exceptions import ArgumentsNotJSON, PayloadTooLarge, ResultNotStorable
+from .exceptions import ArgumentsNotJSON, PayloadTooLarge
 
 #: A JSON string literal in ``json.dumps`` output (the unrolled-loop form: linear,
 #: no backtracking on long strings).
@@ -132,26 +131,6 @@ def check_arguments(
             f"a reference."
         )
     return args_json, kwargs_json
-
-
-def return_value_json(value: Any) -> str:
-    """A task's return value as JSON text, under the same contract as its arguments.
-
-    Raises ``ResultNotStorable`` or ``PayloadTooLarge`` (above
-    ``PGQUEUE["MAX_RESULT_BYTES"]``): the worker records that as the attempt's
-    failure, like an exception raised by the task.
-    """
-    conf = get_settings()
-    if value is None and conf.MAX_RESULT_BYTES >= 4:
-        return "null"  # most tasks return nothing: no need to serialise and check it
-    return check_json_document(
-        value,
-        name="result",
-        max_bytes=conf.MAX_RESULT_BYTES,
-        max_depth=conf.MAX_JSON_DEPTH,
-        error=ResultNotStorable,
-        limit_name="PGQUEUE['MAX_RESULT_BYTES']",
-    )
 
 
 def json_depth(text: str) -> int:

@@ -22,6 +22,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .conf import get_settings
+from .contract import check_json_document
+from .exceptions import ResultNotStorable
 from .outcomes import JobOutcome
 
 #: ``last_error`` is a one-line summary (the full text is in ``errors``).
@@ -108,3 +111,23 @@ def make_outcome_storable(outcome: Any) -> None:
             outcome.error_json = storable_json_text(outcome.error_json, ERROR_STRING_CAP)
     if outcome.last_error is not None:
         outcome.last_error = storable_text(outcome.last_error, LAST_ERROR_CAP)
+
+
+def return_value_json(value: Any) -> str:
+    """A task's return value as JSON text, under the same contract as its arguments.
+
+    Raises ``ResultNotStorable`` or ``PayloadTooLarge`` (above
+    ``PGQUEUE["MAX_RESULT_BYTES"]``): the worker records that as the attempt's
+    failure, like an exception raised by the task.
+    """
+    conf = get_settings()
+    if value is None and conf.MAX_RESULT_BYTES >= 4:
+        return "null"  # most tasks return nothing: no need to serialise and check it
+    return check_json_document(
+        value,
+        name="result",
+        max_bytes=conf.MAX_RESULT_BYTES,
+        max_depth=conf.MAX_JSON_DEPTH,
+        error=ResultNotStorable,
+        limit_name="PGQUEUE['MAX_RESULT_BYTES']",
+    )

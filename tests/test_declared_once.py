@@ -33,7 +33,7 @@ def test_a_column_without_a_field_or_a_field_without_a_column_is_refused():
 
 def test_the_statements_select_the_declared_columns():
     for _, expression in sql.CLAIMED_JOB_COLUMNS:
-        assert expression in sql.CLAIM_JOBS and expression in sql.CLAIM_ATOMIC_JOB
+        assert expression in sql.CLAIM_JOBS and expression in sql.CLAIM_ATOMIC_JOBS
     assert CLAIMED_JOB.cls is ClaimedJob and JOB_ROW.cls is JobRow
     assert "SELECT " + ", ".join(sql.JOB_ROW_COLUMNS) in sql.GET_JOB
 

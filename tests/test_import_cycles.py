@@ -18,12 +18,8 @@ import django_pgqueue
 PACKAGE = Path(django_pgqueue.__file__).parent
 NAME = "django_pgqueue"
 
-#: Circles known and being removed elsewhere: the endpoint model's save path still
-#: calls the operations module, which imports the models. Delete the entry once
-#: the webhook store owns those writes.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"django_pgqueue.models.webhooks", "django_pgqueue.operations"}),
-}
+#: Circles known and being removed (none: keep it so).
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def _modules() -> dict[str, Path]:

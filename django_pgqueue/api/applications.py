@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.http import HttpRequest, HttpResponse
 
 from .. import authority
-from ..conf import get_settings
 from ..models.webhooks import Application
 from ..webhooks import store
 from . import audit, scoping
@@ -77,10 +76,8 @@ def create_application(request: HttpRequest, principal: Principal) -> HttpRespon
     if not isinstance(uid, str):
         raise invalid_fields({"uid": ["Expected a string."]})
     _apply(application, body)
-    alias = get_settings().DATABASE
     try:
-        with transaction.atomic(using=alias):
-            application.save(using=alias)
+        store.save_application(application)
     except IntegrityError:
         raise ApiError("conflict", f"An application with uid {uid!r} exists already.") from None
     audit.record(principal, Application, {application.pk: "Added."}, action_flag=audit.ADDITION)
@@ -99,7 +96,7 @@ def update_application(request: HttpRequest, principal: Principal, uid: str) -> 
     authority.check_owned_fields(principal, application, body)
     before = audit.snapshot(application, (name for name in EDITABLE if name in body))
     _apply(application, body)
-    application.save()
+    store.save_application(application)
     audit.record_change(principal, application, before)
     return respond(render(application))
 

@@ -22,12 +22,13 @@ import subprocess
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .server import Server, api_server_unavailable
 
-if TYPE_CHECKING:
-    from .core import Bench
+#: The running benchmark (``core.Bench``), which imports this module to run it:
+#: typed loosely here so that neither module imports the other.
+Bench = Any
 
 API_EVENTS = "/api/events"
 CEILING_EVENTS = "/ceiling/events"

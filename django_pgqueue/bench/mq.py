@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from django.db import connections
@@ -31,8 +31,9 @@ from .. import mq
 from ..db import connection_params
 from ..mq import sql as mq_sql
 
-if TYPE_CHECKING:
-    from .core import Bench
+#: The running benchmark (``core.Bench``), which imports this module to run it:
+#: typed loosely here so that neither module imports the other.
+Bench = Any
 
 QUEUE = "bench"
 MESSAGE = {"to": "someone@example.com", "subject": "hello", "n": 1}

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ..contract import check_arguments, strict_text
 from ..exceptions import ArgumentsNotJSON, PayloadTooLarge
+from ..setting_keys import check_keys
 from . import cron
 
 CATCH_UP_CHOICES = ("latest", "all", "none")
@@ -84,18 +85,14 @@ def _check_name(where: str, name: Any) -> None:
     )
 
 
-def stored_arguments(spec: ScheduleSpec) -> tuple[str, str]:
+def stored_arguments(spec: ScheduleSpec, limits: ArgumentLimits) -> tuple[str, str]:
     """A spec's arguments as the JSON its row stores, checked as at declaration.
 
     For specs that did not come through :func:`validate_entry` (built in code, or by
     another version): the same rule, raising ImproperlyConfigured naming the schedule.
     """
-    from ..conf import get_settings
-
     where = f"Schedule {spec.name!r}"
     _check_name(where, spec.name)
-    conf = get_settings()
-    limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
     return _check_arguments(where, spec.args, spec.kwargs, limits)
 
 
@@ -111,8 +108,6 @@ def validate_entry(
     _check_name(where, name)
     if not isinstance(entry, Mapping):
         raise ImproperlyConfigured(f"{where} must be a dict, got {entry!r}")
-    from ..conf import check_keys
-
     check_keys(where, entry, ENTRY_KEYS)
     for required in ("task", "cron"):
         if required not in entry:

@@ -18,7 +18,7 @@ from django.db import connections, transaction
 from .. import sql
 from ..conf import get_settings
 from ..models.schedule import Schedule
-from .spec import ScheduleSpec, stored_arguments
+from .spec import ArgumentLimits, ScheduleSpec, stored_arguments
 
 
 def declare(spec: ScheduleSpec, *, catch_up: str, next_tick: dt.datetime, now: dt.datetime) -> None:
@@ -28,8 +28,10 @@ def declare(spec: ScheduleSpec, *, catch_up: str, next_tick: dt.datetime, now: d
     zone changed. The arguments pass the input contract first, so a spec built
     without the checks is refused here with an error naming it, before any SQL.
     """
-    args_json, kwargs_json = stored_arguments(spec)
-    db = get_settings().DATABASE
+    conf = get_settings()
+    limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
+    args_json, kwargs_json = stored_arguments(spec, limits)
+    db = conf.DATABASE
     with connections[db].cursor() as cursor:
         cursor.execute(
             sql.UPSERT_SCHEDULE,

@@ -154,7 +154,8 @@ def _save_form(
     form.instance.application = application
     if request.method == "POST" and form.is_valid():
         # The configuration only (the store's): run-time state is never the form's.
-        saved = store.save_endpoint(form.save(commit=False))
+        # ``is_valid`` built the instance from the form (no many-to-many fields).
+        saved = store.save_endpoint(form.instance)
         messages.success(request, _("The endpoint was saved."))
         return _to_endpoint(saved), form
     return None, form

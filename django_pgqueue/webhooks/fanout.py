@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from .. import sql
 from ..conf import get_settings
 from ..contract import check_json_document
 from ..exceptions import IdempotencyKeyConflict, PayloadNotJSON, UnknownApplication
@@ -160,7 +159,6 @@ def record_event(
         # The application's lookup, the event and its fan-out: one statement, the store's.
         application_id, active, event_id, created_at, queued = fan_out(
             alias,
-            sql.RECORD_EVENT if uid is None else sql.RECORD_APPLICATION_EVENT,
             {
                 "application": uid,
                 "event_type": event_type,
@@ -173,6 +171,7 @@ def record_event(
                 "type_keys": subscription_keys(event_type),
                 "channels": channel_list,
             },
+            for_application=uid is not None,
         )
         if uid is not None and not active:
             # Nothing was written: the event is inserted only for an active application.

@@ -49,7 +49,7 @@ from ..outcomes import DeliveryOutcome
 from . import breaker
 
 if TYPE_CHECKING:
-    from ..models.webhooks import Delivery, Endpoint
+    from ..models.webhooks import Application, Delivery, Endpoint
 
 logger = logging.getLogger("django_pgqueue.operations")
 
@@ -156,12 +156,18 @@ def retries_due_now(conn: Any) -> None:
 # ----- events: the fan-out ------------------------------------------------------------
 
 
-def fan_out(alias: str, statement: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Insert one event and its deliveries in one statement (``sql.RECORD_EVENT``,
-    ``RECORD_APPLICATION_EVENT`` or ``RECORD_TEST_EVENT``), in the caller's transaction
-    on ``alias``. Returns the statement's row: (application id, application active,
-    event id, event created_at, deliveries queued); the event id is None when nothing
-    was inserted. ``send_event`` checks everything before, and says why after."""
+def fan_out(alias: str, params: Mapping[str, Any], *, for_application: bool) -> tuple[Any, ...]:
+    """Insert one event and its deliveries in one statement (``sql.RECORD_EVENT``, or
+    ``RECORD_APPLICATION_EVENT`` when the event is sent for one application), in the
+    caller's transaction on ``alias``. Returns the statement's row: (application id,
+    application active, event id, event created_at, deliveries queued); the event id
+    is None when nothing was inserted. ``send_event`` checks everything before, and
+    says why after."""
+    statement = sql.RECORD_APPLICATION_EVENT if for_application else sql.RECORD_EVENT
+    return _fan_out(alias, statement, params)
+
+
+def _fan_out(alias: str, statement: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
     with connections[alias].cursor() as cursor:
         cursor.execute(statement, params)
         row: tuple[Any, ...] = cursor.fetchone()
@@ -194,7 +200,7 @@ def send_test_event(endpoint: Endpoint) -> Delivery | None:
     # The compact, ASCII-only text send_event stores (fanout.serialize_payload).
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True)
     with transaction.atomic(using=alias):
-        _, _, event_id, _, queued = fan_out(
+        _, _, event_id, _, queued = _fan_out(
             alias,
             sql.RECORD_TEST_EVENT,
             {
@@ -219,6 +225,16 @@ def send_test_event(endpoint: Endpoint) -> Delivery | None:
 
 
 # ----- endpoints: configuration ---------------------------------------------------------
+
+
+def save_application(application: Application) -> Application:
+    """Create an application or write its fields (what the HTTP API's ``POST`` and
+    ``PATCH`` call; which fields a customer may change is ``authority``'s rule, checked
+    before). An ``IntegrityError`` (a uid taken) leaves nothing written."""
+    alias = get_settings().DATABASE
+    with transaction.atomic(using=alias):
+        application.save(using=alias)
+    return application
 
 
 def save_endpoint(endpoint: Endpoint) -> Endpoint:

@@ -27,12 +27,12 @@ from ..compat import (
     task_finished,
     task_started,
 )
-from ..contract import return_value_json
 from ..exceptions import NotATask, TaskAborted, TaskTimeout, WorkerInterrupted
 from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..outcomes import JobOutcome
 from ..signal_gate import SignalGate
+from ..storable import return_value_json
 from ..tracing import traced_run
 from .attempt import AttemptContext, current_attempt
 
