@@ -29,7 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from .. import sql
 from ..conf import get_settings
 from ..contract import check_json_document
-from ..docs import docs_url
+from ..docs import docs_site_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
 from .keys import hash_key, split_key
 
@@ -77,7 +77,7 @@ def problem(error: ApiError, request: HttpRequest | None = None) -> HttpResponse
     """The RFC 9457 response for ``error``."""
     status, title = PROBLEMS[error.code]
     body: dict[str, Any] = {
-        "type": docs_url("http-api", f"problem-{error.code.replace('_', '-')}"),
+        "type": docs_site_url("http-api", f"problem-{error.code.replace('_', '-')}"),
         "title": title,
         "status": status,
         "detail": error.detail,
