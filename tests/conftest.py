@@ -24,6 +24,30 @@ REPO = Path(__file__).resolve().parent.parent
 # The helper users load the same way (docs/testing.md): the pgqueue_jobs fixture.
 pytest_plugins = ["django_pgqueue.testing"]
 
+#: Tests that share something beyond their xdist worker's own test database: they
+#: kill or restart PostgreSQL clusters, count sessions across databases, measure
+#: timings, or drive a browser. ``scripts/dev.py test`` runs them in a second,
+#: serial pass (``-m serial``) after the parallel one (``-m "not serial"``).
+SERIAL_PATHS = (
+    "tests/faults/",
+    "tests/test_fault_tooling.py",
+    "tests/test_bench.py",
+    "tests/test_unique.py",
+    "tests/worker/test_processes.py",
+    "tests/periodic/test_processes.py",
+    "tests/mq/test_unlogged_crash.py",
+)
+SERIAL_MARKERS = ("fault", "browser", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        where = Path(str(item.path)).resolve().relative_to(REPO).as_posix()
+        if where.startswith(SERIAL_PATHS) or any(
+            item.get_closest_marker(m) for m in SERIAL_MARKERS
+        ):
+            item.add_marker(pytest.mark.serial)
+
 
 @pytest.fixture(autouse=True)
 def _close_notifier_connection() -> Iterator[None]:
