@@ -193,6 +193,27 @@ def authenticate(request: HttpRequest) -> Principal:
 Handler = Callable[..., HttpResponse]
 
 
+@csrf_exempt
+def no_such_route(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """The last route of the API's URLconf: a problem+json 404 for any other URL under
+    it, where Django would answer with its HTML page. A trailing slash is the usual
+    slip (the API's URLs have none), so the answer names the URL without it."""
+    from django.urls import Resolver404, resolve
+
+    detail = f"There is no API route {request.path}."
+    if request.path.endswith("/") and rest:
+        try:
+            match = resolve(request.path.rstrip("/"))
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not no_such_route:
+            detail += (
+                f" The API's URLs have no trailing slash: {request.path.rstrip('/')} "
+                "(events, not events/)."
+            )
+    return problem(ApiError("not_found", detail), request)
+
+
 def route(**methods: tuple[str, Handler]) -> Callable[..., HttpResponse]:
     """A view serving ``METHOD=(scope, handler)``; the handler gets (request, principal,
     **url kwargs)."""
