@@ -72,3 +72,10 @@ def test_an_unauthenticated_stray_url_is_still_problem_json():
     response = Client().get(API + "events/")
     assert response["Content-Type"] == "application/problem+json"
     assert json.loads(response.content)["status"] == 404
+
+
+def test_the_url_names_are_in_their_own_namespace():
+    from django.urls import reverse
+
+    assert reverse("pgqueue_api:events") == API + "events"
+    assert reverse("pgqueue_api:endpoint", args=[42]) == API + "endpoints/42"
