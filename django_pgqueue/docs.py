@@ -1,24 +1,39 @@
-"""Links from error messages and hints to the published documentation.
+"""Links from error messages and hints to the documentation.
 
-A pip user has no ``docs/`` folder, so hints name a URL. The base URL is the
-``Documentation`` entry of ``[project.urls]`` in pyproject.toml, read from the installed
-distribution's metadata, so that the package and its messages cannot disagree; the
-constant below is used when the metadata is missing (a source checkout run in place).
+A hint must name a page the reader can open. Run from a source checkout (the way
+the project is installed until its first release: ``pip install -e <checkout>``),
+the ``docs/`` folder sits next to the package, and hints name its files
+(``file:///…/docs/settings.md#anchor``), which exist whether or not the site is
+published. Installed from a wheel there is no such folder, and hints name the
+documentation site: the ``Documentation`` entry of ``[project.urls]`` in
+pyproject.toml, read from the installed distribution's metadata, so that the
+package and its messages cannot disagree (a build for another host sets it there);
+the constant below is used when the metadata is missing.
+
+Identifiers sent to other programs (the HTTP API's problem ``type``) always use the
+site URL (:func:`docs_site_url`): they must be the same on every server and must not
+show a server's file paths to its clients.
+
+``tests/test_docs_links.py`` checks that every page and anchor the code names exists
+in ``docs/``.
 """
 
 from __future__ import annotations
 
 from functools import cache
 from importlib import metadata
+from pathlib import Path
 
 DISTRIBUTION = "django-pgqueue-engine"
 #: Keep equal to ``Documentation`` in pyproject.toml's ``[project.urls]``.
 FALLBACK_BASE = "https://django-pgqueue-engine.readthedocs.io/en/latest/"
+#: Where the pages are in a source checkout (the package's parent folder).
+CHECKOUT_DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 @cache
 def docs_base() -> str:
-    """The documentation's base URL, ending with ``/``."""
+    """The documentation site's base URL, ending with ``/``."""
     try:
         urls = metadata.metadata(DISTRIBUTION).get_all("Project-URL") or []
     except metadata.PackageNotFoundError:
@@ -30,14 +45,23 @@ def docs_base() -> str:
     return FALLBACK_BASE
 
 
-def docs_url(page: str, anchor: str = "") -> str:
-    """The URL of a docs page, by its file name in ``docs/`` without ``.md``.
+def docs_site_url(page: str, anchor: str = "") -> str:
+    """The site URL of a docs page, by its file name in ``docs/`` without ``.md``.
 
     The site is built by MkDocs with directory URLs: ``docs/settings.md`` is served
     at ``<base>settings/``.
     """
     url = f"{docs_base()}{page}/"
     return f"{url}#{anchor}" if anchor else url
+
+
+def docs_url(page: str, anchor: str = "") -> str:
+    """Where a person reads a docs page: the checkout's file if there is one, else the site."""
+    source = CHECKOUT_DOCS / f"{page}.md"
+    if source.is_file():
+        uri = source.as_uri()
+        return f"{uri}#{anchor}" if anchor else uri
+    return docs_site_url(page, anchor)
 
 
 #: Where the fix of each system check is documented: (page, anchor), the anchor being

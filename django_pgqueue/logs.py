@@ -106,10 +106,44 @@ def configure_worker_logging(verbosity: int = 1, log_format: str | None = None) 
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logger.addHandler(handler)
     logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+    _drop_task_framework_repeats()
     # With an explicit format, our records stop at this logger: handlers the project put
     # on the root (or on "django") do not print them a second time in another format.
     logger.propagate = log_format is None
     return True
+
+
+class _TaskFrameworkRepeats(logging.Filter):
+    """Drops the Tasks framework's own "started" and "finished" records.
+
+    The framework logs each task's start and end (a failure's with its traceback)
+    under its logger; Django's console handler prints them with ``DEBUG`` on, and
+    ``logging``'s last resort prints a failure's always. Beside the worker's line per
+    attempt they say the same thing again: two or three lines per job and every
+    traceback twice. Only those two receivers' records are dropped; anything else
+    logged under that logger passes.
+    """
+
+    REPEATS = frozenset({"log_task_started", "log_task_finished"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.funcName not in self.REPEATS
+
+
+def _drop_task_framework_repeats() -> None:
+    """Where the worker prints its own lines, do not print each attempt twice.
+
+    A project that configured the framework's logger itself (a handler, a level or a
+    filter of its own) asked for those records and keeps them.
+    """
+    from .compat import TASKS_MODULE
+
+    tasks_logger = logging.getLogger(TASKS_MODULE)
+    if any(isinstance(f, _TaskFrameworkRepeats) for f in tasks_logger.filters):
+        return
+    if tasks_logger.handlers or tasks_logger.filters or tasks_logger.level != logging.NOTSET:
+        return
+    tasks_logger.addFilter(_TaskFrameworkRepeats())
 
 
 def log_attempt(logger: logging.Logger, worker_id: str, outcome: Any, label: str) -> None:

@@ -17,14 +17,18 @@ Jobs run in the calling thread, on the test's own database connection and
 transaction: they see the test's uncommitted rows, and Django's ``TestCase``
 rolls their effects back with everything else. The claim, the task and the
 completion are the worker's own code (sql.CLAIM_JOBS, TaskRunner,
-sql.COMPLETE_JOBS), so retries, backoff and the dead-letter queue behave as in
-production; only the wait for a retry's backoff is skipped (``retries="now"``).
+sql.COMPLETE_JOBS), so retries, backoff, timeouts and the dead-letter queue behave
+as in production; only the wait for a retry's backoff is skipped (``retries="now"``).
+Webhook deliveries are sent only when asked (``webhooks=True``): a test's fixtures
+may name real receivers.
 docs/testing.md says what works under ``TestCase`` and what needs
 ``TransactionTestCase``.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -37,8 +41,10 @@ from django.db import connections
 from .conf import get_settings
 from .db import FastJsonbLoader
 from .outcomes import Outcome
+from .worker.attempt import TIMED_OUT, Attempt, set_current
 from .worker.runner import TaskRunner
 from .worker.sources import JobSource, Source
+from .worker.worker import WATCH_INTERVAL
 
 #: psycopg's type oid of jsonb (Django's connections load it as text; ours as JSON).
 JSONB_OID = 3802
@@ -115,10 +121,47 @@ def _sources(webhooks: bool, worker_id: str) -> list[Source]:
     return sources
 
 
+def _past_deadline(attempt: Attempt) -> bool:
+    # The worker's watchdog gives an attempt up on this same condition.
+    return attempt.deadline is not None and time.monotonic() >= attempt.deadline
+
+
+def _watch(attempt: Attempt, done: threading.Event) -> None:
+    while not done.wait(WATCH_INTERVAL):
+        if _past_deadline(attempt):
+            attempt.given_up = TIMED_OUT  # a cooperative task sees is_aborted()
+            return
+
+
+def _run_attempt(source: Source, item: Any) -> Outcome:
+    """Run one row as a worker's task thread does, under an :class:`Attempt`.
+
+    The runner gives the attempt the task's timeout; past it, the attempt is given up
+    (a task that looks at ``context.is_aborted()`` stops) and recorded as timed out,
+    whatever the task returned afterwards, as the worker records it. The task itself
+    runs in this thread, on the test's connection, so it cannot be cut short: one that
+    never looks runs to its end first.
+    """
+    attempt = Attempt(source, item)
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(attempt, done), daemon=True)
+    set_current(attempt)
+    watcher.start()
+    try:
+        outcome = source.run(item)
+    finally:
+        done.set()
+        watcher.join()
+        set_current(None)
+    if attempt.timeout is not None and (attempt.given_up == TIMED_OUT or _past_deadline(attempt)):
+        return source.timed_out(item, attempt.timeout)
+    return outcome
+
+
 def run_queued_jobs(
     *,
     queues: Sequence[str] | None = None,
-    webhooks: bool = True,
+    webhooks: bool = False,
     retries: Literal["now", "wait"] = "now",
     max_jobs: int = 1000,
 ) -> RunReport:
@@ -126,6 +169,11 @@ def run_queued_jobs(
 
     * ``queues``: only these queue names (webhook deliveries are the queue
       ``"webhooks"``); default all.
+    * ``webhooks=True``: send webhook deliveries too, for real, to their endpoints'
+      URLs; by default they are left pending, so a test never POSTs to a receiver
+      it did not mean to.
+    * A task's ``timeout`` (or the backend's ``TIMEOUT``) applies as under a worker:
+      an attempt that runs past it is recorded as a ``TaskTimeout`` failure.
     * ``retries="now"``: a failed attempt's retry is run at once instead of after
       its backoff, so each job ends succeeded or dead; ``"wait"`` leaves retries
       scheduled (not run by this call).
@@ -169,7 +217,7 @@ def run_queued_jobs(
                             f"run_queued_jobs ran {max_jobs} rows and more are due; a task "
                             f"that enqueues itself? Raise max_jobs if this is expected."
                         )
-                    outcome: Outcome = source.run(item)
+                    outcome: Outcome = _run_attempt(source, item)
                     outcome.source = source.name
                     # Fetched again: an atomic job whose session ended reconnects.
                     connection.ensure_connection()
@@ -186,7 +234,7 @@ def run_queued_jobs(
 def run_jobs(
     *,
     queues: Sequence[str] | None = None,
-    webhooks: bool = True,
+    webhooks: bool = False,
     retries: Literal["now", "wait"] = "now",
     max_jobs: int = 1000,
 ) -> Iterator[RunReport]:

@@ -42,13 +42,17 @@ PGSERVER_PIN = "pgserver>=0.1.4,<0.2"
 PGSERVER_PYTHONS = {(3, 11), (3, 12)}
 COMMANDS = ("demo", "test", "serve", "shell")
 PYTEST_NO_TESTS = 5
+#: Processes of the parallel pass of a whole-suite run (pytest-xdist, one test database
+#: each); PGQUEUE_TEST_PROCESSES=1 runs the suite in one serial pass instead.
+DEFAULT_TEST_PROCESSES = 2
 
 USAGE = """\
 usage: python3 scripts/dev.py [options] {demo,test,serve,shell} [args...]
 
 commands:
   demo  [args]        set up, migrate, run `manage.py pgqueue_demo [args]`
-  test  [args]        set up, run the test suite (`python -m pytest [args]`)
+  test  [args]        set up, run the test suite (`python -m pytest [args]`); with
+                      no args, in two passes: `-n 2 -m "not serial"`, then `-m serial`
   serve [args]        set up, migrate, run `manage.py pgqueue_demo_server [args]`
   shell -- CMD...     set up, run CMD in the virtualenv with DATABASE_URL set
 
@@ -239,17 +243,48 @@ def ensure_venv(
     return python
 
 
-def build_command(opts: Options, python: Path) -> list[str]:
-    """The with_db.py invocation for a subcommand."""
+def test_passes(args: list[str], processes: int) -> list[list[str]]:
+    """The pytest argument lists of ``dev.py test``, run one after the other.
+
+    Given arguments run as given, in one pass. The whole suite (no arguments) runs
+    in two: most tests on ``processes`` pytest-xdist workers, each with its own test
+    database (a file's tests stay on one worker: module fixtures are built once),
+    then the tests marked ``serial`` in tests/conftest.py (they kill or restart
+    clusters, count sessions across databases or measure timings) alone.
+    """
+    if args or processes <= 1:
+        return [args]
+    return [
+        ["-n", str(processes), "--dist", "loadfile", "-m", "not serial"],
+        ["-p", "no:xdist", "-m", "serial"],
+    ]
+
+
+def test_processes() -> int:
+    raw = os.environ.get("PGQUEUE_TEST_PROCESSES", str(DEFAULT_TEST_PROCESSES))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise DevError(f"PGQUEUE_TEST_PROCESSES must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise DevError(f"PGQUEUE_TEST_PROCESSES must be 1 or more, got {value}")
+    return value
+
+
+def build_commands(opts: Options, python: Path) -> list[list[str]]:
+    """The with_db.py invocations for a subcommand, run one after the other."""
     runner = [str(python), str(WITH_DB)]
     manage = [str(python), "manage.py"]
     if opts.command == "demo":
-        return [*runner, "--migrate", "--", *manage, "pgqueue_demo", *opts.args]
+        return [[*runner, "--migrate", "--", *manage, "pgqueue_demo", *opts.args]]
     if opts.command == "serve":
-        return [*runner, "--migrate", "--", *manage, "pgqueue_demo_server", *opts.args]
+        return [[*runner, "--migrate", "--", *manage, "pgqueue_demo_server", *opts.args]]
     if opts.command == "test":
-        return [*runner, "--", str(python), "-m", "pytest", *opts.args]
-    return [*runner, "--", *opts.args]
+        return [
+            [*runner, "--", str(python), "-m", "pytest", *args]
+            for args in test_passes(opts.args, test_processes())
+        ]
+    return [[*runner, "--", *opts.args]]
 
 
 def run_child(cmd: list[str], env: dict[str, str]) -> int:
@@ -301,15 +336,18 @@ def main(argv: list[str]) -> int:
     env["PYTHONUNBUFFERED"] = "1"
 
     started = time.monotonic()
-    code = run_child(build_command(opts, python), env)
+    code = 0
+    for cmd in build_commands(opts, python):
+        code = run_child(cmd, env) or code
     elapsed = time.monotonic() - started
     if opts.command == "test":
+        total = f"total time {elapsed // 60:.0f} min {elapsed % 60:.0f} s"
         if code == 0:
-            say(f"tests passed ({elapsed:.0f}s)")
+            say(f"tests passed ({total})")
         elif code == PYTEST_NO_TESTS:
-            say("pytest collected no tests (exit 5): counted as a failure")
+            say(f"pytest collected no tests (exit 5): counted as a failure ({total})")
         else:
-            say(f"tests failed with exit code {code} ({elapsed:.0f}s)")
+            say(f"tests failed with exit code {code} ({total})")
     elif code != 0:
         say(f"`{opts.command}` exited with code {code}")
     return code

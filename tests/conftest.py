@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from django.db import connection
 
 from .support.fault_fixtures import fault_db, fault_pg, fault_proxy, pgbouncer_proxy  # noqa: F401
 
@@ -23,6 +22,30 @@ REPO = Path(__file__).resolve().parent.parent
 
 # The helper users load the same way (docs/testing.md): the pgqueue_jobs fixture.
 pytest_plugins = ["django_pgqueue.testing"]
+
+#: Tests that share something beyond their xdist worker's own test database: they
+#: kill or restart PostgreSQL clusters, count sessions across databases, measure
+#: timings, or drive a browser. ``scripts/dev.py test`` runs them in a second,
+#: serial pass (``-m serial``) after the parallel one (``-m "not serial"``).
+SERIAL_PATHS = (
+    "tests/faults/",
+    "tests/test_fault_tooling.py",
+    "tests/test_bench.py",
+    "tests/test_unique.py",
+    "tests/worker/test_processes.py",
+    "tests/periodic/test_processes.py",
+    "tests/mq/test_unlogged_crash.py",
+)
+SERIAL_MARKERS = ("fault", "browser", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        where = Path(str(item.path)).resolve().relative_to(REPO).as_posix()
+        if where.startswith(SERIAL_PATHS) or any(
+            item.get_closest_marker(m) for m in SERIAL_MARKERS
+        ):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)
@@ -34,9 +57,11 @@ def _close_notifier_connection() -> Iterator[None]:
     notifier.close()
 
 
-def database_url() -> str:
-    """URL of the (test) database Django is connected to, for child processes."""
-    s = connection.settings_dict
+def database_url(alias: str = "default") -> str:
+    """URL of the (test) database of ``alias`` Django is connected to, for child processes."""
+    from django.db import connections
+
+    s = connections[alias].settings_dict
     user = quote(s.get("USER") or "", safe="")
     password = quote(s.get("PASSWORD") or "", safe="")
     auth = user + (f":{password}" if password else "")
@@ -48,6 +73,20 @@ def database_url() -> str:
             f"&port={port}" if port else ""
         )
     return f"postgresql://{auth}@{host or '127.0.0.1'}{':' + str(port) if port else ''}/{name}"
+
+
+def _queue_database_env() -> dict[str, str]:
+    """QUEUE_DATABASE_URL for a child, when this test has a test queue database.
+
+    Named, not left to the settings to derive: under pytest-xdist the test queue
+    database is ``test_<name>_queue_gw0``, not the default's test name plus "_queue".
+    Without one (the test did not ask for "queue"), the child derives it as before.
+    """
+    from django.db import connections
+
+    if not connections["queue"].settings_dict["NAME"].startswith("test_"):
+        return {}
+    return {"QUEUE_DATABASE_URL": database_url("queue")}
 
 
 def wait_for(
@@ -205,6 +244,7 @@ def worker_process(transactional_db: None) -> Iterator[Callable[..., WorkerProce
         full_env = {
             **os.environ,
             "DATABASE_URL": database_url(),
+            **_queue_database_env(),
             "DJANGO_SETTINGS_MODULE": "testproject.settings",
             "PYTHONUNBUFFERED": "1",
             **(env or {}),

@@ -175,12 +175,12 @@ def test_e011_backport_missing_from_installed_apps(settings):
 
 
 def test_hints_point_at_the_documentation_url():
-    from django_pgqueue.docs import FALLBACK_BASE, docs_url
+    from django_pgqueue.docs import FALLBACK_BASE, docs_site_url, docs_url
 
     with override_settings(PGQUEUE={"BATCH_SIZE": 0}):
         [message] = check_settings()
     assert message.hint.endswith(docs_url("settings", "pgqueue-keys"))
-    assert docs_url("settings").startswith("https://")
+    assert docs_site_url("settings").startswith("https://")
     # pyproject.toml's [project.urls] and the fallback agree.
     import tomllib
     from pathlib import Path

@@ -59,16 +59,58 @@ def test_queues_are_selectable_and_a_runaway_is_stopped():
 
 
 @pytest.mark.django_db
-def test_webhook_deliveries_reach_a_test_receiver():
+def test_webhook_deliveries_reach_a_test_receiver_when_asked():
     from django_pgqueue import send_event
+
+    with Receiver() as receiver:
+        Endpoint.objects.create(url=receiver.url("/hook"), event_types=[])
+        with run_jobs(webhooks=True) as report:
+            send_event("order.paid", {"order": 42})
+        assert report.deliveries_succeeded == 1
+        (request,) = receiver.hits("/hook")
+    assert b'"data":{"order":42}' in request.body
+
+
+@pytest.mark.django_db
+def test_webhooks_are_not_sent_unless_asked():
+    # A test that enqueues jobs must not POST to the real receivers its fixtures name.
+    from django_pgqueue import send_event
+    from django_pgqueue.models import Delivery
 
     with Receiver() as receiver:
         Endpoint.objects.create(url=receiver.url("/hook"), event_types=[])
         with run_jobs() as report:
             send_event("order.paid", {"order": 42})
-        assert report.deliveries_succeeded == 1
-        (request,) = receiver.hits("/hook")
-    assert b'"order":42' in request.body or b'"order": 42' in request.body
+            tasks.add.enqueue(1, 2)
+        assert receiver.hits("/hook") == []
+    assert report.succeeded == 1 and report.deliveries_succeeded == 0
+    assert Delivery.objects.get().status == "pending"
+
+
+@pytest.mark.django_db
+def test_a_task_past_its_timeout_fails_as_under_a_worker():
+    # The worker gives an attempt up at its timeout; the helper records the same outcome.
+    result = tasks.overruns_its_timeout.enqueue(0.5)
+    report = run_queued_jobs()
+    assert (report.succeeded, report.failed, report.dead) == (0, 1, 1)
+    row = Job.objects.get(pk=result.id)
+    assert row.status == "dead" and row.result is None
+    assert row.errors[-1]["exception_class_path"] == "django_pgqueue.exceptions.TaskTimeout"
+    assert "within its timeout of 0.3 s" in row.errors[-1]["traceback"]
+    assert tasks.overruns_its_timeout.enqueue(0.01) and run_queued_jobs().succeeded == 1
+
+
+@pytest.mark.django_db
+def test_a_cooperative_task_sees_its_deadline_and_is_told_to_stop(settings):
+    from testproject.demo import unruly
+
+    default = settings.TASKS["default"]
+    settings.TASKS = {"default": {**default, "OPTIONS": {**default["OPTIONS"], "TIMEOUT": 0.3}}}
+    unruly.cooperative.enqueue("polite")
+    report = run_queued_jobs(retries="wait")
+    assert report.failed == 1
+    labels = set(TaskRun.objects.values_list("label", flat=True))
+    assert "stopped:polite:deadline:True" in labels
 
 
 class RunJobsInTestCase(TestCase):

@@ -4,8 +4,13 @@ The event and every delivery it fans out to are written by ``record_event`` (the
 code of ``send_event``) in one transaction; the answer is built only after that
 transaction has committed, so a 2xx always means "stored". With an idempotency key
 (field or ``Idempotency-Key`` header) a repeat of the same request gets the same
-answer and creates nothing; the event table's unique constraint on the key decides
-between concurrent repeats. The same key with another request is a 409.
+answer, with ``Idempotent-Replayed: true``, and creates nothing; the event table's
+unique constraint on the key decides between concurrent repeats. The same key with
+another request is a 409.
+
+A field ``send_event`` refuses is a 422 naming it (``errors``: ``event_type``, or
+``events[2].event_type`` in a batch): the checks are ``send_event``'s own, called
+here first so the answer can say which field broke which rule.
 """
 
 from __future__ import annotations
@@ -16,11 +21,24 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 
 from ..conf import get_settings
-from ..exceptions import IdempotencyKeyConflict, PayloadTooLarge, UnknownApplication
+from ..exceptions import (
+    IdempotencyKeyConflict,
+    PayloadNotJSON,
+    PayloadTooLarge,
+    UnknownApplication,
+)
 from ..models.webhooks import Delivery, Event
-from ..webhooks.fanout import record_event, serialize_payload
+from ..webhooks.fanout import (
+    check_event_type,
+    check_idempotency_key,
+    record_event,
+    serialize_payload,
+)
 from ..webhooks.routing import check_channels
-from .http import ApiError, Principal, check_fields, read_json, respond
+from .http import ApiError, Principal, check_fields, invalid_fields, read_json, respond
+
+#: The answer to a repeat of a request with the same idempotency key.
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 EVENT_FIELDS = (
     "event_type",
@@ -30,6 +48,26 @@ EVENT_FIELDS = (
     "idempotency_key",
     "ordering_key",
 )
+
+
+def _field(where: str, name: str) -> str:
+    """A field's name in an answer: ``event_type``, or ``events[2].event_type``."""
+    return name if where == "event" else f"{where}.{name}"
+
+
+def _check_each_field(request: dict[str, Any], where: str) -> None:
+    """422 naming the first field ``send_event`` would refuse (its own checks)."""
+    checks = (
+        ("event_type", check_event_type),
+        ("channels", check_channels),
+        ("idempotency_key", check_idempotency_key),
+        ("ordering_key", lambda key: check_idempotency_key(key, "ordering_key")),
+    )
+    for name, check in checks:
+        try:
+            check(request[name])
+        except (TypeError, ValueError) as exc:
+            raise invalid_fields({_field(where, name): [str(exc)]}) from None
 
 
 def _request_of(
@@ -52,7 +90,7 @@ def _request_of(
         if application is not None and application != principal.application_uid:
             raise ApiError("forbidden", "This API key may only send events of its own application.")
         application = principal.application_uid
-    return {
+    request = {
         "event_type": body["event_type"],
         "payload": body["payload"],
         "application": application,
@@ -60,13 +98,16 @@ def _request_of(
         "idempotency_key": key,
         "ordering_key": body.get("ordering_key"),
     }
+    _check_each_field(request, where)
+    return request
 
 
-def _record(request: dict[str, Any], where: str) -> dict[str, Any]:
+def _record(request: dict[str, Any], where: str) -> tuple[dict[str, Any], bool]:
     """Write one event (its own transaction, or a savepoint of the batch's); its
-    representation."""
+    representation, and whether it is a replay (the key's event already existed)."""
     try:
         event, queued = record_event(**request)
+        replayed = queued is None
         if queued is None:
             _check_same_request(event, request)
             queued = Delivery.objects.using(get_settings().DATABASE).filter(event=event).count()
@@ -84,6 +125,8 @@ def _record(request: dict[str, Any], where: str) -> dict[str, Any]:
         ) from None
     except PayloadTooLarge as exc:
         raise ApiError("too_large", f"{where}: {exc}") from None
+    except PayloadNotJSON as exc:
+        raise invalid_fields({_field(where, "payload"): [str(exc)]}) from None
     except (TypeError, ValueError) as exc:  # send_event's checks, made before any SQL
         raise ApiError("validation_error", f"{where}: {exc}") from None
     return {
@@ -96,7 +139,7 @@ def _record(request: dict[str, Any], where: str) -> dict[str, Any]:
         "ordering_key": event.ordering_key,
         "created_at": event.created_at,
         "deliveries": queued,
-    }
+    }, replayed
 
 
 def _check_same_request(event: Event, request: dict[str, Any]) -> None:
@@ -122,8 +165,13 @@ def create_event(request: HttpRequest, principal: Principal) -> HttpResponse:
     event_request = _request_of(body, principal, request.headers.get("Idempotency-Key"), "event")
     # record_event's own atomic block is the transaction (no savepoint round trips):
     # it has committed when _record returns, so the client is told only then.
-    result = _record(event_request, "event")
-    return respond(result, status=202)
+    result, replayed = _record(event_request, "event")
+    return respond(result, status=202, headers=_replay_headers([replayed]))
+
+
+def _replay_headers(replayed: list[bool]) -> dict[str, str]:
+    # Only when nothing was created: a batch with one new event is not a replay.
+    return {REPLAYED_HEADER: "true"} if all(replayed) else {}
 
 
 def create_events(request: HttpRequest, principal: Principal) -> HttpResponse:
@@ -140,5 +188,9 @@ def create_events(request: HttpRequest, principal: Principal) -> HttpResponse:
         _request_of(item, principal, None, f"events[{index}]") for index, item in enumerate(items)
     ]
     with transaction.atomic(using=get_settings().DATABASE):
-        results = [_record(item, f"events[{index}]") for index, item in enumerate(requests)]
-    return respond({"events": results}, status=202)
+        recorded = [_record(item, f"events[{index}]") for index, item in enumerate(requests)]
+    return respond(
+        {"events": [result for result, _ in recorded]},
+        status=202,
+        headers=_replay_headers([replayed for _, replayed in recorded]),
+    )

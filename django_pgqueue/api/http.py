@@ -29,7 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from .. import authority, sql
 from ..conf import get_settings
 from ..contract import check_json_document, strict_int, strict_text
-from ..docs import docs_url
+from ..docs import docs_site_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
 from .keys import hash_key, split_key
 
@@ -77,7 +77,7 @@ def problem(error: ApiError, request: HttpRequest | None = None) -> HttpResponse
     """The RFC 9457 response for ``error``."""
     status, title = PROBLEMS[error.code]
     body: dict[str, Any] = {
-        "type": docs_url("http-api", f"problem-{error.code.replace('_', '-')}"),
+        "type": docs_site_url("http-api", f"problem-{error.code.replace('_', '-')}"),
         "title": title,
         "status": status,
         "detail": error.detail,
@@ -211,6 +211,27 @@ def authenticate(request: HttpRequest) -> Principal:
 # -- routes -----------------------------------------------------------------------------
 
 Handler = Callable[..., HttpResponse]
+
+
+@csrf_exempt
+def no_such_route(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """The last route of the API's URLconf: a problem+json 404 for any other URL under
+    it, where Django would answer with its HTML page. A trailing slash is the usual
+    slip (the API's URLs have none), so the answer names the URL without it."""
+    from django.urls import Resolver404, resolve
+
+    detail = f"There is no API route {request.path}."
+    if request.path.endswith("/") and rest:
+        try:
+            match = resolve(request.path.rstrip("/"))
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not no_such_route:
+            detail += (
+                f" The API's URLs have no trailing slash: {request.path.rstrip('/')} "
+                "(events, not events/)."
+            )
+    return problem(ApiError("not_found", detail), request)
 
 
 def route(**methods: tuple[Any, Handler]) -> Callable[..., HttpResponse]:

@@ -6,12 +6,12 @@ are taken as strings and parsed by the views, so a malformed one is a problem+js
 404 like any other, not Django's HTML page.
 """
 
-from django.urls import path
+from django.urls import path, re_path
 from django.views.decorators.http import require_GET
 
 from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
 from . import applications, deliveries, endpoints, event_types, events
-from .http import route
+from .http import no_such_route, route
 from .openapi import openapi_view
 
 app_name = "pgqueue_api"
@@ -94,4 +94,6 @@ urlpatterns = [
         ),
         name="application",
     ),
+    # Last: any other URL under the API is a problem+json 404, not Django's HTML page.
+    re_path(r"^(?P<rest>.*)$", no_such_route, name="no_such_route"),
 ]

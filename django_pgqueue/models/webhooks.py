@@ -424,7 +424,8 @@ class Endpoint(models.Model):
 class Event(models.Model):
     """Something that happened, sent to every subscribed endpoint.
 
-    ``body`` holds the exact JSON bytes that are signed and POSTed on every attempt;
+    ``body`` holds the payload's exact JSON text; every attempt POSTs (and signs) it
+    inside the ``{"type", "timestamp", "data"}`` envelope, :meth:`request_body`.
     ``msg_id`` is the ``webhook-id`` header, the same across retries and endpoints.
     """
 
@@ -483,6 +484,12 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.msg_id}"
+
+    def request_body(self) -> str:
+        """The JSON text each request for this event carries (webhooks/envelope.py)."""
+        from ..webhooks.envelope import envelope_text
+
+        return envelope_text(self.event_type, self.created_at, self.body)
 
 
 class Delivery(QueueRow):

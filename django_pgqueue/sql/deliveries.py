@@ -392,7 +392,8 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     FROM claimed AS c WHERE c.lapsed AND c.old_attempt >= 1
 )
 SELECT c.id, c.status, c.locked_by, c.attempts, c.max_attempts, c.endpoint_id, e.url,
-       e.secret, e.previous_secrets, e.headers, ev.msg_id, ev.event_type, ev.body
+       e.secret, e.previous_secrets, e.headers, ev.msg_id, ev.event_type, ev.body,
+       ev.created_at
 FROM claimed AS c
 JOIN {ENDPOINT_TABLE} AS e ON e.id = c.endpoint_id
 JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id

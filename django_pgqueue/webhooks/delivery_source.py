@@ -35,6 +35,7 @@ from ..worker.runner import describe_exception
 from ..worker.sources import Source
 from . import breaker, operational, store
 from .crypto import SecretDecryptionError, decrypt_active_secrets
+from .envelope import envelope_body
 from .signing import build_headers
 from .transport import TransportResult, WebhookTransport
 
@@ -65,6 +66,8 @@ class ClaimedDelivery:
     msg_id: str
     event_type: str
     body: str
+    #: When the event was created: the envelope's ``timestamp`` (webhooks/envelope.py).
+    occurred_at: dt.datetime
     #: Decrypted secrets by ciphertext, shared by the deliveries of one claim: a batch
     #: to one endpoint decrypts its secret once. Lives as long as the batch's items.
     decrypted: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -179,7 +182,8 @@ class DeliverySource(Source):
         """Sign and POST one delivery; describe the outcome. Never raises."""
         started_at = timezone.now()
         started = time.perf_counter()
-        body = item.body.encode()  # the bytes signed are the bytes sent
+        # The bytes signed are the bytes sent: the event's payload in its envelope.
+        body = envelope_body(item.event_type, item.occurred_at, item.body)
         try:
             secrets = item.secrets(started_at)
             timestamp = int(time.time())

@@ -97,6 +97,13 @@ def sleep_for(seconds: float) -> float:
     return seconds
 
 
+@task(timeout=0.3, max_attempts=2)
+def overruns_its_timeout(seconds: float) -> float:
+    """Sleeps past its timeout when ``seconds`` exceeds 0.3: each attempt times out."""
+    time.sleep(seconds)
+    return seconds
+
+
 not_a_task = "this module attribute is a string, not a Task"
 
 

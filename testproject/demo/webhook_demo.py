@@ -189,9 +189,13 @@ def counts(state: DemoState) -> dict[str, Any]:
             "attempts": DeliveryAttempt.objects.filter(delivery__in=rows).count(),
             "verified": sum(1 for r in state.receiver.hits(f"/{name}") if r.verified),
             "breaker": endpoint.breaker_state,
-            # Whose events this receiver saw (the "customer" of each payload).
+            # Whose events this receiver saw (the "customer" of each payload, the
+            # body's "data").
             "customers": sorted(
-                {json.loads(r.body).get("customer", "") for r in state.receiver.hits(f"/{name}")}
+                {
+                    json.loads(r.body)["data"].get("customer", "")
+                    for r in state.receiver.hits(f"/{name}")
+                }
                 - {""}
             ),
         }

@@ -103,3 +103,12 @@ def test_the_openapi_document_is_served_and_says_3_1(client):
     document = response.json()
     assert document["openapi"].startswith("3.1.")
     assert "/events" in document["paths"]
+
+
+def test_the_list_starts_with_a_header_naming_its_columns(tenants):
+    create("--name", "billing", "--scope", "send")
+    out = io.StringIO()
+    call_command("pgqueue_api_key", "list", stdout=out)
+    header, *rows = out.getvalue().splitlines()
+    assert header.split("\t") == ["prefix", "name", "scopes", "application", "last used", "state"]
+    assert len(rows) == 1 and len(rows[0].split("\t")) == 6

@@ -168,6 +168,22 @@ def test_a_worker_without_logging_settings_prints_a_line_per_attempt(fresh_proje
     assert "ValueError: kaboom from a task" in out and "Traceback" in out
 
 
+def test_with_debug_on_each_attempt_is_logged_once(fresh_project, tmp_path):
+    # startproject turns DEBUG on, and Django's console handler then prints the Tasks
+    # framework's own started/finished records beside the worker's line per attempt.
+    run = fresh_project()
+    settings = tmp_path / "freshsettings.py"
+    settings.write_text(settings.read_text() + "\nDEBUG = True\n")
+    _enqueue(run, "greet", "explode")
+    result = run("runworkers", "--burst")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len([line for line in lines if "freshapp.tasks.greet" in line]) == 1, result.stderr
+    assert len([line for line in lines if "freshapp.tasks.explode" in line]) == 1, result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+    assert result.stderr.count("ValueError: kaboom from a task") == 1, result.stderr
+
+
 def test_verbosity_zero_prints_errors_only(fresh_project):
     run = fresh_project()
     _enqueue(run, "greet", "explode")

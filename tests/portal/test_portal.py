@@ -4,6 +4,7 @@ own application, and every URL and form refuses another application's objects
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -75,6 +76,16 @@ def test_the_customer_sees_and_manages_their_own_endpoint(world):
     assert "private response of cust_a" in attempts
     assert client.post(f"{PORTAL}deliveries/{delivery.pk}/replay/").status_code == 302
     assert Delivery.objects.get(pk=delivery.pk).status == "pending"
+
+
+def test_a_delivery_shows_the_body_the_receiver_got(world):
+    # The customer debugging their receiver sees the type, the timestamp and the data
+    # exactly as the request carried them, not the bare payload.
+    delivery = world["cust_a"]["delivery"]
+    page = login("cust_a").get(f"{PORTAL}deliveries/{delivery.pk}/").content.decode()
+    event = delivery.event
+    assert html.escape(event.request_body()) in page
+    assert "{&quot;type&quot;:&quot;order.paid&quot;,&quot;timestamp&quot;:" in page
 
 
 def test_adding_an_endpoint_validates_it_in_customer_words(world):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import time
 
@@ -35,7 +36,15 @@ def test_success_sends_signed_exact_body_with_standard_headers(receiver, make_en
     delivery = only_delivery(event)
     assert delivery.status == "succeeded" and delivery.attempts == 1
     [request] = receiver.hits("/ok")
-    assert request.body == event.body.encode() == b'{"order_id":42,"note":"na\\u00efve \\u2603"}'
+    assert event.body == '{"order_id":42,"note":"na\\u00efve \\u2603"}'
+    sent_at = event.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert request.body == (
+        b'{"type":"order.paid","timestamp":"'
+        + sent_at.encode()
+        + b'","data":'
+        + event.body.encode()
+        + b"}"
+    )
     headers = {k.lower(): v for k, v in request.headers.items()}
     assert headers["content-type"] == "application/json"
     assert headers["webhook-id"] == event.msg_id and event.msg_id.startswith("msg_")
@@ -46,6 +55,26 @@ def test_success_sends_signed_exact_body_with_standard_headers(receiver, make_en
     [attempt] = attempts_of(delivery)
     assert (attempt.attempt, attempt.status_code, attempt.error) == (1, 200, "")
     assert attempt.response_body == '{"ok":true}' and attempt.duration_ms >= 0
+
+
+def test_a_receiver_of_a_wildcard_tells_the_event_types_apart(receiver, make_endpoint, run_worker):
+    # Subscribed to order.*, the receiver must know which order event each request is,
+    # and when it happened, from the signed body alone.
+    endpoint = make_endpoint(receiver.url("/orders"), event_types=["order.*"])
+    paid = send_event("order.paid", {"order_id": 1})
+    refunded = send_event("order.refunded", {"order_id": 1})
+    run_worker()
+    bodies = {}
+    for request in receiver.hits("/orders"):
+        verify(endpoint.secret, request.body, request.headers)
+        body = json.loads(request.body)
+        assert set(body) == {"type", "timestamp", "data"}
+        bodies[body["type"]] = body
+    assert set(bodies) == {"order.paid", "order.refunded"}
+    for event in (paid, refunded):
+        body = bodies[event.event_type]
+        assert body["data"] == {"order_id": 1}
+        assert dt.datetime.fromisoformat(body["timestamp"]) == event.created_at
 
 
 def test_attempt_log_keeps_awkward_text_exactly(receiver, make_endpoint, run_worker):

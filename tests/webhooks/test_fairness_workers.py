@@ -53,7 +53,7 @@ class Timeline:
             arrival = Arrival(
                 request.path,
                 request.headers.get("webhook-id", ""),
-                json.loads(request.body),
+                json.loads(request.body)["data"],
                 time.time(),
             )
             with self.lock:
@@ -221,7 +221,7 @@ def test_fifo_order_per_key_survives_failures_and_a_kill_9(receiver, worker_proc
     slow = timeline.route(delay=30.0, answer=answer)
 
     def route(handler: Any, request: Any) -> None:
-        body = json.loads(request.body)
+        body = json.loads(request.body)["data"]
         if (body["key"], body["n"]) == hang["key"] and hang.get("hung") is None:
             hang["hung"] = True
             return slow(handler, request)  # the worker is killed while this runs

@@ -93,13 +93,13 @@ def test_the_operational_endpoint_receives_signed_events(
     run_worker()
     run_worker()  # the operational event queued by the first run
     hits = receiver.hits("/ops")
-    kinds = sorted(json.loads(r.body)["endpoint_id"] for r in hits)
+    kinds = sorted(json.loads(r.body)["data"]["endpoint_id"] for r in hits)
     assert kinds == [gone.pk]
     for request in hits:
         verify(ops_endpoint.secret, request.body, request.headers)
     types = sorted(e.event_type for e in ops.events.all())
     assert types == ["pgqueue.endpoint.disabled"]
-    body = json.loads(hits[0].body)
+    body = json.loads(hits[0].body)["data"]
     assert body["application"] == "cust_1" and "410" in body["disabled_reason"]
 
 

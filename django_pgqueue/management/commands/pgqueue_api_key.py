@@ -70,6 +70,8 @@ class Command(BaseCommand):
             keys = ApiKey.objects.using(get_settings().DATABASE).select_related("application")
             if not options["all"]:
                 keys = keys.filter(revoked_at__isnull=True)
+            # A header, so the tab-separated columns can be read (and cut) by name.
+            self.stdout.write("prefix\tname\tscopes\tapplication\tlast used\tstate")
             for key in keys.order_by("id"):
                 state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
                 used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"

@@ -39,8 +39,11 @@ class Command(BaseCommand):
             self._seed()
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         children = [
+            # --insecure: the demo runs with DEBUG off (the settings of a deployed
+            # project), where runserver would leave the admin without its CSS.
             subprocess.Popen(
-                [*manage, "runserver", opts["addr"], "--noreload"], start_new_session=True
+                [*manage, "runserver", opts["addr"], "--noreload", "--insecure"],
+                start_new_session=True,
             ),
             # The workers also run the demo's periodic tasks (testproject/demo/periodic.py).
             subprocess.Popen(
