@@ -17,6 +17,7 @@ from pathlib import Path
 import markdown
 import pytest
 
+
 from django_pgqueue import docs
 from django_pgqueue.api.http import PROBLEMS
 
@@ -68,6 +69,11 @@ def emitted_links() -> list[tuple[str, str, str]]:
             )
         else:
             pytest.fail(f"{where}:{line}: a computed anchor this test does not know how to expand")
+    # The system checks' hints link through one table (docs.check_hint).
+    links.extend(
+        (f"docs.CHECK_DOCS[{check_id!r}]", page, anchor)
+        for check_id, (page, anchor) in docs.CHECK_DOCS.items()
+    )
     return links
 
 
