@@ -44,8 +44,10 @@ SEQUENCE_PREFIX = "pgqueue_mq_s_"
 #: NOTIFY channel of one queue; the SQL API's ``send`` uses the same.
 CHANNEL_PREFIX = "pgqueue_mq_"
 
-#: Columns of pgmq's ``message_record``, in its order.
-MESSAGE_COLUMNS = "msg_id, read_ct, enqueued_at, vt, message, headers"
+#: Columns of pgmq's ``message_record``. ``last_read_at`` (pgmq 1.6+) comes last, not
+#: fourth as in pgmq: clients written for pgmq 1.5 read the record by position, and
+#: current ones by name, so both keep working (docs/message-queues.md).
+MESSAGE_COLUMNS = "msg_id, read_ct, enqueued_at, vt, message, headers, last_read_at"
 
 
 def identifiers(name: str) -> dict[str, pgsql.Identifier]:
@@ -100,6 +102,7 @@ NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_catalog.pg_notify(%s, '')"
 #: SQL API's create, which builds the same tables).
 QUEUE_COLUMNS = """read_ct integer NOT NULL DEFAULT 0,
     enqueued_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_read_at timestamptz,
     vt timestamptz NOT NULL,
     message jsonb,
     headers jsonb
@@ -131,9 +134,13 @@ _PICK = """
     LIMIT %s
     FOR UPDATE SKIP LOCKED
 """
-_RETURNING = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers"
-#: What a read hands to Python: the documents as text (see the module docstring).
-_RETURNING_TEXT = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message::text, m.headers::text"
+_RETURNING = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at"
+#: What a read hands to Python: the documents as text (see the module docstring), and
+#: last_read_at last (``store.decode_row``).
+_RETURNING_TEXT = (
+    "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message::text, m.headers::text, m.last_read_at"
+)
+#: The admin's browser reads these (with archived_at after them in the archive).
 _COLUMNS_TEXT = "msg_id, read_ct, enqueued_at, vt, message::text, headers::text"
 _DEAD = f"""dead AS (
     DELETE FROM {{q}} m USING picked
@@ -158,7 +165,8 @@ def _mark_read(condition: str = "") -> str:
     """The UPDATE that hides the picked messages for vt seconds and counts the read."""
     return f"""UPDATE {{q}} m
 SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s),
-    read_ct = m.read_ct + 1
+    read_ct = m.read_ct + 1,
+    last_read_at = pg_catalog.clock_timestamp()
 FROM picked
 WHERE m.msg_id = picked.msg_id{condition}
 RETURNING {_RETURNING_TEXT}"""
@@ -220,33 +228,33 @@ RETURNING {_RETURNING_TEXT}""",
     "set_vt": f"""/* pgqueue:mq_set_vt */
 UPDATE {{q}} SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s)
 WHERE msg_id = %s
-RETURNING {_COLUMNS_TEXT}""",
+RETURNING {_COLUMNS_TEXT}, last_read_at""",
     # Archive = move to the archive table in one statement.
-    "archive": """/* pgqueue:mq_archive */
+    "archive": f"""/* pgqueue:mq_archive */
 WITH gone AS (
-    DELETE FROM {q} WHERE msg_id = ANY(%s::bigint[])
-    RETURNING msg_id, read_ct, enqueued_at, vt, message, headers
+    DELETE FROM {{q}} WHERE msg_id = ANY(%s::bigint[])
+    RETURNING {MESSAGE_COLUMNS}
 )
-INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
-SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone
+INSERT INTO {{a}} ({MESSAGE_COLUMNS})
+SELECT {MESSAGE_COLUMNS} FROM gone
 RETURNING msg_id""",
     # The consumer's outcomes for one queue in one statement, each guarded by the
     # read_ct of the read that handed the message out (the fencing token): archive,
     # delete, retry after a delay, or release (visible at once, the read not
     # counted). Returns the msg_ids written.
-    "settle": """/* pgqueue:mq_settle */
+    "settle": f"""/* pgqueue:mq_settle */
 WITH o AS (
     SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::float8[])
         AS o(msg_id, read_ct, action, delay)
 ), gone AS (
-    DELETE FROM {q} m USING o
+    DELETE FROM {{q}} m USING o
     WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct AND o.action IN ('archive', 'delete')
-    RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, o.action
+    RETURNING {_RETURNING}, o.action
 ), archived AS (
-    INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
-    SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone WHERE action = 'archive'
+    INSERT INTO {{a}} ({MESSAGE_COLUMNS})
+    SELECT {MESSAGE_COLUMNS} FROM gone WHERE action = 'archive'
 ), back AS (
-    UPDATE {q} m
+    UPDATE {{q}} m
     SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => o.delay),
         read_ct = m.read_ct - CASE WHEN o.action = 'release' THEN 1 ELSE 0 END
     FROM o

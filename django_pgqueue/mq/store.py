@@ -83,7 +83,8 @@ def _problem(what: str, exc: BaseException) -> str:
 
 
 def decode_row(row: tuple[Any, ...]) -> Message | str:
-    """The Message of a row (msg_id, read_ct, enqueued_at, vt, message, headers), or,
+    """The Message of a row (msg_id, read_ct, enqueued_at, vt, message, headers
+    [, last_read_at]), or,
     when a document cannot be decoded, the error naming it.
 
     Rows are untrusted: any pgmq client, an older version or another program may
@@ -98,12 +99,17 @@ def decode_row(row: tuple[Any, ...]) -> Message | str:
         headers = decode_json(row[5])
     except (ValueError, RecursionError) as exc:
         return _problem("headers", exc)
-    return Message(row[0], row[1], row[2], row[3], message, headers)
+    return Message(row[0], row[1], row[2], row[3], message, headers, *row[6:7])
 
 
 @dataclass(frozen=True)
 class Message:
-    """One message, as pgmq's ``message_record``."""
+    """One message, as pgmq's ``message_record``.
+
+    ``last_read_at`` (when the message was last read, None if never) comes last,
+    unlike pgmq's record where it is fourth, so that positional code written for
+    the first six fields keeps working.
+    """
 
     msg_id: int
     read_ct: int
@@ -111,6 +117,7 @@ class Message:
     vt: dt.datetime
     message: Any
     headers: Any
+    last_read_at: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Message:
