@@ -43,6 +43,7 @@ from .validation import (
     check_message,
     check_msg_id,
     check_name,
+    check_read_cts,
     check_seconds,
 )
 
@@ -477,26 +478,64 @@ def set_vt(name: str, msg_id: int, vt: float) -> Message | None:
     return messages[0] if messages else None
 
 
-def _ids(msg_ids: int | Iterable[int]) -> str:
-    """The ``bigint[]`` literal of message ids, each checked (``check_msg_id``)."""
+def _id_list(msg_ids: int | Iterable[int]) -> list[int]:
+    """Message ids, each checked (``check_msg_id``)."""
     if isinstance(msg_ids, int | str):
         msg_ids = [msg_ids]
-    return array_literal([str(check_msg_id(i, f"msg_ids[{n}]")) for n, i in enumerate(msg_ids)])
+    return [check_msg_id(i, f"msg_ids[{n}]") for n, i in enumerate(msg_ids)]
 
 
-def archive(name: str, msg_ids: int | Iterable[int]) -> list[int]:
-    """Move messages to the queue's archive; returns the ids that were archived."""
+def _ids(msg_ids: int | Iterable[int]) -> str:
+    """The ``bigint[]`` literal of message ids, each checked (``check_msg_id``)."""
+    return array_literal([str(i) for i in _id_list(msg_ids)])
+
+
+ReadCounts = int | list[int] | tuple[int, ...]
+
+
+def archive(
+    name: str, msg_ids: int | Iterable[int], *, read_ct: ReadCounts | None = None
+) -> list[int]:
+    """Move messages to the queue's archive; returns the ids that were archived.
+
+    With ``read_ct`` (the ``read_ct`` of the read that handed each message out, one
+    per id) a message is archived only while that read is still the current one: a
+    consumer whose visibility timeout lapsed, and whose message another consumer has
+    read since, archives nothing (``_fenced``).
+    """
+    if read_ct is not None:
+        return _fenced(name, msg_ids, read_ct, "archive")
     get_queue(name)
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("archive", name), [_ids(msg_ids)])
         return sorted(row[0] for row in cursor.fetchall())
 
 
-def delete(name: str, msg_ids: int | Iterable[int]) -> list[int]:
-    """Delete messages for good; returns the ids that were deleted."""
+def delete(
+    name: str, msg_ids: int | Iterable[int], *, read_ct: ReadCounts | None = None
+) -> list[int]:
+    """Delete messages for good; returns the ids that were deleted. ``read_ct``
+    fences the delete as for ``archive``."""
+    if read_ct is not None:
+        return _fenced(name, msg_ids, read_ct, "delete")
     get_queue(name)
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("delete", name), [_ids(msg_ids)])
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def _fenced(name: str, msg_ids: int | Iterable[int], read_ct: ReadCounts, action: str) -> list[int]:
+    """Archive or delete only the messages whose read is still current: the statement
+    and rule of the worker's ``settle`` (every consumer outcome is fenced the same
+    way), on the caller's connection and transaction."""
+    ids = _id_list(msg_ids)
+    cts = check_read_cts(read_ct, len(ids))
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(
+            sql.statement("settle", name),
+            _settle_params([(i, c, action, 0.0) for i, c in zip(ids, cts, strict=True)]),
+        )
         return sorted(row[0] for row in cursor.fetchall())
 
 
@@ -651,12 +690,16 @@ def settle(conn: Any, name: str, outcomes: Iterable[tuple[int, int, str, float]]
     ``retry`` (visible again after ``delay`` seconds) or ``release`` (visible at once,
     the read not counted). A message missing from the answer was read again since.
     """
-    rows = list(outcomes)
+    written = conn.execute(sql.statement("settle", name), _settle_params(list(outcomes)))
+    return {row[0] for row in written.fetchall()}
+
+
+def _settle_params(rows: list[tuple[int, int, str, float]]) -> list[str]:
+    """The parameters of the ``settle`` statement for ``(msg_id, read_ct, action, delay)``."""
     msg_ids, read_cts = _fence((msg_id, read_ct) for msg_id, read_ct, _, _ in rows)
     actions = text_array_literal([action for _, _, action, _ in rows])
     delays = array_literal([repr(float(delay)) for _, _, _, delay in rows])
-    written = conn.execute(sql.statement("settle", name), [msg_ids, read_cts, actions, delays])
-    return {row[0] for row in written.fetchall()}
+    return [msg_ids, read_cts, actions, delays]
 
 
 def read_counts(conn: Any, name: str, msg_ids: Iterable[int]) -> dict[int, int]:
