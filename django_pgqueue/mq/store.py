@@ -575,12 +575,62 @@ def metrics_all() -> list[QueueMetrics]:
 
 def stats(name: str) -> tuple[int, int, float | None, int]:
     """(length, visible, oldest age in seconds, estimated archive size) for the admin."""
-    get_queue(name)
+    s = status(name)
+    return s.messages, s.visible, s.oldest_seconds, s.archived_estimate
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue as operations see it (``pgqueue_status``, the metrics, the admin).
+
+    ``dead_letters`` is the length of this queue when another queue sends its dead
+    letters here, else None.
+    """
+
+    name: str
+    messages: int
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_seconds: float | None
+    oldest_visible_seconds: float | None
+    archived_estimate: int
+    dead_letter: str | None
+    dead_letters: int | None
+
+
+def status(name: str, *, is_dead_letter_queue: bool = False) -> QueueStatus:
+    """The sizes and ages of queue ``name`` (one statement; changes nothing)."""
+    info = get_queue(name)
     archive_table = sql.identifiers(name)["a"].as_string(None)
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("stats", name), [archive_table])
-        row = cursor.fetchone()
-    return row[0], row[1], row[2], row[3]
+        length, visible, oldest, archived, in_flight, oldest_visible = cursor.fetchone()
+    return QueueStatus(
+        name,
+        length,
+        visible,
+        in_flight,
+        length - visible - in_flight,
+        None if oldest is None else float(oldest),
+        None if oldest_visible is None else float(oldest_visible),
+        archived,
+        info.dead_letter,
+        length if is_dead_letter_queue else None,
+    )
+
+
+def overview() -> list[QueueStatus]:
+    """``status`` of every queue, by name; a queue dropped meanwhile is left out."""
+    queues = list_queues()
+    targets = {q.dead_letter for q in queues if q.dead_letter}
+    found = []
+    for info in queues:
+        try:
+            found.append(status(info.name, is_dead_letter_queue=info.name in targets))
+        except QueueNotFound:
+            continue
+    return found
 
 
 def browse(name: str, *, archived: bool = False, limit: int = 100, offset: int = 0) -> list[Any]:
