@@ -1,9 +1,11 @@
 """pgmq's SQL API over our message queues, for clients in other languages.
 
 ``install(schema)`` (the ``pgqueue_install_sql_api`` command) creates, in its own
-schema, functions with pgmq 1.5's names, signatures and record types
-(``send``, ``read``, ``archive``, ``metrics``, ...), so that an unchanged pgmq
-client, or ``psql``, or pg_cron, works on the queues of ``django_pgqueue.mq``: the
+schema, functions with pgmq's names, signatures and record types (the surface of
+pgmq 1.13 that its current clients call: ``send``, ``read``, ``archive``,
+``metrics``, ``enable_notify_insert``, ...), so that a pgmq client (with its option
+to skip ``CREATE EXTENSION``), or ``psql``, or pg_cron, works on the queues of
+``django_pgqueue.mq``: the
 same registry and the same per-queue tables as the Python API, including dead
 letters by read count and the NOTIFY that wakes Python readers.
 
@@ -13,8 +15,10 @@ schema of our tables is written into them at install time with
 ``psycopg.sql.Literal``. Everything is recreated by a new install, so upgrading
 the package means running the command again.
 
-Partitioned queues (``create_partitioned``, which needs pg_partman) are not
-offered: that function raises a clear error.
+Partitioned queues (which need pg_partman), FIFO group reads and topic routing are
+not offered: their functions exist with pgmq's signatures and raise an error naming
+themselves (``REFUSED``). Beyond pgmq, ``archive`` and ``delete`` take a ``read_ct``
+to match only the read that is still current.
 """
 
 from __future__ import annotations
