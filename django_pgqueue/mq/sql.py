@@ -225,8 +225,10 @@ WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id")})
 DELETE FROM {{q}} m USING picked
 WHERE m.msg_id = picked.msg_id
 RETURNING {_RETURNING_TEXT}""",
+    # An instant or seconds from now, as "send"'s delay (pgmq 1.6+ takes both).
     "set_vt": f"""/* pgqueue:mq_set_vt */
-UPDATE {{q}} SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s)
+UPDATE {{q}} SET vt = COALESCE(%s::timestamptz,
+                          pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s))
 WHERE msg_id = %s
 RETURNING {_COLUMNS_TEXT}, last_read_at""",
     # Archive = move to the archive table in one statement.

@@ -462,17 +462,18 @@ def pop(name: str, qty: int = 1) -> list[Message]:
     return _decoded(rows, info, _executor(name), popped=True)
 
 
-def set_vt(name: str, msg_id: int, vt: float) -> Message | None:
-    """Make message ``msg_id`` visible ``vt`` seconds from now (0: at once).
+def set_vt(name: str, msg_id: int, vt: float | dt.datetime) -> Message | None:
+    """Make message ``msg_id`` visible ``vt`` seconds from now (0: at once), or at the
+    aware datetime ``vt``.
 
     None if there is no such message, or if it could not be decoded (it is then
     quarantined, like a read would).
     """
-    vt = check_seconds("vt", vt, MAX_VT_SECONDS)
+    seconds, at = check_delay(vt, "vt", MAX_VT_SECONDS)
     msg_id = check_msg_id(msg_id)
     info = get_queue(name)
     with _cursor(name) as cursor:
-        cursor.execute(sql.statement("set_vt", name), [vt, msg_id])
+        cursor.execute(sql.statement("set_vt", name), [at, seconds, msg_id])
         rows = cursor.fetchall()
     messages = _decoded(rows, info, _executor(name))
     return messages[0] if messages else None

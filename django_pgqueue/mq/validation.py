@@ -95,13 +95,16 @@ def check_read_cts(read_ct: object, count: int) -> list[int]:
     return checked
 
 
-def check_delay(delay: object) -> tuple[float, dt.datetime | None]:
-    """``(seconds, at)`` from a delay in seconds or an aware datetime."""
+def check_delay(
+    delay: object, what: str = "delay", maximum: float = MAX_DELAY_SECONDS
+) -> tuple[float, dt.datetime | None]:
+    """``(seconds, at)`` from seconds from now or an aware datetime (a send's delay,
+    a new visibility timeout)."""
     if isinstance(delay, dt.datetime):
         if delay.tzinfo is None:
-            raise ValueError(f"delay must be a timezone-aware datetime, got {delay!r}")
+            raise ValueError(f"{what} must be a timezone-aware datetime, got {delay!r}")
         return 0.0, delay
-    return check_seconds("delay", delay, MAX_DELAY_SECONDS), None
+    return check_seconds(what, delay, maximum), None
 
 
 def check_message(value: object, what: str = "message") -> str:
