@@ -392,6 +392,19 @@ for _target, _insert in _INTO.items():
     )
 
 
+def for_plpgsql(kind: str) -> str:
+    """Statement ``kind`` as a string literal for plpgsql's ``format()``: the queue table
+    as ``%1$s``, the archive as ``%2$s``, parameters as ``$1``, ``$2``, ... (for
+    ``EXECUTE ... USING``). The SQL API runs the very statements of this module this
+    way where a rule must not drift between the two doors (the fenced settle)."""
+    parts = _TEMPLATES[kind].split("%s")
+    text = "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
+    if "%" in text:
+        raise ValueError(f"statement {kind!r} holds a % that format() would read")
+    rendered = pgsql.SQL(text).format(q=pgsql.SQL("%1$s"), a=pgsql.SQL("%2$s"))
+    return pgsql.Literal(rendered.as_string(None)).as_string(None)
+
+
 @lru_cache(maxsize=4096)
 def statement(kind: str, name: str, dead_letter: str | None = None, unlogged: bool = False) -> str:
     """The text of statement ``kind`` for queue ``name`` (validated), cached.

@@ -36,6 +36,7 @@ from .sql import (
     QUEUE_PREFIX,
     REGISTRY,
     SEQUENCE_PREFIX,
+    for_plpgsql,
 )
 from .validation import MAX_BATCH, MAX_NAME_LENGTH, NAME_PATTERN
 
@@ -494,31 +495,26 @@ END $$;
 # Fenced deletes, beyond pgmq: delete or archive a message only while the read that
 # handed it out (its read_ct) is still the current one. With pgmq's delete by msg_id
 # alone, a consumer whose visibility timeout lapsed deletes the message another
-# consumer has read since; with these, that late call matches nothing. The shape is
-# the worker's own fenced settle (mq.sql "settle"), so both doors keep one rule.
+# consumer has read since; with these, that late call matches nothing. {settle} is
+# the text of the worker's own fenced statement (mq.sql "settle", via for_plpgsql),
+# so the two doors run one rule, not two copies of it.
 _FENCED_DDL = """
 CREATE FUNCTION {api}._settle(queue_name text, msg_ids bigint[], read_cts integer[], keep boolean)
 RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(cardinality(msg_ids), 0);
 BEGIN
-    IF cardinality(msg_ids) IS DISTINCT FROM cardinality(read_cts) THEN
-        RAISE EXCEPTION '% read counts for % message ids', cardinality(read_cts), cardinality(msg_ids)
+    IF n <> coalesce(cardinality(read_cts), 0) THEN
+        RAISE EXCEPTION '% read counts for % message ids', coalesce(cardinality(read_cts), 0), n
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT keep THEN
-        RETURN QUERY EXECUTE format(
-            'DELETE FROM %s m USING unnest($1, $2) AS o(msg_id, read_ct)
-             WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct RETURNING m.msg_id',
-            {api}._rel(queue_name, 'q')) USING msg_ids, read_cts;
+    IF n = 0 THEN
         RETURN;
     END IF;
-    RETURN QUERY EXECUTE format(
-        'WITH gone AS (
-            DELETE FROM %s m USING unnest($1, $2) AS o(msg_id, read_ct)
-            WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct
-            RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at
-        )
-        INSERT INTO %s ({message_columns}) SELECT {message_columns} FROM gone RETURNING msg_id',
-        {api}._rel(queue_name, 'q'), {api}._rel(queue_name, 'a')) USING msg_ids, read_cts;
+    RETURN QUERY EXECUTE format({settle}, {api}._rel(queue_name, 'q'), {api}._rel(queue_name, 'a'))
+    USING msg_ids, read_cts,
+          array_fill(CASE WHEN keep THEN 'archive' ELSE 'delete' END, ARRAY[n]),
+          array_fill(0::float8, ARRAY[n]);
 END $$;
 CREATE FUNCTION {api}.delete(queue_name text, msg_id bigint, read_ct integer) RETURNS boolean
 LANGUAGE sql AS $$
@@ -798,6 +794,7 @@ def ddl(schema: str, data_schema: str) -> str:
             # Inside a quoted format() string: the column list has no quote or brace.
             columns=pgsql.SQL(QUEUE_COLUMNS),
             message_columns=pgsql.SQL(MESSAGE_COLUMNS),
+            settle=pgsql.SQL(for_plpgsql("settle").replace("{", "{{").replace("}", "}}")),
             max_bytes=pgsql.SQL(str(int(conf.MAX_ARGS_BYTES))),
             max_depth=pgsql.SQL(str(int(conf.MAX_JSON_DEPTH))),
             max_batch=pgsql.SQL(str(MAX_BATCH)),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import os
 import uuid
 
@@ -48,11 +49,15 @@ def name(client):
     client.drop_queue(queue)
 
 
+# The failed construction leaves the client's pool open (the client's own leak): its
+# finalizer complains when collected, here rather than in a later test.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_construction_checks_the_extension_unless_told_not_to():
     # The client's default runs CREATE EXTENSION pgmq, which is not installed: the
     # SQL API is plain functions. init_extension=False (or PG_INIT_EXTENSION=false).
     with pytest.raises(psycopg.Error, match='extension "pgmq"'):
         SyncPGMQueue(**DB)
+    gc.collect()
     SyncPGMQueue(**DB, init_extension=False).close()
 
 
