@@ -16,7 +16,9 @@ Queue gauges are read from the database once per scrape (the admin dashboard's
 statements): ``pgqueue_queue_rows{queue,state}`` (due, deferred, in_progress, lapsed,
 dead), ``pgqueue_queue_oldest_due_seconds{queue}``, the same for webhook endpoints
 (``pgqueue_endpoint_deliveries{endpoint,state}``, ``pgqueue_endpoint_circuit_open``,
-``pgqueue_endpoint_active``) and ``pgqueue_workers{state}`` (alive, gone).
+``pgqueue_endpoint_active``) and ``pgqueue_workers{state}`` (alive, gone), and for message queues
+``pgqueue_mq_messages{queue,state}`` (visible, in_flight, delayed) and
+``pgqueue_mq_oldest_visible_seconds{queue}``.
 
 ``--processes N`` serves one port per child: child *k* listens on ``port + k``, and
 only child 0 reads the queue gauges (they describe the database, not a process, so
@@ -217,7 +219,29 @@ class _QueueGauges:
         alive = sum(1 for w in data["workers"] if w["alive"])
         workers.add_metric(["alive"], alive)
         workers.add_metric(["gone"], len(data["workers"]) - alive)
-        yield from (rows, oldest, deliveries, circuit, active, workers)
+        yield from (rows, oldest, deliveries, circuit, active, workers, *_mq_gauges(data))
+
+
+MQ_STATES = ("visible", "in_flight", "delayed")
+
+
+def _mq_gauges(data: dict[str, Any]) -> Iterator[Any]:
+    """The message queues of a status snapshot as gauges."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    messages = GaugeMetricFamily(
+        "pgqueue_mq_messages", "Messages per message queue and state.", labels=["queue", "state"]
+    )
+    oldest = GaugeMetricFamily(
+        "pgqueue_mq_oldest_visible_seconds",
+        "How long the oldest visible message has waited to be read.",
+        labels=["queue"],
+    )
+    for q in data["message_queues"]:
+        for state in MQ_STATES:
+            messages.add_metric([q["name"], state], q[state])
+        oldest.add_metric([q["name"]], q["oldest_visible_seconds"] or 0.0)
+    yield from (messages, oldest)
 
 
 def enable(

@@ -2,8 +2,8 @@
 field names (``--json``, documented in docs/commands.md), as text, and judged against
 thresholds for cron, Nagios or a Kubernetes probe.
 
-Three read-only statements (the dashboard's two overviews and the worker list); no
-row is changed.
+Three read-only statements (the dashboard's two overviews and the worker list), and
+one per message queue (``mq.store.overview``); no row is changed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .mq import store as mq_store
 from .stats import (
     EndpointStats,
     QueueStats,
@@ -92,6 +93,24 @@ def _worker(info: WorkerInfo) -> dict[str, Any]:
     }
 
 
+def _message_queue(stats: mq_store.QueueStatus) -> dict[str, Any]:
+    return {
+        "name": stats.name,
+        "messages": stats.messages,
+        "visible": stats.visible,
+        "in_flight": stats.in_flight,
+        "delayed": stats.delayed,
+        "oldest_seconds": _round(stats.oldest_seconds),
+        "oldest_visible_seconds": _round(stats.oldest_visible_seconds),
+        "dead_letter": stats.dead_letter,
+        "dead_letters": stats.dead_letters,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
     """The status as plain data (the ``--json`` document), with ``problems`` and ``ok``."""
     queues = job_queue_overview()
@@ -105,6 +124,7 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
         "queues": [{"name": s.name, **_queue_fields(s)} for s in queues],
         "endpoints": [_endpoint(s) for s in endpoints],
         "workers": [_worker(w) for w in workers],
+        "message_queues": [_message_queue(q) for q in mq_store.overview()],
     }
     data["problems"] = problems(data, thresholds or Thresholds())
     data["ok"] = not data["problems"]
@@ -127,8 +147,16 @@ def problems(data: dict[str, Any], limits: Thresholds) -> list[str]:
             found.append(
                 f"{label}: {row['lapsed']} lapsed lease(s) (--max-lapsed {limits.max_lapsed})"
             )
+    for q in data["message_queues"]:
+        age = q["oldest_visible_seconds"]
+        if limits.max_oldest_due is not None and age is not None and age > limits.max_oldest_due:
+            found.append(
+                f"message queue {q['name']!r}: the oldest visible message has waited {age:g} s "
+                f"(--max-oldest-due {limits.max_oldest_due:g}s)"
+            )
     if limits.max_dead is not None:
         dead = sum(row["dead"] for _, row in rows)
+        dead += sum(q["dead_letters"] or 0 for q in data["message_queues"])
         if dead > limits.max_dead:
             found.append(f"{dead} row(s) in the dead-letter queue (--max-dead {limits.max_dead})")
     if limits.min_workers is not None:
@@ -148,6 +176,10 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
 
 _COUNTS = ["due", "deferred", "in_progress", "lapsed", "oldest_due_seconds", "dead"]
 _COUNT_HEADERS = ["due", "deferred", "in progress", "lapsed", "oldest due (s)", "dead"]
+
+
+_MQ_COUNTS = ["messages", "visible", "in_flight", "delayed", "oldest_visible_seconds"]
+_MQ_HEADERS = ["messages", "visible", "in flight", "delayed", "oldest visible (s)"]
 
 
 def render_text(data: dict[str, Any]) -> str:
@@ -176,6 +208,12 @@ def render_text(data: dict[str, Any]) -> str:
         )
     else:
         lines.append("(no endpoints)")
+    if data["message_queues"]:
+        lines += ["", "Message queues"]
+        lines += _table(
+            ["queue", *_MQ_HEADERS],
+            [[q["name"], *(q[k] for k in _MQ_COUNTS)] for q in data["message_queues"]],
+        )
     lines += ["", "Workers"]
     if data["workers"]:
         lines += _table(

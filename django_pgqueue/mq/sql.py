@@ -44,8 +44,10 @@ SEQUENCE_PREFIX = "pgqueue_mq_s_"
 #: NOTIFY channel of one queue; the SQL API's ``send`` uses the same.
 CHANNEL_PREFIX = "pgqueue_mq_"
 
-#: Columns of pgmq's ``message_record``, in its order.
-MESSAGE_COLUMNS = "msg_id, read_ct, enqueued_at, vt, message, headers"
+#: Columns of pgmq's ``message_record``. ``last_read_at`` (pgmq 1.6+) comes last, not
+#: fourth as in pgmq: clients written for pgmq 1.5 read the record by position, and
+#: current ones by name, so both keep working (docs/message-queues.md).
+MESSAGE_COLUMNS = "msg_id, read_ct, enqueued_at, vt, message, headers, last_read_at"
 
 
 def identifiers(name: str) -> dict[str, pgsql.Identifier]:
@@ -100,6 +102,7 @@ NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_catalog.pg_notify(%s, '')"
 #: SQL API's create, which builds the same tables).
 QUEUE_COLUMNS = """read_ct integer NOT NULL DEFAULT 0,
     enqueued_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_read_at timestamptz,
     vt timestamptz NOT NULL,
     message jsonb,
     headers jsonb
@@ -131,9 +134,13 @@ _PICK = """
     LIMIT %s
     FOR UPDATE SKIP LOCKED
 """
-_RETURNING = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers"
-#: What a read hands to Python: the documents as text (see the module docstring).
-_RETURNING_TEXT = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message::text, m.headers::text"
+_RETURNING = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at"
+#: What a read hands to Python: the documents as text (see the module docstring), and
+#: last_read_at last (``store.decode_row``).
+_RETURNING_TEXT = (
+    "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message::text, m.headers::text, m.last_read_at"
+)
+#: The admin's browser reads these (with archived_at after them in the archive).
 _COLUMNS_TEXT = "msg_id, read_ct, enqueued_at, vt, message::text, headers::text"
 _DEAD = f"""dead AS (
     DELETE FROM {{q}} m USING picked
@@ -158,7 +165,8 @@ def _mark_read(condition: str = "") -> str:
     """The UPDATE that hides the picked messages for vt seconds and counts the read."""
     return f"""UPDATE {{q}} m
 SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s),
-    read_ct = m.read_ct + 1
+    read_ct = m.read_ct + 1,
+    last_read_at = pg_catalog.clock_timestamp()
 FROM picked
 WHERE m.msg_id = picked.msg_id{condition}
 RETURNING {_RETURNING_TEXT}"""
@@ -217,36 +225,38 @@ WITH picked AS MATERIALIZED ({_PICK.format(columns="msg_id")})
 DELETE FROM {{q}} m USING picked
 WHERE m.msg_id = picked.msg_id
 RETURNING {_RETURNING_TEXT}""",
+    # An instant or seconds from now, as "send"'s delay (pgmq 1.6+ takes both).
     "set_vt": f"""/* pgqueue:mq_set_vt */
-UPDATE {{q}} SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s)
+UPDATE {{q}} SET vt = COALESCE(%s::timestamptz,
+                          pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s))
 WHERE msg_id = %s
-RETURNING {_COLUMNS_TEXT}""",
+RETURNING {_COLUMNS_TEXT}, last_read_at""",
     # Archive = move to the archive table in one statement.
-    "archive": """/* pgqueue:mq_archive */
+    "archive": f"""/* pgqueue:mq_archive */
 WITH gone AS (
-    DELETE FROM {q} WHERE msg_id = ANY(%s::bigint[])
-    RETURNING msg_id, read_ct, enqueued_at, vt, message, headers
+    DELETE FROM {{q}} WHERE msg_id = ANY(%s::bigint[])
+    RETURNING {MESSAGE_COLUMNS}
 )
-INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
-SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone
+INSERT INTO {{a}} ({MESSAGE_COLUMNS})
+SELECT {MESSAGE_COLUMNS} FROM gone
 RETURNING msg_id""",
     # The consumer's outcomes for one queue in one statement, each guarded by the
     # read_ct of the read that handed the message out (the fencing token): archive,
     # delete, retry after a delay, or release (visible at once, the read not
     # counted). Returns the msg_ids written.
-    "settle": """/* pgqueue:mq_settle */
+    "settle": f"""/* pgqueue:mq_settle */
 WITH o AS (
     SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::float8[])
         AS o(msg_id, read_ct, action, delay)
 ), gone AS (
-    DELETE FROM {q} m USING o
+    DELETE FROM {{q}} m USING o
     WHERE m.msg_id = o.msg_id AND m.read_ct = o.read_ct AND o.action IN ('archive', 'delete')
-    RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, o.action
+    RETURNING {_RETURNING}, o.action
 ), archived AS (
-    INSERT INTO {a} (msg_id, read_ct, enqueued_at, vt, message, headers)
-    SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone WHERE action = 'archive'
+    INSERT INTO {{a}} ({MESSAGE_COLUMNS})
+    SELECT {MESSAGE_COLUMNS} FROM gone WHERE action = 'archive'
 ), back AS (
-    UPDATE {q} m
+    UPDATE {{q}} m
     SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => o.delay),
         read_ct = m.read_ct - CASE WHEN o.action = 'release' THEN 1 ELSE 0 END
     FROM o
@@ -288,13 +298,19 @@ SELECT pg_catalog.count(*),
        pg_catalog.clock_timestamp(),
        pg_catalog.count(*) FILTER (WHERE vt <= pg_catalog.clock_timestamp())
 FROM {q}""",
-    # The admin's list: the archive size is the planner's estimate (counting a
-    # million archived rows on every page view is not worth it).
+    # The admin's list and pgqueue_status: the archive size is the planner's estimate
+    # (counting a million archived rows on every page view is not worth it). In
+    # flight: hidden by a read; the rest of the hidden ones are delayed sends. The
+    # oldest visible message's wait counts from its vt (when it became visible), as
+    # a job's from its run-at: a queue nobody reads shows it growing.
     "stats": """/* pgqueue:mq_stats */
 SELECT pg_catalog.count(*),
        pg_catalog.count(*) FILTER (WHERE vt <= pg_catalog.clock_timestamp()),
        EXTRACT(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.min(enqueued_at)),
-       (SELECT GREATEST(reltuples, 0)::bigint FROM pg_catalog.pg_class WHERE oid = %s::regclass)
+       (SELECT GREATEST(reltuples, 0)::bigint FROM pg_catalog.pg_class WHERE oid = %s::regclass),
+       pg_catalog.count(*) FILTER (WHERE vt > pg_catalog.clock_timestamp() AND read_ct > 0),
+       EXTRACT(epoch FROM pg_catalog.clock_timestamp()
+               - pg_catalog.min(vt) FILTER (WHERE vt <= pg_catalog.clock_timestamp()))
 FROM {q}""",
     "browse": f"""/* pgqueue:mq_browse */
 SELECT {_COLUMNS_TEXT} FROM {{q}}
@@ -374,6 +390,19 @@ for _target, _insert in _INTO.items():
     _TEMPLATES[f"quarantine_popped_{_target}"] = (
         "/* pgqueue:mq_quarantine */\n" + _QUARANTINE_POPPED + _insert
     )
+
+
+def for_plpgsql(kind: str) -> str:
+    """Statement ``kind`` as a string literal for plpgsql's ``format()``: the queue table
+    as ``%1$s``, the archive as ``%2$s``, parameters as ``$1``, ``$2``, ... (for
+    ``EXECUTE ... USING``). The SQL API runs the very statements of this module this
+    way where a rule must not drift between the two doors (the fenced settle)."""
+    parts = _TEMPLATES[kind].split("%s")
+    text = "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
+    if "%" in text:
+        raise ValueError(f"statement {kind!r} holds a % that format() would read")
+    rendered = pgsql.SQL(text).format(q=pgsql.SQL("%1$s"), a=pgsql.SQL("%2$s"))
+    return pgsql.Literal(rendered.as_string(None)).as_string(None)
 
 
 @lru_cache(maxsize=4096)

@@ -1,9 +1,11 @@
 """pgmq's SQL API over our message queues, for clients in other languages.
 
 ``install(schema)`` (the ``pgqueue_install_sql_api`` command) creates, in its own
-schema, functions with pgmq 1.5's names, signatures and record types
-(``send``, ``read``, ``archive``, ``metrics``, ...), so that an unchanged pgmq
-client, or ``psql``, or pg_cron, works on the queues of ``django_pgqueue.mq``: the
+schema, functions with pgmq's names, signatures and record types (the surface of
+pgmq 1.13 that its current clients call: ``send``, ``read``, ``archive``,
+``metrics``, ``enable_notify_insert``, ...), so that a pgmq client (with its option
+to skip ``CREATE EXTENSION``), or ``psql``, or pg_cron, works on the queues of
+``django_pgqueue.mq``: the
 same registry and the same per-queue tables as the Python API, including dead
 letters by read count and the NOTIFY that wakes Python readers.
 
@@ -13,8 +15,10 @@ schema of our tables is written into them at install time with
 ``psycopg.sql.Literal``. Everything is recreated by a new install, so upgrading
 the package means running the command again.
 
-Partitioned queues (``create_partitioned``, which needs pg_partman) are not
-offered: that function raises a clear error.
+Partitioned queues (which need pg_partman), FIFO group reads and topic routing are
+not offered: their functions exist with pgmq's signatures and raise an error naming
+themselves (``REFUSED``). Beyond pgmq, ``archive`` and ``delete`` take a ``read_ct``
+to match only the read that is still current.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from ..conf import get_settings
 from .sql import (
     ARCHIVE_PREFIX,
     CHANNEL_PREFIX,
+    MESSAGE_COLUMNS,
     QUEUE_COLUMNS,
     QUEUE_PREFIX,
     REGISTRY,
     SEQUENCE_PREFIX,
+    for_plpgsql,
 )
 from .validation import MAX_BATCH, MAX_NAME_LENGTH, NAME_PATTERN
 
@@ -55,9 +61,11 @@ _DDL = """
 CREATE SCHEMA {api};
 COMMENT ON SCHEMA {api} IS {marker};
 
+-- last_read_at last, not fourth as in pgmq 1.6+: clients written for pgmq 1.5 read
+-- this record by position, current ones by name; both keep working.
 CREATE TYPE {api}.message_record AS (
     msg_id bigint, read_ct integer, enqueued_at timestamptz, vt timestamptz,
-    message jsonb, headers jsonb
+    message jsonb, headers jsonb, last_read_at timestamptz
 );
 CREATE TYPE {api}.queue_record AS (
     queue_name varchar, is_partitioned boolean, is_unlogged boolean, created_at timestamptz
@@ -65,7 +73,7 @@ CREATE TYPE {api}.queue_record AS (
 CREATE TYPE {api}.metrics_result AS (
     queue_name text, queue_length bigint, newest_msg_age_sec integer,
     oldest_msg_age_sec integer, total_messages bigint, scrape_time timestamptz,
-    queue_visible_length bigint
+    queue_visible_length bigint, default_partition_length bigint
 );
 
 -- pgmq's queue list, over the registry of django_pgqueue.mq.
@@ -304,12 +312,11 @@ BEGIN
         moved := format(
             ', dead AS (
                 DELETE FROM %1$s m USING picked WHERE m.msg_id = picked.msg_id AND picked.dead
-                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers
+                RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at
             ), moved AS (%2$s)',
             q,
             CASE WHEN cfg.dead_letter IS NULL THEN format(
-                'INSERT INTO %s (msg_id, read_ct, enqueued_at, vt, message, headers)
-                 SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM dead',
+                'INSERT INTO %s ({message_columns}) SELECT {message_columns} FROM dead',
                 {api}._rel(queue_name, 'a'))
             ELSE format(
                 $q$INSERT INTO %s (vt, message, headers)
@@ -330,9 +337,10 @@ BEGIN
             ORDER BY msg_id LIMIT $1 FOR UPDATE SKIP LOCKED
         )%2$s
         UPDATE %1$s m
-        SET vt = clock_timestamp() + make_interval(secs => $2), read_ct = m.read_ct + 1
+        SET vt = clock_timestamp() + make_interval(secs => $2), read_ct = m.read_ct + 1,
+            last_read_at = clock_timestamp()
         FROM picked WHERE m.msg_id = picked.msg_id AND NOT picked.dead
-        RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers',
+        RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at',
         q, moved) USING qty, vt, conditional, cfg.max_reads, queue_name;
 END $$;
 
@@ -369,17 +377,55 @@ BEGIN
             ORDER BY msg_id LIMIT $1 FOR UPDATE SKIP LOCKED
         )
         DELETE FROM %1$s m USING picked WHERE m.msg_id = picked.msg_id
-        RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers',
+        RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at',
         {api}._rel(queue_name, 'q')) USING qty;
 END $$;
 
-CREATE FUNCTION {api}.set_vt(queue_name text, msg_id bigint, vt integer)
+-- set_vt: the visibility timeout as seconds from now or as an instant (pgmq 1.6+),
+-- for one message or an array of them. All four share one UPDATE.
+CREATE FUNCTION {api}.set_vt(queue_name text, msg_ids bigint[], vt timestamptz)
 RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
 BEGIN
+    IF vt IS NULL THEN
+        RAISE EXCEPTION 'vt is NULL: give seconds from now or a timestamp'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     RETURN QUERY EXECUTE format(
-        'UPDATE %s SET vt = clock_timestamp() + make_interval(secs => $1) WHERE msg_id = $2
-         RETURNING msg_id, read_ct, enqueued_at, vt, message, headers',
-        {api}._rel(queue_name, 'q')) USING vt, msg_id;
+        'UPDATE %s SET vt = $1 WHERE msg_id = ANY($2) RETURNING {message_columns}',
+        {api}._rel(queue_name, 'q')) USING vt, msg_ids;
+END $$;
+CREATE FUNCTION {api}.set_vt(queue_name text, msg_ids bigint[], vt integer)
+RETURNS SETOF {api}.message_record LANGUAGE sql AS $$
+    SELECT * FROM {api}.set_vt(queue_name, msg_ids, clock_timestamp() + make_interval(secs => vt))
+$$;
+CREATE FUNCTION {api}.set_vt(queue_name text, msg_id bigint, vt timestamptz)
+RETURNS SETOF {api}.message_record LANGUAGE sql AS $$
+    SELECT * FROM {api}.set_vt(queue_name, ARRAY[msg_id], vt)
+$$;
+CREATE FUNCTION {api}.set_vt(queue_name text, msg_id bigint, vt integer)
+RETURNS SETOF {api}.message_record LANGUAGE sql AS $$
+    SELECT * FROM {api}.set_vt(queue_name, ARRAY[msg_id], clock_timestamp() + make_interval(secs => vt))
+$$;
+-- A client that sends its parameters untyped (pgmq-js sends every value as text) would
+-- find the overloads above ambiguous; PostgreSQL prefers a text parameter for an
+-- untyped value, so this one takes it and reads seconds or an instant.
+CREATE FUNCTION {api}.set_vt(queue_name text, msg_id text, vt text)
+RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
+BEGIN
+    IF msg_id !~ '^[0-9]{{1,19}}$' THEN
+        RAISE EXCEPTION 'msg_id must be a message id, got %', quote_nullable(msg_id)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF vt ~ '^[0-9]{{1,9}}$' THEN
+        RETURN QUERY SELECT * FROM {api}.set_vt(queue_name, ARRAY[msg_id::bigint], clock_timestamp() + make_interval(secs => vt::integer));
+        RETURN;
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM {api}.set_vt(queue_name, ARRAY[msg_id::bigint], vt::timestamptz);
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+        RAISE EXCEPTION 'vt must be seconds from now or a timestamp, got %', quote_nullable(vt)
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
 END $$;
 
 CREATE FUNCTION {api}.archive(queue_name text, msg_ids bigint[]) RETURNS SETOF bigint
@@ -387,11 +433,9 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY EXECUTE format(
         'WITH gone AS (
-            DELETE FROM %s WHERE msg_id = ANY($1)
-            RETURNING msg_id, read_ct, enqueued_at, vt, message, headers
+            DELETE FROM %s WHERE msg_id = ANY($1) RETURNING {message_columns}
         )
-        INSERT INTO %s (msg_id, read_ct, enqueued_at, vt, message, headers)
-        SELECT msg_id, read_ct, enqueued_at, vt, message, headers FROM gone
+        INSERT INTO %s ({message_columns}) SELECT {message_columns} FROM gone
         RETURNING msg_id',
         {api}._rel(queue_name, 'q'), {api}._rel(queue_name, 'a')) USING msg_ids;
 END $$;
@@ -430,7 +474,8 @@ BEGIN
                 EXTRACT(epoch FROM clock_timestamp() - min(enqueued_at))::int,
                 (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM %s),
                 clock_timestamp(),
-                count(*) FILTER (WHERE vt <= clock_timestamp())
+                count(*) FILTER (WHERE vt <= clock_timestamp()),
+                NULL::bigint
          FROM %s',
         {api}._rel(queue_name, 's'), {api}._rel(queue_name, 'q')) INTO result USING queue_name;
     RETURN result;
@@ -446,6 +491,248 @@ BEGIN
     END LOOP;
 END $$;
 """
+
+# Fenced deletes, beyond pgmq: delete or archive a message only while the read that
+# handed it out (its read_ct) is still the current one. With pgmq's delete by msg_id
+# alone, a consumer whose visibility timeout lapsed deletes the message another
+# consumer has read since; with these, that late call matches nothing. {settle} is
+# the text of the worker's own fenced statement (mq.sql "settle", via for_plpgsql),
+# so the two doors run one rule, not two copies of it.
+_FENCED_DDL = """
+CREATE FUNCTION {api}._settle(queue_name text, msg_ids bigint[], read_cts integer[], keep boolean)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(cardinality(msg_ids), 0);
+BEGIN
+    IF n <> coalesce(cardinality(read_cts), 0) THEN
+        RAISE EXCEPTION '% read counts for % message ids', coalesce(cardinality(read_cts), 0), n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format({settle}, {api}._rel(queue_name, 'q'), {api}._rel(queue_name, 'a'))
+    USING msg_ids, read_cts,
+          array_fill(CASE WHEN keep THEN 'archive' ELSE 'delete' END, ARRAY[n]),
+          array_fill(0::float8, ARRAY[n]);
+END $$;
+CREATE FUNCTION {api}.delete(queue_name text, msg_id bigint, read_ct integer) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT EXISTS (SELECT 1 FROM {api}._settle(queue_name, ARRAY[msg_id], ARRAY[read_ct], false))
+$$;
+CREATE FUNCTION {api}.delete(queue_name text, msg_ids bigint[], read_cts integer[])
+RETURNS SETOF bigint LANGUAGE sql AS $$ SELECT * FROM {api}._settle(queue_name, msg_ids, read_cts, false) $$;
+CREATE FUNCTION {api}.archive(queue_name text, msg_id bigint, read_ct integer) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT EXISTS (SELECT 1 FROM {api}._settle(queue_name, ARRAY[msg_id], ARRAY[read_ct], true))
+$$;
+CREATE FUNCTION {api}.archive(queue_name text, msg_ids bigint[], read_cts integer[])
+RETURNS SETOF bigint LANGUAGE sql AS $$ SELECT * FROM {api}._settle(queue_name, msg_ids, read_cts, true) $$;
+"""
+
+# pgmq's insert notification: a NOTIFY on "pgmq.q_<queue>.INSERT" (the channel pgmq's
+# clients LISTEN on, whatever the schema), at most once per throttle interval. One
+# trigger per INSERT statement, not per row as in pgmq, so a batch costs one check.
+# An interval of 0 notifies without touching the throttle row (PostgreSQL folds the
+# NOTIFYs of one transaction); otherwise the row is claimed with SKIP LOCKED, so
+# concurrent senders never queue behind each other's uncommitted notification. The
+# table is logged: the configuration survives a crash. A reinstall keeps it
+# (sql_api.install re-enables what was enabled).
+_NOTIFY_DDL = """
+CREATE TABLE {api}.notify_insert_throttle (
+    queue_name text PRIMARY KEY,
+    throttle_interval_ms integer NOT NULL CHECK (throttle_interval_ms >= 0),
+    last_notified_at timestamptz NOT NULL DEFAULT to_timestamp(0)
+);
+
+CREATE FUNCTION {api}._notify_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    queue text := TG_ARGV[0];
+    interval_ms integer;
+BEGIN
+    SELECT t.throttle_interval_ms INTO interval_ms FROM {api}.notify_insert_throttle t
+    WHERE t.queue_name = queue;
+    IF interval_ms IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF interval_ms > 0 THEN
+        UPDATE {api}.notify_insert_throttle t SET last_notified_at = clock_timestamp()
+        WHERE t.queue_name IN (
+            SELECT u.queue_name FROM {api}.notify_insert_throttle u
+            WHERE u.queue_name = queue
+              AND clock_timestamp() - u.last_notified_at >= make_interval(secs => interval_ms / 1000.0)
+            FOR UPDATE SKIP LOCKED);
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    PERFORM pg_notify('pgmq.q_' || queue || '.INSERT', NULL);
+    RETURN NULL;
+END $$;
+
+-- The arguments of enable_notify_insert and update_notify_insert.
+CREATE FUNCTION {api}._check_notify(queue_name text, throttle_interval_ms integer) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF throttle_interval_ms IS NULL OR throttle_interval_ms < 0 THEN
+        RAISE EXCEPTION 'throttle_interval_ms must be non-negative, got %', throttle_interval_ms
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM {api}.validate_queue_name(queue_name);
+    IF NOT EXISTS (SELECT 1 FROM {reg} r WHERE r.name = queue_name) THEN
+        RAISE EXCEPTION 'message queue % does not exist', quote_literal(queue_name)
+            USING ERRCODE = 'undefined_table';
+    END IF;
+END $$;
+
+CREATE FUNCTION {api}.disable_notify_insert(queue_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {api}.validate_queue_name(queue_name);
+    IF to_regclass({api}._rel(queue_name, 'q')) IS NOT NULL THEN
+        EXECUTE format('DROP TRIGGER IF EXISTS pgqueue_notify_insert ON %s', {api}._rel(queue_name, 'q'));
+    END IF;
+    DELETE FROM {api}.notify_insert_throttle t WHERE t.queue_name = disable_notify_insert.queue_name;
+END $$;
+
+CREATE FUNCTION {api}.enable_notify_insert(queue_name text, throttle_interval_ms integer DEFAULT 250)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {api}._check_notify(queue_name, throttle_interval_ms);
+    PERFORM {api}.disable_notify_insert(queue_name);
+    INSERT INTO {api}.notify_insert_throttle (queue_name, throttle_interval_ms)
+    VALUES (queue_name, throttle_interval_ms);
+    EXECUTE format(
+        'CREATE TRIGGER pgqueue_notify_insert AFTER INSERT ON %s
+         FOR EACH STATEMENT EXECUTE FUNCTION %I._notify_insert(%L)',
+        {api}._rel(queue_name, 'q'), {api_name}, queue_name);
+END $$;
+
+CREATE FUNCTION {api}.update_notify_insert(queue_name text, throttle_interval_ms integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {api}._check_notify(queue_name, throttle_interval_ms);
+    UPDATE {api}.notify_insert_throttle t
+    SET throttle_interval_ms = update_notify_insert.throttle_interval_ms, last_notified_at = to_timestamp(0)
+    WHERE t.queue_name = update_notify_insert.queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message queue % does not have insert notification enabled; call enable_notify_insert() first',
+            quote_literal(queue_name) USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+END $$;
+
+-- Only queues whose trigger still exists: mq.drop() (the Python door) drops the table,
+-- and its trigger with it, without knowing about this schema.
+CREATE FUNCTION {api}.list_notify_insert_throttles()
+RETURNS TABLE (queue_name text, throttle_interval_ms integer, last_notified_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT t.queue_name, t.throttle_interval_ms, t.last_notified_at
+    FROM {api}.notify_insert_throttle t
+    WHERE EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgname = 'pgqueue_notify_insert'
+                  AND g.tgrelid = to_regclass({api}._rel(t.queue_name, 'q')))
+    ORDER BY t.queue_name
+$$;
+"""
+
+#: pgmq functions this API does not offer, each refusing by name (SQLSTATE 0A000)
+#: rather than leaving the client with "function does not exist": (signature,
+#: result, why).
+REFUSED = [
+    *(
+        (
+            f"{name}(queue_name text, vt integer, qty integer{poll})",
+            "SETOF {api}.message_record",
+            "FIFO group reads are not offered; read() in msg_id order, or one queue per group",
+        )
+        for name, poll in [
+            (f"read_grouped{kind}{suffix}", extra)
+            for kind in ("", "_rr", "_head")
+            for suffix, extra in (
+                ("", ""),
+                (
+                    "_with_poll",
+                    ", max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100",
+                ),
+            )
+        ]
+    ),
+    *(
+        (sig, result, "topic routing is not offered; send() to each queue")
+        for sig, result in [
+            ("bind_topic(pattern text, queue_name text)", "void"),
+            ("unbind_topic(pattern text, queue_name text)", "boolean"),
+            (
+                "send_topic(routing_key text, msg jsonb, headers jsonb DEFAULT NULL, delay integer DEFAULT 0)",
+                "integer",
+            ),
+            *(
+                (
+                    f"send_batch_topic(routing_key text, msgs jsonb[]{rest})",
+                    "TABLE (queue_name text, msg_id bigint)",
+                )
+                # pgmq's own overloads: none has a default, so no call is ambiguous.
+                for rest in (
+                    "",
+                    ", headers jsonb[]",
+                    ", delay integer",
+                    ", delay timestamptz",
+                    ", headers jsonb[], delay integer",
+                    ", headers jsonb[], delay timestamptz",
+                )
+            ),
+            (
+                "test_routing(routing_key text)",
+                "TABLE (pattern text, queue_name text, compiled_regex text)",
+            ),
+            (
+                "list_topic_bindings()",
+                "TABLE (pattern text, queue_name text, bound_at timestamptz, compiled_regex text)",
+            ),
+            (
+                "list_topic_bindings(queue_name text)",
+                "TABLE (pattern text, queue_name text, bound_at timestamptz, compiled_regex text)",
+            ),
+            ("validate_routing_key(routing_key text)", "boolean"),
+            ("validate_topic_pattern(pattern text)", "boolean"),
+        ]
+    ),
+    ("create_fifo_index(queue_name text)", "void", "FIFO group reads are not offered"),
+    ("create_fifo_indexes_all()", "void", "FIFO group reads are not offered"),
+    (
+        "convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000', "
+        "retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10)",
+        "void",
+        "partitioned queues and archives are not offered (they need pg_partman)",
+    ),
+]
+
+
+def _refusals() -> str:
+    """The refusing functions of ``REFUSED``. A function returning a TABLE is written in
+    SQL (a parameter may share an output column's name there, as in pgmq's
+    ``list_topic_bindings(queue_name)``), selecting from the raising ``_refuse``."""
+    parts = [
+        "CREATE FUNCTION {api}._refuse(name text, why text) RETURNS void LANGUAGE plpgsql AS $$\n"
+        "BEGIN\n    RAISE EXCEPTION '% is not supported by django_pgqueue: %', name, why\n"
+        "        USING ERRCODE = 'feature_not_supported';\nEND $$;\n"
+    ]
+    for signature, result, why in REFUSED:
+        name = signature.split("(")[0]
+        call = f"{{api}}._refuse('{name}', '{why}')"
+        if result.startswith("TABLE"):
+            types = [col.split()[1] for col in result[result.index("(") + 1 : -1].split(",")]
+            body = f"SELECT {', '.join(f'NULL::{t}' for t in types)} FROM {call}"  # noqa: S608 - module constants
+        elif result == "void":
+            body = f"SELECT {call}"
+        else:
+            body = f"SELECT NULL::{result.removeprefix('SETOF ')} FROM {call}"  # noqa: S608 - module constants
+        parts.append(
+            f"CREATE FUNCTION {{api}}.{signature} RETURNS {result} LANGUAGE sql AS $$ {body} $$;\n"
+        )
+    return "".join(parts)
+
+
+_DDL += _FENCED_DDL + _NOTIFY_DDL + _refusals()
 
 
 def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
@@ -494,6 +781,7 @@ def ddl(schema: str, data_schema: str) -> str:
         pgsql.SQL(text)
         .format(
             api=pgsql.Identifier(schema),
+            api_name=pgsql.Literal(schema),
             data=pgsql.Literal(data_schema),
             reg=pgsql.Identifier(data_schema, REGISTRY),
             marker=pgsql.Literal(MARKER),
@@ -505,6 +793,8 @@ def ddl(schema: str, data_schema: str) -> str:
             channel_prefix=pgsql.Literal(CHANNEL_PREFIX),
             # Inside a quoted format() string: the column list has no quote or brace.
             columns=pgsql.SQL(QUEUE_COLUMNS),
+            message_columns=pgsql.SQL(MESSAGE_COLUMNS),
+            settle=pgsql.SQL(for_plpgsql("settle").replace("{", "{{").replace("}", "}}")),
             max_bytes=pgsql.SQL(str(int(conf.MAX_ARGS_BYTES))),
             max_depth=pgsql.SQL(str(int(conf.MAX_JSON_DEPTH))),
             max_batch=pgsql.SQL(str(MAX_BATCH)),
@@ -532,10 +822,32 @@ def install(cursor: Any, schema: str) -> str:
     data_schema = _data_schema(cursor)
     if data_schema == schema:
         raise SqlApiError(f"schema {schema!r} holds django_pgqueue's own tables")
+    notified: list[tuple[str, int]] = []
     if exists:
+        notified = _notified_queues(cursor, schema)
         cursor.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(schema)))
     cursor.execute(ddl(schema, data_schema))
+    for queue, interval_ms in notified:
+        cursor.execute(
+            pgsql.SQL("SELECT {}.enable_notify_insert(%s, %s)").format(pgsql.Identifier(schema)),
+            [queue, interval_ms],
+        )
     return data_schema
+
+
+def _notified_queues(cursor: Any, schema: str) -> list[tuple[str, int]]:
+    """The insert notifications a previous install had enabled (the drop of its schema
+    takes their triggers), so that a reinstall enables them again."""
+    table = pgsql.Identifier(schema, "notify_insert_throttle")
+    cursor.execute("SELECT pg_catalog.to_regclass(%s)", [table.as_string(None)])
+    if cursor.fetchone()[0] is None:
+        return []
+    cursor.execute(
+        pgsql.SQL(
+            "SELECT queue_name, throttle_interval_ms FROM {}.list_notify_insert_throttles()"
+        ).format(pgsql.Identifier(schema))
+    )
+    return [(str(q), int(ms)) for q, ms in cursor.fetchall()]
 
 
 def uninstall(cursor: Any, schema: str) -> bool:

@@ -43,6 +43,7 @@ from .validation import (
     check_message,
     check_msg_id,
     check_name,
+    check_read_cts,
     check_seconds,
 )
 
@@ -83,7 +84,8 @@ def _problem(what: str, exc: BaseException) -> str:
 
 
 def decode_row(row: tuple[Any, ...]) -> Message | str:
-    """The Message of a row (msg_id, read_ct, enqueued_at, vt, message, headers), or,
+    """The Message of a row (msg_id, read_ct, enqueued_at, vt, message, headers
+    [, last_read_at]), or,
     when a document cannot be decoded, the error naming it.
 
     Rows are untrusted: any pgmq client, an older version or another program may
@@ -98,12 +100,17 @@ def decode_row(row: tuple[Any, ...]) -> Message | str:
         headers = decode_json(row[5])
     except (ValueError, RecursionError) as exc:
         return _problem("headers", exc)
-    return Message(row[0], row[1], row[2], row[3], message, headers)
+    return Message(row[0], row[1], row[2], row[3], message, headers, *row[6:7])
 
 
 @dataclass(frozen=True)
 class Message:
-    """One message, as pgmq's ``message_record``."""
+    """One message, as pgmq's ``message_record``.
+
+    ``last_read_at`` (when the message was last read, None if never) comes last,
+    unlike pgmq's record where it is fourth, so that positional code written for
+    the first six fields keeps working.
+    """
 
     msg_id: int
     read_ct: int
@@ -111,6 +118,7 @@ class Message:
     vt: dt.datetime
     message: Any
     headers: Any
+    last_read_at: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Message:
@@ -454,42 +462,81 @@ def pop(name: str, qty: int = 1) -> list[Message]:
     return _decoded(rows, info, _executor(name), popped=True)
 
 
-def set_vt(name: str, msg_id: int, vt: float) -> Message | None:
-    """Make message ``msg_id`` visible ``vt`` seconds from now (0: at once).
+def set_vt(name: str, msg_id: int, vt: float | dt.datetime) -> Message | None:
+    """Make message ``msg_id`` visible ``vt`` seconds from now (0: at once), or at the
+    aware datetime ``vt``.
 
     None if there is no such message, or if it could not be decoded (it is then
     quarantined, like a read would).
     """
-    vt = check_seconds("vt", vt, MAX_VT_SECONDS)
+    seconds, at = check_delay(vt, "vt", MAX_VT_SECONDS)
     msg_id = check_msg_id(msg_id)
     info = get_queue(name)
     with _cursor(name) as cursor:
-        cursor.execute(sql.statement("set_vt", name), [vt, msg_id])
+        cursor.execute(sql.statement("set_vt", name), [at, seconds, msg_id])
         rows = cursor.fetchall()
     messages = _decoded(rows, info, _executor(name))
     return messages[0] if messages else None
 
 
-def _ids(msg_ids: int | Iterable[int]) -> str:
-    """The ``bigint[]`` literal of message ids, each checked (``check_msg_id``)."""
+def _id_list(msg_ids: int | Iterable[int]) -> list[int]:
+    """Message ids, each checked (``check_msg_id``)."""
     if isinstance(msg_ids, int | str):
         msg_ids = [msg_ids]
-    return array_literal([str(check_msg_id(i, f"msg_ids[{n}]")) for n, i in enumerate(msg_ids)])
+    return [check_msg_id(i, f"msg_ids[{n}]") for n, i in enumerate(msg_ids)]
 
 
-def archive(name: str, msg_ids: int | Iterable[int]) -> list[int]:
-    """Move messages to the queue's archive; returns the ids that were archived."""
+def _ids(msg_ids: int | Iterable[int]) -> str:
+    """The ``bigint[]`` literal of message ids, each checked (``check_msg_id``)."""
+    return array_literal([str(i) for i in _id_list(msg_ids)])
+
+
+ReadCounts = int | list[int] | tuple[int, ...]
+
+
+def archive(
+    name: str, msg_ids: int | Iterable[int], *, read_ct: ReadCounts | None = None
+) -> list[int]:
+    """Move messages to the queue's archive; returns the ids that were archived.
+
+    With ``read_ct`` (the ``read_ct`` of the read that handed each message out, one
+    per id) a message is archived only while that read is still the current one: a
+    consumer whose visibility timeout lapsed, and whose message another consumer has
+    read since, archives nothing (``_fenced``).
+    """
+    if read_ct is not None:
+        return _fenced(name, msg_ids, read_ct, "archive")
     get_queue(name)
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("archive", name), [_ids(msg_ids)])
         return sorted(row[0] for row in cursor.fetchall())
 
 
-def delete(name: str, msg_ids: int | Iterable[int]) -> list[int]:
-    """Delete messages for good; returns the ids that were deleted."""
+def delete(
+    name: str, msg_ids: int | Iterable[int], *, read_ct: ReadCounts | None = None
+) -> list[int]:
+    """Delete messages for good; returns the ids that were deleted. ``read_ct``
+    fences the delete as for ``archive``."""
+    if read_ct is not None:
+        return _fenced(name, msg_ids, read_ct, "delete")
     get_queue(name)
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("delete", name), [_ids(msg_ids)])
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def _fenced(name: str, msg_ids: int | Iterable[int], read_ct: ReadCounts, action: str) -> list[int]:
+    """Archive or delete only the messages whose read is still current: the statement
+    and rule of the worker's ``settle`` (every consumer outcome is fenced the same
+    way), on the caller's connection and transaction."""
+    ids = _id_list(msg_ids)
+    cts = check_read_cts(read_ct, len(ids))
+    get_queue(name)
+    with _cursor(name) as cursor:
+        cursor.execute(
+            sql.statement("settle", name),
+            _settle_params([(i, c, action, 0.0) for i, c in zip(ids, cts, strict=True)]),
+        )
         return sorted(row[0] for row in cursor.fetchall())
 
 
@@ -529,12 +576,62 @@ def metrics_all() -> list[QueueMetrics]:
 
 def stats(name: str) -> tuple[int, int, float | None, int]:
     """(length, visible, oldest age in seconds, estimated archive size) for the admin."""
-    get_queue(name)
+    s = status(name)
+    return s.messages, s.visible, s.oldest_seconds, s.archived_estimate
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue as operations see it (``pgqueue_status``, the metrics, the admin).
+
+    ``dead_letters`` is the length of this queue when another queue sends its dead
+    letters here, else None.
+    """
+
+    name: str
+    messages: int
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_seconds: float | None
+    oldest_visible_seconds: float | None
+    archived_estimate: int
+    dead_letter: str | None
+    dead_letters: int | None
+
+
+def status(name: str, *, is_dead_letter_queue: bool = False) -> QueueStatus:
+    """The sizes and ages of queue ``name`` (one statement; changes nothing)."""
+    info = get_queue(name)
     archive_table = sql.identifiers(name)["a"].as_string(None)
     with _cursor(name) as cursor:
         cursor.execute(sql.statement("stats", name), [archive_table])
-        row = cursor.fetchone()
-    return row[0], row[1], row[2], row[3]
+        length, visible, oldest, archived, in_flight, oldest_visible = cursor.fetchone()
+    return QueueStatus(
+        name,
+        length,
+        visible,
+        in_flight,
+        length - visible - in_flight,
+        None if oldest is None else float(oldest),
+        None if oldest_visible is None else float(oldest_visible),
+        archived,
+        info.dead_letter,
+        length if is_dead_letter_queue else None,
+    )
+
+
+def overview() -> list[QueueStatus]:
+    """``status`` of every queue, by name; a queue dropped meanwhile is left out."""
+    queues = list_queues()
+    targets = {q.dead_letter for q in queues if q.dead_letter}
+    found = []
+    for info in queues:
+        try:
+            found.append(status(info.name, is_dead_letter_queue=info.name in targets))
+        except QueueNotFound:
+            continue
+    return found
 
 
 def browse(name: str, *, archived: bool = False, limit: int = 100, offset: int = 0) -> list[Any]:
@@ -644,12 +741,16 @@ def settle(conn: Any, name: str, outcomes: Iterable[tuple[int, int, str, float]]
     ``retry`` (visible again after ``delay`` seconds) or ``release`` (visible at once,
     the read not counted). A message missing from the answer was read again since.
     """
-    rows = list(outcomes)
+    written = conn.execute(sql.statement("settle", name), _settle_params(list(outcomes)))
+    return {row[0] for row in written.fetchall()}
+
+
+def _settle_params(rows: list[tuple[int, int, str, float]]) -> list[str]:
+    """The parameters of the ``settle`` statement for ``(msg_id, read_ct, action, delay)``."""
     msg_ids, read_cts = _fence((msg_id, read_ct) for msg_id, read_ct, _, _ in rows)
     actions = text_array_literal([action for _, _, action, _ in rows])
     delays = array_literal([repr(float(delay)) for _, _, _, delay in rows])
-    written = conn.execute(sql.statement("settle", name), [msg_ids, read_cts, actions, delays])
-    return {row[0] for row in written.fetchall()}
+    return [msg_ids, read_cts, actions, delays]
 
 
 def read_counts(conn: Any, name: str, msg_ids: Iterable[int]) -> dict[int, int]:

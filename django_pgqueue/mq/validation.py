@@ -78,13 +78,33 @@ def check_msg_id(value: object, what: str = "msg_id") -> int:
     return strict_int(value, what, minimum=1, maximum=BIGINT_MAX)
 
 
-def check_delay(delay: object) -> tuple[float, dt.datetime | None]:
-    """``(seconds, at)`` from a delay in seconds or an aware datetime."""
+#: The largest read count (``read_ct`` is an ``integer`` column).
+INT_MAX = 2**31 - 1
+
+
+def check_read_cts(read_ct: object, count: int) -> list[int]:
+    """The read counts of a fenced archive or delete, one per message id (0 matches a
+    message never read); an int, a string of ASCII digits, or a list of them."""
+    values = list(read_ct) if isinstance(read_ct, list | tuple) else [read_ct]
+    what = "read_ct" if len(values) == 1 else "read_ct[{}]"
+    checked = [
+        strict_int(v, what.format(n), minimum=0, maximum=INT_MAX) for n, v in enumerate(values)
+    ]
+    if len(checked) != count:
+        raise ValueError(f"{len(checked)} read counts for {count} message ids")
+    return checked
+
+
+def check_delay(
+    delay: object, what: str = "delay", maximum: float = MAX_DELAY_SECONDS
+) -> tuple[float, dt.datetime | None]:
+    """``(seconds, at)`` from seconds from now or an aware datetime (a send's delay,
+    a new visibility timeout)."""
     if isinstance(delay, dt.datetime):
         if delay.tzinfo is None:
-            raise ValueError(f"delay must be a timezone-aware datetime, got {delay!r}")
+            raise ValueError(f"{what} must be a timezone-aware datetime, got {delay!r}")
         return 0.0, delay
-    return check_seconds("delay", delay, MAX_DELAY_SECONDS), None
+    return check_seconds(what, delay, maximum), None
 
 
 def check_message(value: object, what: str = "message") -> str:

@@ -259,3 +259,25 @@ def test_without_prepared_statements_the_api_uses_djangos_own_cursors(settings):
     assert [m.msg_id for m in mq.read("plain")] == [mid]
     with pytest.raises(mq.QueueNotFound):
         mq.send("missing", {})
+
+
+def test_set_vt_takes_seconds_or_an_instant_as_pgmq_does():
+    mq.create("vt_at")
+    mid = mq.send("vt_at", {"n": 1})
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+    moved = mq.set_vt("vt_at", mid, later)
+    assert moved is not None and moved.vt == later
+    assert mq.read("vt_at") == []
+    assert mq.set_vt("vt_at", mid, 0).msg_id == mid
+    with pytest.raises(ValueError, match="vt must be a timezone-aware datetime"):
+        mq.set_vt("vt_at", mid, dt.datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="vt must be between 0 and"):
+        mq.set_vt("vt_at", mid, -1)
+
+
+def test_async_fenced_archive():
+    mq.create("afence")
+    mid = mq.send("afence", {})
+    (held,) = mq.read("afence", vt=30)
+    assert async_to_sync(mq.aarchive)("afence", mid, read_ct=held.read_ct + 1) == []
+    assert async_to_sync(mq.adelete)("afence", mid, read_ct=held.read_ct) == [mid]

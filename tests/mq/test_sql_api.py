@@ -119,3 +119,111 @@ def test_install_refuses_a_schema_that_is_not_its_own(sql_api):
         assert one("SELECT count(*) FROM someone_else.meta") == [(0,)]
     finally:
         one("DROP SCHEMA someone_else CASCADE")
+
+
+def test_the_current_pgmq_surface(sql_api):
+    """What pgmq 1.13 and its current clients call: last_read_at, pop(qty), set_vt with a
+    timestamp, an array or an untyped parameter, and the metadata they read."""
+    mq.create("cur")
+    one("SELECT * FROM pgmq_test.send_batch('cur', ARRAY['{}', '{}', '{}']::jsonb[])")
+    assert one("SELECT last_read_at FROM pgmq_test.set_vt('cur', 1, 0)") == [(None,)]
+    ((mid, read_at, vt),) = one("SELECT msg_id, last_read_at, vt FROM pgmq_test.read('cur', 30, 1)")
+    assert mid == 1 and read_at is not None and vt > read_at
+    # The Python door records the read too, and returns it.
+    assert mq.read("cur")[0].last_read_at is not None
+    # The column order of pgmq <= 1.5 stays (clients that read by position), last_read_at last.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM pgmq_test.pop('cur', 1)")
+        assert [c.name for c in cursor.description] == [
+            "msg_id",
+            "read_ct",
+            "enqueued_at",
+            "vt",
+            "message",
+            "headers",
+            "last_read_at",
+        ]
+    one("SELECT * FROM pgmq_test.send('cur', '{\"n\": 4}')")
+    assert one("SELECT msg_id FROM pgmq_test.set_vt('cur', 1, now() + interval '1 hour')") == [(1,)]
+    assert sorted(one("SELECT msg_id FROM pgmq_test.set_vt('cur', ARRAY[1, 2]::bigint[], 0)")) == [
+        (1,),
+        (2,),
+    ]
+    assert one(
+        "SELECT msg_id FROM pgmq_test.set_vt('cur', ARRAY[2]::bigint[], clock_timestamp())"
+    ) == [(2,)]
+    # An untyped parameter (pgmq-js sends every value as text) resolves to one function.
+    with connection.cursor() as cursor:
+        cursor.execute("PREPARE untyped AS SELECT msg_id FROM pgmq_test.set_vt($1, $2, $3)")
+        cursor.execute("EXECUTE untyped('cur', '2', '0')")
+        assert cursor.fetchall() == [(2,)]
+        cursor.execute("EXECUTE untyped('cur', '2', '2030-01-01T00:00:00Z')")
+        assert cursor.fetchall() == [(2,)]
+        with pytest.raises(Exception, match=r"vt must be seconds .* or a timestamp"):
+            cursor.execute("EXECUTE untyped('cur', '2', 'soon')")
+    assert sorted(r[0] for r in one("SELECT msg_id FROM pgmq_test.pop('cur', 5)")) == [1, 4]
+    ((name, length, partition),) = one(
+        "SELECT queue_name, queue_length, default_partition_length FROM pgmq_test.metrics('cur')"
+    )
+    assert (name, length, partition) == ("cur", 1, None)
+
+
+def test_enable_notify_insert_notifies_pgmq_listeners_throttled(sql_api):
+    from django_pgqueue.db import connect
+
+    mq.create("ping")
+    one("SELECT pgmq_test.enable_notify_insert('ping', 60000)")
+    assert one(
+        "SELECT queue_name, throttle_interval_ms FROM pgmq_test.list_notify_insert_throttles()"
+    ) == [("ping", 60000)]
+    with connect("notify-test", prepare=False) as listen:
+        listen.execute('LISTEN "pgmq.q_ping.INSERT"')
+        one("SELECT * FROM pgmq_test.send('ping', '{}')")
+        mq.send("ping", {"from": "python"})  # the Python door's insert is the same table
+        got = [n.channel for n in listen.notifies(timeout=2, stop_after=5)]
+        assert got == ["pgmq.q_ping.INSERT"]  # the second within the interval: throttled
+        one("SELECT pgmq_test.update_notify_insert('ping', 0)")
+        mq.send("ping", {"n": 1})
+        mq.send("ping", {"n": 2})
+        assert len(list(listen.notifies(timeout=2, stop_after=2))) == 2
+        one("SELECT pgmq_test.disable_notify_insert('ping')")
+        mq.send("ping", {"n": 3})
+        assert list(listen.notifies(timeout=0.5)) == []
+    assert one("SELECT * FROM pgmq_test.list_notify_insert_throttles()") == []
+    with pytest.raises(Exception, match="must be non-negative"):
+        one("SELECT pgmq_test.enable_notify_insert('ping', -1)")
+    with pytest.raises(Exception, match="message queue 'nope' does not exist"):
+        one("SELECT pgmq_test.enable_notify_insert('nope')")
+
+
+def test_a_reinstall_keeps_insert_notification(sql_api):
+    mq.create("kept")
+    one("SELECT pgmq_test.enable_notify_insert('kept', 10)")
+    command("--schema", "pgmq_test")
+    assert one(
+        "SELECT queue_name, throttle_interval_ms FROM pgmq_test.list_notify_insert_throttles()"
+    ) == [("kept", 10)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM pgmq_test.read_grouped('q', 30, 1)",
+        "SELECT * FROM pgmq_test.read_grouped_rr('q', 30, 1)",
+        "SELECT * FROM pgmq_test.read_grouped_head('q', 30, 1)",
+        "SELECT * FROM pgmq_test.read_grouped_with_poll('q', 30, 1, 1, 100)",
+        "SELECT * FROM pgmq_test.read_grouped_rr_with_poll('q', 30, 1, 1, 100)",
+        "SELECT pgmq_test.bind_topic('a.*', 'q')",
+        "SELECT pgmq_test.unbind_topic('a.*', 'q')",
+        "SELECT pgmq_test.send_topic('a.b', '{}'::jsonb)",
+        "SELECT * FROM pgmq_test.send_batch_topic('a.b', ARRAY['{}']::jsonb[])",
+        "SELECT * FROM pgmq_test.test_routing('a.b')",
+        "SELECT * FROM pgmq_test.list_topic_bindings()",
+        "SELECT pgmq_test.create_fifo_index('q')",
+        "SELECT pgmq_test.convert_archive_partitioned('q')",
+    ],
+)
+def test_what_is_not_offered_is_refused_by_name(sql_api, query):
+    name = query.split("pgmq_test.")[1].split("(")[0]
+    with pytest.raises(Exception, match=f"{name} is not supported by django_pgqueue"):
+        one(query)
