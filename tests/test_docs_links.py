@@ -17,7 +17,6 @@ from pathlib import Path
 import markdown
 import pytest
 
-
 from django_pgqueue import docs
 from django_pgqueue.api.http import PROBLEMS
 
