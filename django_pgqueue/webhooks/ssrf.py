@@ -442,7 +442,8 @@ def _normalise_host(raw_host: str) -> str:
     return host
 
 
-def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
+def check_text(url: object) -> None:
+    """The checks of a URL as text, before parsing, for every scheme (brokers' too)."""
     if not isinstance(url, str):
         raise UnsafeURLError("The URL must be a string.")
     if not url:
@@ -453,6 +454,10 @@ def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
     # the user typed: refuse them instead.
     if _FORBIDDEN_URL_CHARS.search(url):
         raise UnsafeURLError("The URL contains whitespace or control characters.")
+
+
+def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
+    check_text(url)
     try:
         parts = urlsplit(url)
     except ValueError as exc:
@@ -489,6 +494,18 @@ def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
     return parts, raw_host, port
 
 
+def check_port(port: int, allowed_ports: Iterable[int] | None) -> None:
+    """Refuse ``port`` unless it is in ``allowed_ports`` (``None``: any port)."""
+    if allowed_ports is not None:
+        ports = set(allowed_ports)
+        if port not in ports:
+            raise UnsafeURLError(
+                f"The port {port} is not allowed; allowed ports: "
+                f"{', '.join(str(p) for p in sorted(ports)) or 'none'} "
+                f"(PGQUEUE['WEBHOOKS']['ALLOWED_PORTS'])."
+            )
+
+
 def validate_url(
     url: str,
     *,
@@ -509,18 +526,25 @@ def validate_url(
     (hosts named in ``allow_hosts`` may resolve to private addresses, never to metadata ones).
 
     This is the save-time check, for a good error message; the transport repeats the address
-    check at connect time and connects only to the address it checked.
+    check at connect time and connects only to the address it checked. A broker URL
+    (``amqp://``, ``nats://``) is checked by its own rules (``webhooks/brokers/urls.py``).
     """
+    from .brokers import urls as broker_urls  # imports this module: not at the top
+
+    if broker_urls.is_broker_url(url):
+        broker_urls.validate(
+            url,
+            allow_networks=allow_networks,
+            allowed_ports=allowed_ports,
+            resolve=resolve,
+            resolver=resolver,
+            deny_addresses=deny_addresses,
+            allow_hosts=allow_hosts,
+        )
+        return
     _, raw_host, port = _split(url, allow_http)
     allow = parse_networks(allow_networks)
-    if allowed_ports is not None:
-        ports = set(allowed_ports)
-        if port not in ports:
-            raise UnsafeURLError(
-                f"The port {port} is not allowed; allowed ports: "
-                f"{', '.join(str(p) for p in sorted(ports)) or 'none'} "
-                f"(PGQUEUE['WEBHOOKS']['ALLOWED_PORTS'])."
-            )
+    check_port(port, allowed_ports)
     if ":" in raw_host:
         # Bracketed IPv6 literal (urlsplit removed the brackets).
         literal, _, zone = raw_host.partition("%")

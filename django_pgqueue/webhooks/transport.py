@@ -49,6 +49,7 @@ from requests.utils import check_header_validity
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from django_pgqueue.webhooks.brokers.urls import is_broker_url
 from django_pgqueue.webhooks.signing import USER_AGENT
 from django_pgqueue.webhooks.ssrf import (
     IPAddress,
@@ -564,10 +565,13 @@ class WebhookTransport:
         # are pure functions of the URL and this transport's settings; the address check
         # is not cached (it runs in the adapter, on every request).
         self._checked_urls: dict[str, str] = {}
+        self._brokers: Any = None  # webhooks.brokers.BrokerPublisher, made on first use
 
     def close(self) -> None:
         """Close pooled connections."""
         self.adapter.close()
+        if self._brokers is not None:
+            self._brokers.close()
 
     def __enter__(self) -> WebhookTransport:
         return self
@@ -576,7 +580,17 @@ class WebhookTransport:
         self.close()
 
     def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> TransportResult:
-        """POST ``body`` to ``url`` and return what happened; never raises for network trouble."""
+        """POST ``body`` to ``url`` and return what happened; never raises for network trouble.
+
+        An ``amqp://`` or ``nats://`` URL is a broker destination: the same body and
+        headers are published there instead (``webhooks/brokers``).
+        """
+        if is_broker_url(url):
+            if self._brokers is None:
+                from .brokers.publisher import BrokerPublisher
+
+                self._brokers = BrokerPublisher(self)
+            return self._brokers.publish(url, body, headers)
         started = time.monotonic()
         result = TransportResult()
         prepared_url = self._checked_urls.get(url)

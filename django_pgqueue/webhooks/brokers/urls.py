@@ -1,0 +1,196 @@
+"""Broker destination URLs: their shape, their SSRF check and their masked form.
+
+An endpoint whose URL starts with ``amqp://`` or ``nats://`` is a broker destination::
+
+    amqp://USER:PASS@HOST:PORT/VHOST?exchange=NAME&routing_key=KEY
+    nats://[USER:PASS@]HOST:PORT?subject=NAME
+
+The host goes through the same address rules as an HTTP receiver's
+(:func:`django_pgqueue.webhooks.ssrf.check_host`, the ``ALLOW_NETWORKS`` and
+``ALLOW_HOSTS`` allow-lists), at save time and again at every connect. Unlike an HTTP
+URL, a broker URL may carry credentials (a broker has no custom headers to put them
+in), so every text this module produces leaves the password out: :func:`masked`
+is the form shown back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ..ssrf import (
+    IPAddress,
+    IPNetwork,
+    Resolver,
+    UnsafeURLError,
+    _normalise_host,
+    check_host,
+    check_port,
+    check_text,
+)
+
+__all__ = ["BROKER_SCHEMES", "BrokerURL", "is_broker_url", "masked", "parse", "validate"]
+
+#: Scheme -> default port.
+BROKER_SCHEMES = {"amqp": 5672, "nats": 4222}
+_QUERY_KEYS = {"amqp": {"exchange", "routing_key"}, "nats": {"subject"}}
+# NATS subjects: dot-separated tokens, no whitespace; a publish names one subject, so
+# the wildcards "*" and ">" are refused.
+_SUBJECT_FORBIDDEN = set(" \t*>")
+_MASK = "***"
+
+
+@dataclass(frozen=True)
+class BrokerURL:
+    """One parsed broker destination. ``password`` never appears in ``repr``."""
+
+    scheme: str
+    host: str
+    port: int
+    username: str
+    password: str
+    vhost: str = "/"
+    exchange: str = ""
+    routing_key: str = ""
+    subject: str = ""
+
+    def __repr__(self) -> str:
+        return f"<BrokerURL {self.scheme}://{self.host}:{self.port}>"
+
+
+def is_broker_url(url: object) -> bool:
+    """True when ``url`` names a broker destination (by its scheme), not an HTTP receiver."""
+    if not isinstance(url, str):
+        return False
+    scheme, sep, _ = url.partition(":")
+    return bool(sep) and scheme.lower() in BROKER_SCHEMES
+
+
+def masked(url: str) -> str:
+    """``url`` with its password replaced by ``***``: the form shown in the admin and logs."""
+    if not is_broker_url(url) or "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    # The user info ends at the last "@" before the path or query (a password may hold
+    # "@" written as %40, never a bare "/" or "?"), whether or not the rest parses.
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    userinfo, at, hostport = rest[:end].rpartition("@")
+    if not at:
+        return url
+    user, has_password, _ = userinfo.partition(":")
+    shown = f"{user}:{_MASK}" if has_password else user
+    return f"{scheme}://{shown}@{hostport}{rest[end:]}"
+
+
+def parse(url: str) -> BrokerURL:
+    """Parse a broker URL, or raise :class:`UnsafeURLError` naming what is wrong.
+
+    The messages never contain the URL's user info.
+    """
+    check_text(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise UnsafeURLError(
+            "The broker URL could not be parsed (is the port a number between 1 and 65535?)."
+        ) from None
+    scheme = parts.scheme.lower()
+    if port == 0:
+        raise UnsafeURLError("The URL port 0 is not valid.")
+    if "\\" in parts.netloc:
+        raise UnsafeURLError("The URL host contains a backslash.")
+    raw_host = parts.hostname or ""
+    if ":" in raw_host:
+        raise UnsafeURLError("IPv6 literals are not supported in broker URLs; use a host name.")
+    host = _normalise_host(raw_host)
+    query: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in _QUERY_KEYS[scheme]:
+            allowed = " and ".join(sorted(_QUERY_KEYS[scheme]))
+            raise UnsafeURLError(
+                f"The {scheme}:// URL parameter {key!r} is not known; it takes {allowed}."
+            )
+        if key in query:
+            raise UnsafeURLError(f"The {scheme}:// URL names {key!r} twice.")
+        query[key] = value
+    port = port or BROKER_SCHEMES[scheme]
+    username = unquote(parts.username or "")
+    password = unquote(parts.password or "")
+    if scheme == "amqp":
+        exchange = query.get("exchange", "")
+        if not exchange:
+            raise UnsafeURLError(
+                "The amqp:// URL has no exchange: add ?exchange=NAME (and &routing_key=KEY)."
+            )
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if "/" in path:
+            raise UnsafeURLError(
+                "The amqp:// URL path is the virtual host: write a '/' inside it as %2F."
+            )
+        return BrokerURL(
+            scheme,
+            host,
+            port,
+            username,
+            password,
+            vhost=unquote(path) or "/",
+            exchange=exchange,
+            routing_key=query.get("routing_key", ""),
+        )
+    if parts.path not in ("", "/"):
+        raise UnsafeURLError("The nats:// URL has no path: name the subject with ?subject=NAME.")
+    subject = query.get("subject", "")
+    if not subject:
+        raise UnsafeURLError("The nats:// URL has no subject: add ?subject=NAME.")
+    if _SUBJECT_FORBIDDEN & set(subject) or "" in subject.split("."):
+        raise UnsafeURLError(
+            f"The NATS subject {subject!r} is not one subject: dot-separated tokens, "
+            "no spaces and no wildcards (* or >)."
+        )
+    return BrokerURL(scheme, host, port, username, password, subject=subject)
+
+
+def validate(
+    url: str,
+    *,
+    allow_networks: Sequence[str | IPNetwork] = (),
+    allowed_ports: Iterable[int] | None = None,
+    resolve: bool = True,
+    resolver: Resolver | None = None,
+    deny_addresses: Iterable[str | IPAddress] = (),
+    allow_hosts: Iterable[str] = (),
+) -> list[IPAddress]:
+    """Check a broker URL as :func:`~django_pgqueue.webhooks.ssrf.validate_url` checks an
+    HTTP one; return the checked addresses (empty when not ``resolve``).
+
+    Also refuses a destination whose client library is not installed, so an endpoint
+    nobody can deliver to is never saved.
+    """
+    target = parse(url)
+    _require_client(target.scheme)
+    check_port(target.port, allowed_ports)
+    if not resolve:
+        return []
+    return check_host(
+        target.host,
+        target.port,
+        allow_networks=allow_networks,
+        resolver=resolver,
+        deny_addresses=deny_addresses,
+        allow_hosts=allow_hosts,
+    )
+
+
+_CLIENTS = {"amqp": "pika", "nats": "nats"}
+
+
+def _require_client(scheme: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(_CLIENTS[scheme]) is None:
+        raise UnsafeURLError(
+            f"{scheme}:// destinations need the broker clients: "
+            "pip install 'django-pgqueue-engine[brokers]'."
+        )
