@@ -151,7 +151,7 @@ class DeliveryAdmin(QueueRowAdmin):
 
     @admin.display(description=_("endpoint"), ordering="endpoint_id")
     def endpoint_link(self, obj: Delivery):
-        return _admin_link(obj.endpoint, first_line(obj.endpoint.url, 60))
+        return _admin_link(obj.endpoint, first_line(obj.endpoint.display_url, 60))
 
     @admin.display(description=_("idempotency key (header)"))
     def idempotency_key_display(self, obj: Delivery) -> str:

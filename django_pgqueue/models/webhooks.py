@@ -430,12 +430,16 @@ class Endpoint(models.Model):
 
     def clean(self) -> None:
         from ..conf import get_settings
+        from ..webhooks.brokers.urls import restore_password
         from ..webhooks.signing import validate_custom_headers
         from ..webhooks.ssrf import UnsafeURLError, validate_url
 
         errors: dict[str, str] = {}
         conf = get_settings().WEBHOOKS
         try:
+            if self.pk is not None and "***" in self.url:
+                stored = Endpoint.objects.filter(pk=self.pk).values_list("url", flat=True).first()
+                self.url = restore_password(self.url, stored or "")
             validate_url(
                 self.url,
                 allow_http=conf["ALLOW_HTTP"],

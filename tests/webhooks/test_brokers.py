@@ -256,3 +256,34 @@ def test_a_broker_on_loopback_is_refused_unless_allowed_and_its_password_never_s
     endpoint = make_endpoint(url)
     assert str(endpoint) == "amqp://guest:***@127.0.0.1:5672/%2F?exchange=e"
     assert "s3cret" not in repr(endpoint)
+
+
+def test_a_masked_password_sent_back_keeps_the_stored_one_for_the_same_host_only(make_endpoint):
+    from django.core.exceptions import ValidationError
+
+    endpoint = make_endpoint("amqp://guest:s3cret@127.0.0.1:5672/%2F?exchange=e")
+    edited = Endpoint.objects.get(pk=endpoint.pk)
+    edited.url = "amqp://guest:***@127.0.0.1:5672/%2F?exchange=e&routing_key=new"
+    edited.full_clean()
+    assert edited.url == "amqp://guest:s3cret@127.0.0.1:5672/%2F?exchange=e&routing_key=new"
+    # Pointed at another host, the old password is not sent along.
+    edited.url = "amqp://guest:***@127.0.0.2:5672/%2F?exchange=e"
+    with pytest.raises(ValidationError) as caught:
+        edited.full_clean()
+    [message] = caught.value.message_dict["url"]
+    assert "write it again" in message and "s3cret" not in message
+
+
+def test_the_admin_and_the_api_show_the_url_masked(make_endpoint, admin_client):
+    from django.urls import reverse
+
+    from django_pgqueue.api.endpoints import render
+
+    endpoint = make_endpoint("nats://pub:s3cret@127.0.0.1:4222?subject=a.b")
+    for page in (
+        reverse("admin:django_pgqueue_endpoint_changelist"),
+        reverse("admin:django_pgqueue_endpoint_change", args=[endpoint.pk]),
+    ):
+        html = admin_client.get(page).content.decode()
+        assert "pub:***@127.0.0.1" in html and "s3cret" not in html
+    assert render(endpoint)["url"] == "nats://pub:***@127.0.0.1:4222?subject=a.b"

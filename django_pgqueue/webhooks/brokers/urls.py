@@ -30,7 +30,15 @@ from ..ssrf import (
     check_text,
 )
 
-__all__ = ["BROKER_SCHEMES", "BrokerURL", "is_broker_url", "masked", "parse", "validate"]
+__all__ = [
+    "BROKER_SCHEMES",
+    "BrokerURL",
+    "is_broker_url",
+    "masked",
+    "parse",
+    "restore_password",
+    "validate",
+]
 
 #: Scheme -> default port.
 BROKER_SCHEMES = {"amqp": 5672, "nats": 4222}
@@ -67,20 +75,58 @@ def is_broker_url(url: object) -> bool:
     return bool(sep) and scheme.lower() in BROKER_SCHEMES
 
 
+def _password_span(url: str) -> tuple[int, int] | None:
+    """Where the password of a broker URL is in the string, if it has one.
+
+    The user info ends at the last "@" before the path or query (a password may hold
+    "@" written as %40, never a bare "/" or "?"), whether or not the rest parses.
+    """
+    if not is_broker_url(url) or "@" not in url:
+        return None
+    start = url.index("://") + 3
+    rest = url[start:]
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    at = rest.rfind("@", 0, end)
+    colon = rest.find(":", 0, at)
+    if at < 0 or colon < 0:
+        return None
+    return start + colon + 1, start + at
+
+
 def masked(url: str) -> str:
     """``url`` with its password replaced by ``***``: the form shown in the admin and logs."""
-    if not is_broker_url(url) or "@" not in url:
+    span = _password_span(url)
+    return url if span is None else url[: span[0]] + _MASK + url[span[1] :]
+
+
+def restore_password(url: str, stored: str) -> str:
+    """``url`` as edited from its masked form: ``***`` becomes the stored password.
+
+    The admin, the API and the portal show a broker URL masked, so an edit that keeps
+    the password sends ``***`` back. The stored password is put back only for the same
+    scheme, host, port and user: pointed elsewhere, the URL must carry its password
+    again, or the old one would be sent to a host it was never meant for.
+    """
+    span = _password_span(url)
+    if span is None or url[span[0] : span[1]] != _MASK:
         return url
-    scheme, _, rest = url.partition("://")
-    # The user info ends at the last "@" before the path or query (a password may hold
-    # "@" written as %40, never a bare "/" or "?"), whether or not the rest parses.
-    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    userinfo, at, hostport = rest[:end].rpartition("@")
-    if not at:
-        return url
-    user, has_password, _ = userinfo.partition(":")
-    shown = f"{user}:{_MASK}" if has_password else user
-    return f"{scheme}://{shown}@{hostport}{rest[end:]}"
+    stored_span = _password_span(stored)
+    try:
+        new, old = urlsplit(url), urlsplit(stored)
+        same = (new.scheme.lower(), new.hostname, new.port, new.username) == (
+            old.scheme.lower(),
+            old.hostname,
+            old.port,
+            old.username,
+        )
+    except ValueError:
+        same = False
+    if stored_span is None or not same:
+        raise UnsafeURLError(
+            "The password is masked (***): write it again when the scheme, host, port "
+            "or user name change."
+        )
+    return url[: span[0]] + stored[stored_span[0] : stored_span[1]] + url[span[1] :]
 
 
 def parse(url: str) -> BrokerURL:
