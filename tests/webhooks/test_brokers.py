@@ -157,6 +157,25 @@ def test_unknown_exchange_and_unroutable_key_are_failed_attempts(
         assert delivery.status == "dead" and "guest" not in delivery.last_error
 
 
+def test_a_nack_is_a_failed_attempt(rabbit, make_endpoint, run_worker, webhooks_conf):
+    webhooks_conf(RETRY_SCHEDULE=[0])
+    channel = rabbit["channel"]
+    full = f"{rabbit['queue']}-full"
+    # A queue that holds nothing and rejects what it cannot hold: the broker nacks.
+    channel.queue_declare(
+        full, exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
+    channel.queue_bind(full, rabbit["exchange"], routing_key="full")
+    endpoint = make_endpoint(amqp_url(rabbit["exchange"], routing_key="full"))
+    send_event("order.paid", {"n": 1})
+    run_worker()
+    delivery = Delivery.objects.get(endpoint=endpoint)
+    assert delivery.status == "dead"
+    assert {a.error for a in attempts_of(delivery)} == {
+        "nacked: the broker refused the message (publisher confirm negative)"
+    }
+
+
 def test_subject_without_a_stream_is_a_failed_attempt(stream, make_endpoint, run_worker):
     endpoint = make_endpoint("nats://127.0.0.1:4222?subject=pgq.test.nobody.stores.this")
     send_event("order.paid", {"n": 1})
@@ -287,3 +306,130 @@ def test_the_admin_and_the_api_show_the_url_masked(make_endpoint, admin_client):
         html = admin_client.get(page).content.decode()
         assert "pub:***@127.0.0.1" in html and "s3cret" not in html
     assert render(endpoint)["url"] == "nats://pub:***@127.0.0.1:4222?subject=a.b"
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP server that accepts connections and never says a word: a hung broker."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join(5)
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("scheme", ["amqp", "nats"])
+def test_a_silent_broker_is_a_failed_attempt_within_the_deadline(
+    scheme, silent_server, make_endpoint, run_worker, webhooks_conf
+):
+    webhooks_conf(RETRY_SCHEDULE=[0], CONNECT_TIMEOUT=0.5, TOTAL_TIMEOUT=1.0)
+    url = (
+        amqp_url("x", port=silent_server)
+        if scheme == "amqp"
+        else f"nats://127.0.0.1:{silent_server}?subject=a.b"
+    )
+    endpoint = make_endpoint(url)
+    send_event("order.paid", {"n": 1})
+    run_worker(timeout=30)
+    delivery = Delivery.objects.get(endpoint=endpoint)
+    assert delivery.status == "dead" and delivery.attempts == 2
+    for attempt in attempts_of(delivery):
+        assert attempt.duration_ms < 3000
+        assert attempt.error == "connect timeout (0.5 s)"
+
+
+class MutingProxy:
+    """A TCP proxy to a real broker that stops passing the broker's answers once the
+    client sent ``marker``: the publish arrives, its confirm or ack never does."""
+
+    def __init__(self, upstream: tuple[str, int], marker: bytes) -> None:
+        import threading
+
+        self.upstream = upstream
+        self.marker = marker
+        self.muted = threading.Event()
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.port = int(self.server.getsockname()[1])
+        self.sockets: list[socket.socket] = [self.server]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client = self.server.accept()[0]
+            except OSError:
+                return
+            broker = socket.create_connection(self.upstream)
+            self.sockets += [client, broker]
+            threading.Thread(target=self._pipe, args=(client, broker, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(broker, client, False), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, target: socket.socket, from_client: bool) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if from_client and self.marker in data:
+                self.muted.set()
+            if from_client or not self.muted.is_set():
+                try:
+                    target.sendall(data)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+
+@pytest.mark.parametrize("scheme", ["amqp", "nats"])
+def test_a_publish_never_confirmed_fails_at_the_total_deadline(
+    scheme, rabbit, stream, make_endpoint, run_worker, webhooks_conf
+):
+    webhooks_conf(RETRY_SCHEDULE=[0], CONNECT_TIMEOUT=1.0, TOTAL_TIMEOUT=1.5)
+    proxy = MutingProxy(RABBIT if scheme == "amqp" else NATS, b"never-confirmed")
+    try:
+        url = (
+            amqp_url(rabbit["exchange"], port=proxy.port)
+            if scheme == "amqp"
+            else f"nats://127.0.0.1:{proxy.port}?subject={stream['subject']}"
+        )
+        endpoint = make_endpoint(url)
+        send_event("order.paid", {"note": "never-confirmed"})
+        run_worker(timeout=30)
+    finally:
+        proxy.close()
+    assert proxy.muted.is_set()
+    delivery = Delivery.objects.get(endpoint=endpoint)
+    assert delivery.status == "dead" and delivery.attempts == 2
+    first, second = attempts_of(delivery)
+    assert first.error == "total deadline of 1.5 s exceeded"
+    assert 1400 <= first.duration_ms < 4000
+    # The proxy stays mute: a new connection cannot even finish its handshake.
+    assert second.error in {"total deadline of 1.5 s exceeded", "connect timeout (1 s)"}

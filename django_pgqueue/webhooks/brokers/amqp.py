@@ -26,10 +26,27 @@ from typing import Any
 import pika
 import pika.exceptions as errors
 
+from ..transport import _Deadline, _watchdog
 from .publisher import BrokerError
 from .urls import BrokerURL
 
-_Key = tuple[str, int, str, str]
+_Key = tuple[str, int, str, str, str]
+
+
+class _Socket:
+    """The socket of a pika connection, as the deadline watchdog wants it (``.sock``).
+
+    pika does not expose it: this reads its transport's attribute, and finds nothing
+    (the deadline then does not cut, the socket timeouts still apply) if that changes.
+    """
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+
+    @property
+    def sock(self) -> Any:
+        transport = getattr(getattr(self._connection, "_impl", None), "_transport", None)
+        return getattr(transport, "_sock", None)
 
 
 class AmqpClient:
@@ -79,25 +96,34 @@ class AmqpClient:
     def publish(
         self, target: BrokerURL, address: str, body: bytes, headers: Mapping[str, str]
     ) -> str:
-        key = (address, target.port, target.vhost, target.username)
+        key = (address, target.port, target.vhost, target.username, target.password)
         reused = key in self._channels
+        # pika's blocking publish waits for the confirm without a limit of its own: the
+        # HTTP transport's watchdog cuts the socket at the total deadline instead.
+        deadline = _Deadline(self.total_timeout)
+        _watchdog.watch(deadline)
         try:
             try:
-                self._send(key, target, address, body, headers)
+                self._send(key, target, address, body, headers, deadline)
             except (
                 errors.StreamLostError,
                 errors.ConnectionWrongStateError,
                 errors.ChannelWrongStateError,
                 errors.ConnectionClosed,
             ):
-                if not reused:
+                if not reused or deadline.fired:
                     raise
                 # A kept connection the broker closed while it was idle: once more, fresh.
                 self._drop(key)
-                self._send(key, target, address, body, headers)
+                self._send(key, target, address, body, headers, deadline)
         except Exception as exc:
             self._drop(key)
+            if deadline.fired:
+                raise BrokerError(f"total deadline of {self.total_timeout:g} s exceeded") from None
             raise BrokerError(_describe(exc, target, self)) from None
+        finally:
+            deadline.finish()
+            _watchdog.unwatch(deadline)
         return f"confirmed by the broker (exchange {target.exchange!r})"
 
     def _send(
@@ -107,10 +133,12 @@ class AmqpClient:
         address: str,
         body: bytes,
         headers: Mapping[str, str],
+        deadline: _Deadline,
     ) -> None:
         if key not in self._channels:
             self._channels[key] = self._open(target, address)
-        _, channel = self._channels[key]
+        connection, channel = self._channels[key]
+        deadline.attach(_Socket(connection))  # type: ignore[arg-type]  # it reads .sock only
         lowered = {name.lower(): value for name, value in headers.items()}
         properties = pika.BasicProperties(
             content_type=lowered.get("content-type", "application/json"),
@@ -146,6 +174,9 @@ def _describe(exc: BaseException, target: BrokerURL, client: AmqpClient) -> str:
         return f"access to virtual host {target.vhost!r} refused by the broker"
     if isinstance(exc, errors.ConnectionBlockedTimeout):
         return f"the broker blocked the connection for over {client.total_timeout:g} s"
+    if "Timeout" in type(exc).__name__ or isinstance(exc, TimeoutError):
+        # pika's AMQPConnectorStackTimeout and socket timeouts while connecting.
+        return f"connect timeout ({client.connect_timeout:g} s)"
     if isinstance(exc, errors.AMQPConnectionError):
         text = str(exc) or type(exc).__name__
         if "refused" in text.lower() or "ConnectionRefusedError" in repr(exc):

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-import nats
+import nats.aio.client
 import nats.errors
 import nats.js.errors
 
@@ -30,6 +31,10 @@ from .publisher import BrokerError
 from .urls import BrokerURL
 
 _Key = tuple[str, int, str, str]
+
+
+class _ConnectFailed(Exception):
+    """The connect failed: ``args[0]`` is why (nats-py's first reported error)."""
 
 
 async def _quiet(*_args: Any) -> None:
@@ -120,13 +125,15 @@ class NatsClient:
             if not first_error.done():
                 first_error.set_result(exc)
 
+        client = nats.aio.client.Client()
         connect = asyncio.ensure_future(
-            nats.connect(
+            client.connect(
                 servers=[f"nats://{address}:{target.port}"],
                 user=target.username or None,
                 password=target.password or None,
                 name="django-pgqueue",
-                connect_timeout=self.connect_timeout,
+                # Typed int, used as asyncio's timeout: a float works.
+                connect_timeout=self.connect_timeout,  # type: ignore[arg-type]
                 allow_reconnect=False,
                 max_reconnect_attempts=0,
                 error_cb=on_error,
@@ -135,11 +142,20 @@ class NatsClient:
             )
         )
         waiting: set[asyncio.Future[Any]] = {connect, first_error}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if connect.done():
-            return connect.result()
-        connect.cancel()
-        raise first_error.result()
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if connect.done():
+                connect.result()
+                return client
+            raise _ConnectFailed(first_error.result())
+        except BaseException as exc:
+            connect.cancel()
+            # Release the socket a failed or cancelled connect leaves open.
+            with contextlib.suppress(Exception):
+                await client.close()
+            if isinstance(exc, asyncio.CancelledError | _ConnectFailed):
+                raise
+            raise _ConnectFailed(exc) from None
 
     async def _publish(
         self, target: BrokerURL, address: str, body: bytes, headers: Mapping[str, str]
@@ -155,6 +171,11 @@ class NatsClient:
 
 
 def _describe(exc: BaseException, target: BrokerURL, client: NatsClient) -> str:
+    if isinstance(exc, _ConnectFailed):
+        cause = exc.args[0]
+        if isinstance(cause, asyncio.TimeoutError | nats.errors.TimeoutError):
+            return f"connect timeout ({client.connect_timeout:g} s)"
+        return _describe(cause, target, client)
     if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
         return f"no JetStream stream stores subject {target.subject!r}"
     if isinstance(exc, nats.js.errors.APIError):
