@@ -433,3 +433,17 @@ def test_a_publish_never_confirmed_fails_at_the_total_deadline(
     assert 1400 <= first.duration_ms < 4000
     # The proxy stays mute: a new connection cannot even finish its handshake.
     assert second.error in {"total deadline of 1.5 s exceeded", "connect timeout (1 s)"}
+
+
+def test_the_admin_form_takes_a_broker_url(rf, admin_user):
+    from django.contrib import admin
+
+    model_admin = admin.site._registry[Endpoint]
+    request = rf.get("/")
+    request.user = admin_user
+    form_class = model_admin.get_form(request, None)
+    url = "nats://127.0.0.1:4222?subject=orders.paid"
+    form = form_class(data={"url": url, "event_types": "[]", "channels": "[]", "headers": "{}"})
+    form.is_valid()
+    assert "url" not in form.errors, form.errors
+    assert form.cleaned_data["url"] == url
