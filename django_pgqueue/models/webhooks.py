@@ -348,6 +348,10 @@ class Endpoint(models.Model):
             from ..webhooks.signing import generate_secret
 
             self.secret = generate_secret()
+        from ..webhooks.brokers.urls import seal_password
+
+        # A broker URL's password is stored encrypted, like the signing secret.
+        self.url = seal_password(self.url)
         super().save(*args, **kwargs)
         self.remember_stored_state()
 

@@ -52,7 +52,9 @@ def test_a_broker_endpoint_round_trips_with_its_password_masked(api, tenants):
     # Sent back as shown, with another change: the stored password is kept.
     edited = client.patch(f"endpoints/{endpoint_id}", {"url": shown, "description": "x"})
     assert edited.status_code == 200, edited.content
-    assert Endpoint.objects.get(pk=endpoint_id).url == url
+    stored = Endpoint.objects.get(pk=endpoint_id).url
+    assert "s3cret" not in stored and stored.startswith("amqp://pub:~sealed~")
+    assert stored.endswith("@127.0.0.1:5672/%2F?exchange=orders&routing_key=paid")
     refused = problem_of(client.post("endpoints", {"url": "amqp://127.0.0.1:5672/"}), 422)
     assert "has no exchange" in refused["detail"]
 

@@ -277,6 +277,32 @@ def test_a_broker_on_loopback_is_refused_unless_allowed_and_its_password_never_s
     assert "s3cret" not in repr(endpoint)
 
 
+def password_of(url: str) -> str:
+    from django_pgqueue.webhooks.brokers import urls
+
+    return urls.open_password(urls.parse(url).password, what="a test password")
+
+
+def test_a_broker_password_is_stored_encrypted_and_rotated_with_the_keys(
+    make_endpoint, webhooks_conf
+):
+    from cryptography.fernet import Fernet
+
+    from django_pgqueue.webhooks.store import reencrypt_secrets
+
+    old_key, new_key = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    webhooks_conf(ENCRYPTION_KEYS=[old_key])
+    endpoint = make_endpoint("amqp://guest:s3cret@127.0.0.1:5672/%2F?exchange=e")
+    stored = Endpoint.objects.values_list("url", flat=True).get(pk=endpoint.pk)
+    assert "s3cret" not in stored and stored.startswith("amqp://guest:~sealed~")
+    assert password_of(stored) == "s3cret"
+    webhooks_conf(ENCRYPTION_KEYS=[new_key, old_key])
+    reencrypt_secrets()
+    webhooks_conf(ENCRYPTION_KEYS=[new_key])
+    resealed = Endpoint.objects.values_list("url", flat=True).get(pk=endpoint.pk)
+    assert resealed != stored and password_of(resealed) == "s3cret"
+
+
 def test_a_masked_password_sent_back_keeps_the_stored_one_for_the_same_host_only(make_endpoint):
     from django.core.exceptions import ValidationError
 
@@ -284,7 +310,8 @@ def test_a_masked_password_sent_back_keeps_the_stored_one_for_the_same_host_only
     edited = Endpoint.objects.get(pk=endpoint.pk)
     edited.url = "amqp://guest:***@127.0.0.1:5672/%2F?exchange=e&routing_key=new"
     edited.full_clean()
-    assert edited.url == "amqp://guest:s3cret@127.0.0.1:5672/%2F?exchange=e&routing_key=new"
+    assert password_of(edited.url) == "s3cret"
+    assert edited.url.endswith("@127.0.0.1:5672/%2F?exchange=e&routing_key=new")
     # Pointed at another host, the old password is not sent along.
     edited.url = "amqp://guest:***@127.0.0.2:5672/%2F?exchange=e"
     with pytest.raises(ValidationError) as caught:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
+from ..crypto import SecretDecryptionError
 from ..ssrf import UnsafeURLError
 from ..transport import TransportResult
 from . import urls
@@ -77,6 +78,9 @@ class BrokerPublisher:
         transport = self.transport
         try:
             target = urls.parse(url)
+            target = replace(
+                target, password=urls.open_password(target.password, what="a broker password")
+            )
             addresses = urls.validate(
                 url,
                 allow_networks=transport.allow_networks,
@@ -85,7 +89,7 @@ class BrokerPublisher:
                 deny_addresses=transport.deny_addresses,
                 allow_hosts=transport.allow_hosts,
             )
-        except UnsafeURLError as exc:
+        except (UnsafeURLError, SecretDecryptionError) as exc:
             return BrokerResult(error=f"refused: {exc}")
         # Connect to the address that was checked, never to the name again (rebinding).
         address = str(addresses[0])

@@ -35,8 +35,11 @@ __all__ = [
     "BrokerURL",
     "is_broker_url",
     "masked",
+    "open_password",
     "parse",
+    "reseal_password",
     "restore_password",
+    "seal_password",
     "validate",
 ]
 
@@ -97,6 +100,49 @@ def masked(url: str) -> str:
     """``url`` with its password replaced by ``***``: the form shown in the admin and logs."""
     span = _password_span(url)
     return url if span is None else url[: span[0]] + _MASK + url[span[1] :]
+
+
+#: How a stored broker URL's password starts: what follows is its Fernet token.
+SEALED_PREFIX = "~sealed~"
+
+
+def seal_password(url: str) -> str:
+    """``url`` with its password encrypted, as the endpoint row stores it.
+
+    The password is encrypted like a signing secret (``webhooks/crypto.py``, the
+    ``ENCRYPTION_KEYS``), in place: the row keeps one URL column that the claim reads,
+    and a Fernet token is URL-safe. A password already sealed is left as it is.
+    """
+    span = _password_span(url)
+    if span is None:
+        return url
+    raw = url[span[0] : span[1]]
+    if raw.startswith(SEALED_PREFIX) or raw == _MASK:
+        return url
+    from ..crypto import encrypt_secret
+
+    return url[: span[0]] + SEALED_PREFIX + encrypt_secret(unquote(raw)) + url[span[1] :]
+
+
+def reseal_password(url: str) -> str:
+    """``url`` with its sealed password re-encrypted with the first key (key rotation)."""
+    span = _password_span(url)
+    if span is None or not url[span[0] : span[1]].startswith(SEALED_PREFIX):
+        return url
+    from ..crypto import rotate_token
+
+    token = url[span[0] + len(SEALED_PREFIX) : span[1]]
+    return url[: span[0]] + SEALED_PREFIX + rotate_token(token) + url[span[1] :]
+
+
+def open_password(password: str, *, what: str) -> str:
+    """The plaintext of a parsed password, sealed or not; raises
+    :class:`~django_pgqueue.webhooks.crypto.SecretDecryptionError` naming ``what``."""
+    if not password.startswith(SEALED_PREFIX):
+        return password
+    from ..crypto import decrypt_secret
+
+    return decrypt_secret(password[len(SEALED_PREFIX) :], what=what)
 
 
 def restore_password(url: str, stored: str) -> str:
