@@ -15,6 +15,7 @@ from django.db import connections, models
 from . import sql
 from .conf import get_settings
 from .models.queue import Status
+from .webhooks.brokers.urls import masked
 
 
 def estimated_row_count(model: type[models.Model]) -> int | None:
@@ -126,7 +127,7 @@ def delivery_overview() -> list[EndpointStats]:
         stats = endpoints.setdefault(
             endpoint_id,
             EndpointStats(
-                url,
+                masked(url),  # a broker URL's password is never shown
                 measured_at=now,
                 endpoint_id=endpoint_id,
                 is_active=is_active,

@@ -203,7 +203,10 @@ def traced_delivery(method: F) -> F:
             span.set_attribute("pgqueue.delivery_id", item.id)
             span.set_attribute("pgqueue.endpoint_id", item.endpoint_id)
             span.set_attribute("pgqueue.attempt", item.attempts)
-            span.set_attribute("url.full", item.url)
+            # A broker URL's password never reaches the tracing backend.
+            from .webhooks.brokers.urls import masked
+
+            span.set_attribute("url.full", masked(item.url))
             outcome = method(source, item)
             code = outcome.status_code
             if code is not None:

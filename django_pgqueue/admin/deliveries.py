@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from ..models.webhooks import Delivery, DeliveryAttempt, Event
 from ..operations import DELIVERY_OPERATIONS
 from ..webhooks.breaker import refused_by_configuration
-from ..webhooks.ssrf import refusal_detail_now
+from ..webhooks.destinations import refusal_detail_now
 from ..webhooks.transport import TransportResult
 from .display import first_line, json_display, pretty_json
 from .filters import RecentValuesFilter, StatusFilter, application_filter
@@ -176,7 +176,7 @@ class DeliveryAdmin(QueueRowAdmin):
 
     @admin.display(description=_("endpoint"), ordering="endpoint_id")
     def endpoint_link(self, obj: Delivery):
-        return _admin_link(obj.endpoint, first_line(obj.endpoint.url, 60))
+        return _admin_link(obj.endpoint, first_line(obj.endpoint.display_url, 60))
 
     @admin.display(description=_("idempotency key (header)"))
     def idempotency_key_display(self, obj: Delivery) -> str:

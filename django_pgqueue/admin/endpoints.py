@@ -40,6 +40,7 @@ from ..operations import (
     send_test_event,
 )
 from ..webhooks import store
+from ..webhooks.brokers.urls import masked
 from .audit import log_changes, report
 from .display import json_display
 from .filters import application_filter
@@ -59,11 +60,21 @@ class ReplaySinceForm(forms.Form):
         self.fields["since"].initial = (timezone.now() - timedelta(hours=24)).replace(microsecond=0)
 
 
+class _MaskedURLForm(forms.ModelForm):
+    """Shows a broker URL's password as ``***``; ``Endpoint.clean`` puts the stored one
+    back when the form sends ``***`` again."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.initial.get("url"):
+            self.initial["url"] = masked(self.initial["url"])
+
+
 @admin.register(Endpoint)
 class EndpointAdmin(RowActionsAdmin):
     list_display = (
         "id",
-        "url",
+        "destination",
         "application",
         "is_active",
         "circuit",
@@ -102,9 +113,14 @@ class EndpointAdmin(RowActionsAdmin):
     )
     # Receivers are https unless PGQUEUE["WEBHOOKS"]["ALLOW_HTTP"]; a bare host means https.
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    form = _MaskedURLForm
     operations = ENDPOINT_OPERATIONS
     detail_only = ("rotate_secret", "replay_failed", "reveal_secret")
     operation_forms = {"replay_failed": ReplaySinceForm}
+
+    @admin.display(description=_("URL"), ordering="url")
+    def destination(self, obj: Endpoint) -> str:
+        return obj.display_url
 
     def get_fields(self, request, obj=None):
         if obj is None:

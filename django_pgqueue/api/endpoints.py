@@ -50,7 +50,8 @@ def render(endpoint: Endpoint) -> dict[str, Any]:
     headers (their values may be credentials of the receiver)."""
     return {
         "id": endpoint.pk,
-        "url": endpoint.url,
+        # A broker URL's password is shown masked; sent back as is, it is kept.
+        "url": endpoint.display_url,
         "application": endpoint.application.uid if endpoint.application else None,
         "description": endpoint.description,
         "event_types": endpoint.event_types,

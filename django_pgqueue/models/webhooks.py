@@ -6,8 +6,9 @@ import datetime as dt
 from collections.abc import Collection, Iterable
 from typing import Any
 
+from django import forms
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -15,6 +16,31 @@ from django.utils.translation import gettext_lazy as _
 
 from ..sql import PARKED_AT
 from .queue import QueueRow, Status, queue_row_constraints, queue_row_indexes
+
+# Endpoint URLs: an HTTP receiver or a broker destination (docs/webhooks.md,
+# "Destinations"). This is only the generic shape; Endpoint.clean applies the rules.
+_DESTINATION_URL = URLValidator(schemes=["http", "https", "amqp", "nats"])
+
+
+class _DestinationFormField(forms.URLField):
+    default_validators = [_DESTINATION_URL]
+
+
+class DestinationURLField(models.URLField):
+    """A URLField that also takes ``amqp://`` and ``nats://`` destinations.
+
+    The column is the same varchar as a URLField's and validators live in Python only,
+    so it deconstructs as a plain URLField: no migration.
+    """
+
+    default_validators = [_DESTINATION_URL]
+
+    def formfield(self, **kwargs: Any) -> Any:
+        return super().formfield(**{"form_class": _DestinationFormField, **kwargs})
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.URLField", args, kwargs
 
 
 class BreakerState(models.TextChoices):
@@ -93,8 +119,10 @@ class Endpoint(models.Model):
     endpoint").
     """
 
-    url = models.URLField(
-        max_length=2048, help_text=_("Where events are POSTed (https unless ALLOW_HTTP).")
+    url = DestinationURLField(
+        # The help text is a migration's: broker destinations are in docs/webhooks.md.
+        max_length=2048,
+        help_text=_("Where events are POSTed (https unless ALLOW_HTTP)."),
     )
     # No index of its own: pgq_ep_app_idx answers the fan-out and the lookups.
     application = models.ForeignKey(
@@ -276,10 +304,10 @@ class Endpoint(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.url
+        return self.display_url
 
     def __repr__(self) -> str:
-        return f"<Endpoint {self.pk}: {self.url}>"
+        return f"<Endpoint {self.pk}: {self.display_url}>"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Insert a new endpoint (every column: the defaults of the run-time state, and a
@@ -320,6 +348,10 @@ class Endpoint(models.Model):
             from ..webhooks.signing import generate_secret
 
             self.secret = generate_secret()
+        from ..webhooks.brokers.urls import seal_password
+
+        # A broker URL's password is stored encrypted, like the signing secret.
+        self.url = seal_password(self.url)
         super().save(*args, **kwargs)
         self.remember_stored_state()
 
@@ -391,14 +423,26 @@ class Endpoint(models.Model):
             what=f"the secrets of endpoint {self.pk}",
         )
 
+    @property
+    def display_url(self) -> str:
+        """The URL as shown: a broker destination's password replaced by ``***``."""
+        from ..webhooks.brokers.urls import masked
+
+        return masked(self.url)
+
     # -- validation ------------------------------------------------------------------
 
     def clean(self) -> None:
+        from ..webhooks.brokers.urls import restore_password
+        from ..webhooks.destinations import validate_url_with_settings
         from ..webhooks.signing import validate_custom_headers
-        from ..webhooks.ssrf import UnsafeURLError, log_refusal, validate_url_with_settings
+        from ..webhooks.ssrf import UnsafeURLError, log_refusal
 
         errors: dict[str, str] = {}
         try:
+            if self.pk is not None and "***" in self.url:
+                stored = Endpoint.objects.filter(pk=self.pk).values_list("url", flat=True).first()
+                self.url = restore_password(self.url, stored or "")
             validate_url_with_settings(self.url)
         except UnsafeURLError as exc:
             log_refusal(self.url, exc, where="save time")

@@ -87,7 +87,7 @@ def endpoint_payload(endpoint: Any) -> dict[str, Any]:
     application = endpoint.application
     return {
         "endpoint_id": endpoint.pk,
-        "url": endpoint.url,
+        "url": endpoint.display_url,
         "application": application.uid if application else None,
         "is_active": endpoint.is_active,
         "disabled_reason": endpoint.disabled_reason,

@@ -43,10 +43,8 @@ __all__ = [
     "log_refusal",
     "own_host_addresses",
     "parse_networks",
-    "refusal_detail_now",
     "resolve_host",
     "validate_url",
-    "validate_url_with_settings",
 ]
 
 logger = logging.getLogger("django_pgqueue.webhooks")
@@ -520,7 +518,8 @@ def _normalise_host(raw_host: str) -> str:
     return host
 
 
-def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
+def check_text(url: object) -> None:
+    """The checks of a URL as text, before parsing, for every scheme (brokers' too)."""
     if not isinstance(url, str):
         raise UnsafeURLError("The URL must be a string.")
     if not url:
@@ -531,6 +530,10 @@ def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
     # the user typed: refuse them instead.
     if _FORBIDDEN_URL_CHARS.search(url):
         raise UnsafeURLError("The URL contains whitespace or control characters.")
+
+
+def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
+    check_text(url)
     try:
         parts = urlsplit(url)
     except ValueError as exc:
@@ -568,6 +571,19 @@ def _split(url: str, allow_http: bool) -> tuple[SplitResult, str, int]:
     return parts, raw_host, port
 
 
+def check_port(port: int, allowed_ports: Iterable[int] | None) -> None:
+    """Refuse ``port`` unless it is in ``allowed_ports`` (``None``: any port)."""
+    if allowed_ports is not None:
+        ports = set(allowed_ports)
+        if port not in ports:
+            allowed_text = ", ".join(str(p) for p in sorted(ports)) or "none"
+            raise UnsafeURLError(
+                f"The port {port} is not allowed; allowed ports: {allowed_text}.",
+                f"The port {port} is not allowed; allowed ports: {allowed_text} "
+                f"(PGQUEUE['WEBHOOKS']['ALLOWED_PORTS']).",
+            )
+
+
 def validate_url(
     url: str,
     *,
@@ -588,19 +604,13 @@ def validate_url(
     (hosts named in ``allow_hosts`` may resolve to private addresses, never to metadata ones).
 
     This is the save-time check, for a good error message; the transport repeats the address
-    check at connect time and connects only to the address it checked.
+    check at connect time and connects only to the address it checked. HTTP(S) only: an
+    endpoint's URL, which may also name a broker, is checked by
+    ``webhooks.destinations.validate_url_with_settings``.
     """
     _, raw_host, port = _split(url, allow_http)
     allow = parse_networks(allow_networks)
-    if allowed_ports is not None:
-        ports = set(allowed_ports)
-        if port not in ports:
-            allowed_text = ", ".join(str(p) for p in sorted(ports)) or "none"
-            raise UnsafeURLError(
-                f"The port {port} is not allowed; allowed ports: {allowed_text}.",
-                f"The port {port} is not allowed; allowed ports: {allowed_text} "
-                f"(PGQUEUE['WEBHOOKS']['ALLOWED_PORTS']).",
-            )
+    check_port(port, allowed_ports)
     if ":" in raw_host:
         # Bracketed IPv6 literal (urlsplit removed the brackets).
         literal, _, zone = raw_host.partition("%")
@@ -627,33 +637,6 @@ def validate_url(
             deny_addresses=deny_addresses,
             allow_hosts=allow_hosts,
         )
-
-
-def validate_url_with_settings(url: str) -> None:
-    """:func:`validate_url` under ``PGQUEUE["WEBHOOKS"]`` (``ALLOW_HTTP``,
-    ``ALLOW_NETWORKS``, ``ALLOWED_PORTS``, ``ALLOW_HOSTS``): the check an endpoint's
-    URL passes when it is saved, and the one the admin repeats to explain a refusal."""
-    from ..conf import get_settings
-
-    conf = get_settings().WEBHOOKS
-    validate_url(
-        url,
-        allow_http=conf["ALLOW_HTTP"],
-        allow_networks=conf["ALLOW_NETWORKS"],
-        allowed_ports=conf["ALLOWED_PORTS"],
-        allow_hosts=conf["ALLOW_HOSTS"],
-    )
-
-
-def refusal_detail_now(url: str) -> str:
-    """Why ``url`` is refused under today's DNS and settings, for an operator (the
-    admin's attempt log: the stored refusal is the customer's text), or a line saying
-    it is allowed now."""
-    try:
-        validate_url_with_settings(url)
-    except UnsafeURLError as exc:
-        return exc.operator_detail
-    return "The URL is allowed under the current settings."
 
 
 @lru_cache(maxsize=1)

@@ -355,6 +355,7 @@ def reencrypt_secrets(using: str | None = None) -> int:
     concurrent secret rotation is never overwritten.
     """
     from ..models.webhooks import Endpoint
+    from .brokers.urls import reseal_password
     from .crypto import rotate_token
 
     alias = using or get_settings().DATABASE
@@ -371,6 +372,11 @@ def reencrypt_secrets(using: str | None = None) -> int:
                 rotate_token(ciphertext),
                 [{**entry, "secret": rotate_token(entry["secret"])} for entry in previous],
             )
+            # A broker URL's sealed password too, under the same row lock.
+            rows = Endpoint.objects.using(alias).filter(pk=pk)
+            url = rows.values_list("url", flat=True).first() or ""
+            if (resealed := reseal_password(url)) != url:
+                rows.update(url=resealed)
         count += 1
     logger.info("endpoint reencrypt_secrets: %d endpoints re-encrypted", count)
     return count

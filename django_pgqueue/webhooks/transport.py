@@ -34,11 +34,9 @@ import io
 import itertools
 import math
 import re
-import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +47,8 @@ from requests.utils import check_header_validity
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from django_pgqueue.webhooks.brokers.urls import is_broker_url
+from django_pgqueue.webhooks.deadlines import _Deadline, _watchdog
 from django_pgqueue.webhooks.signing import USER_AGENT
 from django_pgqueue.webhooks.ssrf import (
     IPAddress,
@@ -61,6 +61,7 @@ from django_pgqueue.webhooks.ssrf import (
     parse_networks,
     validate_url,
 )
+from django_pgqueue.webhooks.transport_result import NOTE_PREFIX, TransportResult
 
 __all__ = [
     "MAX_RETRY_AFTER_SECONDS",
@@ -75,165 +76,6 @@ __all__ = [
 MAX_RESPONSE_HEADERS = 50
 MAX_RESPONSE_HEADER_VALUE = 1024
 _READ_CHUNK = 64 * 1024
-# How often the watchdog retries shutting a connection down when its deadline passed while
-# the socket did not exist yet (connect still in progress).
-_WATCHDOG_RETRY_SECONDS = 0.05
-
-
-@dataclass
-class TransportResult:
-    """What happened to one POST. ``error`` is ``None`` when a response (any status) arrived.
-
-    A 3xx response keeps its ``status_code`` and also sets ``error``: redirects are never
-    followed and count as failures.
-    """
-
-    status_code: int | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    truncated: bool = False
-    duration_ms: int = 0
-    error: str | None = None
-    address: str | None = None
-    #: How the POST went out when that is worth knowing (a stale kept-alive connection
-    #: replaced by a fresh one), whether it succeeded or not.
-    note: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True for a 2xx response, the only outcome that counts as delivered."""
-        return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
-
-    @property
-    def log_text(self) -> str:
-        """The attempt log's ``error`` text: the error, then the note, if any.
-
-        A delivered attempt has an empty text, or only the note, which starts with
-        :data:`NOTE_PREFIX`.
-        """
-        if self.note is None:
-            return self.error or ""
-        if self.error is None:
-            return NOTE_PREFIX + self.note
-        return f"{self.error} ({NOTE_PREFIX}{self.note})"
-
-
-#: How a note starts in the attempt log's ``error`` text.
-NOTE_PREFIX = "note: "
-
-
-class _Deadline:
-    """The total deadline of one request, the connection it may have to cut, and what that
-    connection did (enough to tell a stale kept-alive connection from a receiver's answer).
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expires_at = time.monotonic() + seconds
-        self.fired = False
-        self.address: str | None = None
-        #: The pool handed out a kept-alive connection (not one connected for this POST).
-        self.reused = False
-        #: Bytes of the response read from the socket so far.
-        self.received = 0
-        #: Set for the stale-connection resend: take no kept-alive connection from the pool.
-        self.fresh_only = False
-        self._finished = False
-        self._conn: HTTPConnection | None = None
-        self._lock = threading.Lock()
-
-    def resend_fresh(self) -> None:
-        """Prepare the one resend after a stale kept-alive connection."""
-        self.fresh_only = True
-        self.reused = False
-        self.received = 0
-
-    def attach(self, conn: HTTPConnection) -> None:
-        with self._lock:
-            self._conn = conn
-            if self.fired:
-                self._shutdown()
-
-    def fire(self) -> bool:
-        """Mark the deadline passed and cut the socket; True if it must be tried again."""
-        with self._lock:
-            if self._finished:
-                return False
-            self.fired = True
-            return not self._shutdown()
-
-    def finish(self) -> None:
-        with self._lock:
-            self._finished = True
-            self._conn = None
-
-    def _shutdown(self) -> bool:
-        sock = getattr(self._conn, "sock", None)
-        if sock is None:
-            return False
-        try:
-            # The plain-socket shutdown, even for TLS: it wakes up a recv() blocked in
-            # another thread, whereas SSLSocket.shutdown() would try a TLS close handshake.
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-        except OSError:
-            pass
-        return True
-
-
-class _Watchdog:
-    """One daemon thread per process that cuts connections whose deadline passed.
-
-    It holds only the requests in flight (at most one per task thread) and sleeps until
-    the earliest of their deadlines. Every request has the same budget, so a new one
-    almost never expires before those already watched: ``watch`` then adds it without
-    waking the thread. Waking it on every request would hand the GIL to the watchdog
-    and back once per delivery, a quarter of a worker's time at a few hundred
-    deliveries per second. A request that ends before its deadline is dropped
-    from the set; the thread finds out when it wakes at that deadline and sleeps on.
-    """
-
-    def __init__(self) -> None:
-        self._active: set[_Deadline] = set()
-        self._cond = threading.Condition()
-        self._wake_at = math.inf  # when the thread wakes next (inf: sleeping until told)
-        self._thread: threading.Thread | None = None
-
-    def watch(self, deadline: _Deadline) -> None:
-        with self._cond:
-            self._active.add(deadline)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="pgqueue-webhook-deadline", daemon=True
-                )
-                self._thread.start()
-            if deadline.expires_at < self._wake_at:
-                self._wake_at = deadline.expires_at
-                self._cond.notify()
-
-    def unwatch(self, deadline: _Deadline) -> None:
-        with self._cond:
-            self._active.discard(deadline)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                now = time.monotonic()
-                due = [d for d in self._active if d.expires_at <= now]
-                self._active.difference_update(due)
-                if not due:
-                    self._wake_at = min((d.expires_at for d in self._active), default=math.inf)
-                    self._cond.wait(None if self._wake_at == math.inf else self._wake_at - now)
-                    continue
-            retry = [d for d in due if d.fire()]
-            if retry:
-                # The socket did not exist yet (connect in progress): try again shortly.
-                with self._cond:
-                    for deadline in retry:
-                        deadline.expires_at = time.monotonic() + _WATCHDOG_RETRY_SECONDS
-                        self._active.add(deadline)
-
-
-_watchdog = _Watchdog()
 # The deadline of the request running in this thread, so the connection objects urllib3
 # creates deep inside requests can register themselves with it.
 _current = threading.local()
@@ -566,10 +408,13 @@ class WebhookTransport:
         # are pure functions of the URL and this transport's settings; the address check
         # is not cached (it runs in the adapter, on every request).
         self._checked_urls: dict[str, str] = {}
+        self._brokers: Any = None  # webhooks.brokers.BrokerPublisher, made on first use
 
     def close(self) -> None:
         """Close pooled connections."""
         self.adapter.close()
+        if self._brokers is not None:
+            self._brokers.close()
 
     def __enter__(self) -> WebhookTransport:
         return self
@@ -578,7 +423,17 @@ class WebhookTransport:
         self.close()
 
     def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> TransportResult:
-        """POST ``body`` to ``url`` and return what happened; never raises for network trouble."""
+        """POST ``body`` to ``url`` and return what happened; never raises for network trouble.
+
+        An ``amqp://`` or ``nats://`` URL is a broker destination: the same body and
+        headers are published there instead (``webhooks/brokers``).
+        """
+        if is_broker_url(url):
+            if self._brokers is None:
+                from .brokers.publisher import BrokerPublisher
+
+                self._brokers = BrokerPublisher(self)
+            return self._brokers.publish(url, body, headers)
         started = time.monotonic()
         result = TransportResult()
         prepared_url = self._checked_urls.get(url)

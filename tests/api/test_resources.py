@@ -40,6 +40,25 @@ def test_an_endpoint_secret_is_shown_on_create_and_rotation_only(api, tenants):
     assert len(endpoint.previous_secrets) == 1  # the old one still signs in the grace period
 
 
+def test_a_broker_endpoint_round_trips_with_its_password_masked(api, tenants):
+    pytest.importorskip("pika", reason="the brokers extra is not installed")
+    client = api("read", "manage")
+    url = "amqp://pub:s3cret@127.0.0.1:5672/%2F?exchange=orders&routing_key=paid"
+    created = client.post("endpoints", {"url": url})
+    assert created.status_code == 201, created.content
+    shown = "amqp://pub:***@127.0.0.1:5672/%2F?exchange=orders&routing_key=paid"
+    assert created.json()["url"] == shown and b"s3cret" not in created.content
+    endpoint_id = created.json()["id"]
+    # Sent back as shown, with another change: the stored password is kept.
+    edited = client.patch(f"endpoints/{endpoint_id}", {"url": shown, "description": "x"})
+    assert edited.status_code == 200, edited.content
+    stored = Endpoint.objects.get(pk=endpoint_id).url
+    assert "s3cret" not in stored and stored.startswith("amqp://pub:~sealed~")
+    assert stored.endswith("@127.0.0.1:5672/%2F?exchange=orders&routing_key=paid")
+    refused = problem_of(client.post("endpoints", {"url": "amqp://127.0.0.1:5672/"}), 422)
+    assert "has no exchange" in refused["detail"]
+
+
 @pytest.mark.parametrize(
     ("url", "words"),
     [
