@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -18,7 +19,12 @@ from django_pgqueue.management.argtypes import (
 )
 from django_pgqueue.worker import Worker
 from django_pgqueue.worker.selection import check_queue_selection
-from django_pgqueue.worker.supervisor import Supervisor, child_argv
+from django_pgqueue.worker.supervisor import (
+    SUPERVISOR_PID_ENV,
+    Supervisor,
+    child_argv,
+    die_with_parent,
+)
 
 
 def queue_list(value: str) -> list[str]:
@@ -150,6 +156,10 @@ class Command(BaseCommand):
 
     def _worker(self, options: dict[str, Any]) -> Worker:
         """The Worker the options describe, its metrics served if asked."""
+        parent_pid = None
+        if options["worker_slot"] is not None and os.environ.get(SUPERVISOR_PID_ENV):
+            parent_pid = int(os.environ[SUPERVISOR_PID_ENV])
+            die_with_parent(parent_pid)  # else the worker's parent watch notices
         worker = Worker(
             queues=options["queues"],
             concurrency=options["concurrency"],
@@ -165,6 +175,7 @@ class Command(BaseCommand):
             until_empty=options["until_empty"],
             max_time=options["max_time"],
             recycle_overdue=options["worker_slot"] is not None,
+            parent_pid=parent_pid,
         )
         if options["metrics_port"] is not None:
             self._serve_metrics(worker, options)
