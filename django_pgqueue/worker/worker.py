@@ -47,7 +47,7 @@ from ..tracing import traced_claim
 from . import hooks
 from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
 from .claim_state import PassResult, QuietSources, failure_delay
-from .completer import Completer, Key
+from .completer import PARKED_RETRY_SECONDS, Completer, Key
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .observers import attempt_written
@@ -336,6 +336,11 @@ class Worker:
             if self.max_tasks is not None and self.claimed >= self.max_tasks:
                 self._wait_until_idle()
                 return
+            if self.completer.parked:
+                # Outcomes kept through a database outage are not written yet: a claim
+                # now could take their own rows back (their leases lapsed meanwhile).
+                self.wake.wait(PARKED_RETRY_SECONDS)
+                continue
             self.wake.clear()
             heard = self.listener.wakeups if self.listener is not None else 0
             quiet.refresh(heard, self._recheck)
