@@ -35,6 +35,7 @@ from .api import (
 from .dashboard import (
     DELIVERY_OVERVIEW,
     ESTIMATED_ROWS,
+    EXACT_TERMINAL_ROWS,
     JOB_OVERVIEW,
 )
 from .deliveries import (
@@ -168,6 +169,7 @@ __all__ = [
     "ENDPOINT_TABLE",
     "ESTIMATED_ROWS",
     "EVENT_TABLE",
+    "EXACT_TERMINAL_ROWS",
     "EXTEND_DELIVERY_LEASES",
     "EXTEND_JOB_LEASES",
     "GET_JOB",
