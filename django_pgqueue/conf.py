@@ -125,6 +125,11 @@ DEFAULTS: dict[str, Any] = {
     "PREPARED_STATEMENTS": True,
     # Test-only pause points (see docs/guarantees.md); never enable in production.
     "TEST_HOOKS": False,
+    # Worker log of finished attempts: "summary" (one INFO line of counts every
+    # JOB_LOG_SUMMARY_SECONDS, per-attempt lines at DEBUG) or "each" (an INFO line
+    # per attempt). Failures are logged one by one either way.
+    "JOB_LOG": "summary",
+    "JOB_LOG_SUMMARY_SECONDS": 60.0,
     # OpenTelemetry spans for enqueue, claim, run and deliver (needs the [otel] extra;
     # see tracing.py). Off by default: an enqueue then writes the trace context too.
     "TRACING": False,
@@ -181,6 +186,8 @@ class PgQueueSettings:
     PREPARED_STATEMENTS: bool
     TEST_HOOKS: bool
     TRACING: bool = False
+    JOB_LOG: str = "summary"
+    JOB_LOG_SUMMARY_SECONDS: float = 60.0
     WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULER_INTERVAL: float = 2.0
@@ -208,6 +215,18 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ImproperlyConfigured(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+JOB_LOG_MODES = ("summary", "each")
+
+
+def _job_log(value: Any) -> str:
+    if value not in JOB_LOG_MODES:
+        raise ImproperlyConfigured(
+            f"PGQUEUE['JOB_LOG'] must be one of {', '.join(map(repr, JOB_LOG_MODES))}, "
+            f"got {value!r}"
+        )
+    return str(value)
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -488,6 +507,10 @@ def validate(raw: Any) -> PgQueueSettings:
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),
+        JOB_LOG=_job_log(merged["JOB_LOG"]),
+        JOB_LOG_SUMMARY_SECONDS=_positive_number(
+            "PGQUEUE['JOB_LOG_SUMMARY_SECONDS']", merged["JOB_LOG_SUMMARY_SECONDS"]
+        ),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
         SCHEDULE=validate_schedule(merged["SCHEDULE"]),
         SCHEDULER_INTERVAL=_positive_number(

@@ -62,6 +62,7 @@ def _queue_fields(stats: QueueStats) -> dict[str, Any]:
         "dead": stats.dead,
         "succeeded": stats.counts.get("succeeded", 0),
         "cancelled": stats.counts.get("cancelled", 0),
+        "estimated": stats.estimated,
     }
 
 

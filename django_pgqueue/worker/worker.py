@@ -50,7 +50,7 @@ from .claim_state import PassResult, QuietSources, failure_delay
 from .completer import PARKED_RETRY_SECONDS, Completer, Key
 from .heartbeat import Heartbeat
 from .listener import Listener
-from .observers import attempt_written
+from .observers import attempt_log, attempt_written
 from .runner import TaskRunner
 from .sources import JobSource, Source
 from .supervisor import RECYCLE_EXIT_CODE, SIGNAL_REPEAT_SECONDS
@@ -236,6 +236,7 @@ class Worker:
         finally:
             clean = self._shutdown()
             self._restore_signals(old_handlers)
+        attempt_log().flush(logger, self.worker_id)
         if self.timed_out:
             return 2
         logger.info(
