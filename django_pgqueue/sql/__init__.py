@@ -131,6 +131,7 @@ from .periodic import (
 from .workers import (
     HEARTBEAT,
     HEARTBEAT_STOP,
+    QUEUES_NEVER_SEEN,
     WORKERS,
 )
 
@@ -196,6 +197,7 @@ __all__ = [
     "PRUNE_DELIVERIES",
     "PRUNE_EVENTS",
     "PRUNE_JOBS",
+    "QUEUES_NEVER_SEEN",
     "QUEUE_TABLES",
     "RATE_RETRY_AFTER",
     "READ_DELIVERY_OUTCOMES",

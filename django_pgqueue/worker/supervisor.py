@@ -160,7 +160,8 @@ class Supervisor:
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
-    """The command line of one child: this command without ``--processes``.
+    """The command line of one child: this command without ``--processes``, and
+    with ``--skip-checks``.
 
     A parent started as ``python -m django ...`` has the package's ``__main__.py``
     in ``argv[0]``; run as a script, its folder would shadow the standard library
@@ -182,4 +183,8 @@ def child_argv(argv: Sequence[str]) -> list[str]:
         if arg.startswith("--processes="):
             continue
         out.append(arg)
+    # The parent ran the system checks before it got here: each child skipping them
+    # starts claiming sooner (they import the URLconf, a good part of a start-up).
+    if "--skip-checks" not in out:
+        out.append("--skip-checks")
     return out

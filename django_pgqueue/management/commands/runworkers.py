@@ -18,7 +18,7 @@ from django_pgqueue.management.argtypes import (
     positive_int,
 )
 from django_pgqueue.worker import Worker
-from django_pgqueue.worker.selection import check_queue_selection
+from django_pgqueue.worker.selection import check_queue_selection, unseen_queue_warnings
 from django_pgqueue.worker.supervisor import (
     SUPERVISOR_PID_ENV,
     Supervisor,
@@ -127,6 +127,8 @@ class Command(BaseCommand):
         configure_worker_logging(options["verbosity"], options["log_format"])
         try:
             warnings = check_queue_selection(options["queues"])
+            if options["worker_slot"] is None:
+                warnings += unseen_queue_warnings(options["queues"])
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         if options["worker_slot"] is None:  # children of --processes: the parent said it
