@@ -130,6 +130,10 @@ DEFAULTS: dict[str, Any] = {
     # per attempt). Failures are logged one by one either way.
     "JOB_LOG": "summary",
     "JOB_LOG_SUMMARY_SECONDS": 60.0,
+    # How the Prometheus gauges of webhook deliveries are labelled: "endpoint" (7
+    # series per endpoint), "application" (7 per application), "total" (7 in all)
+    # or "off".
+    "METRICS_ENDPOINTS": "endpoint",
     # OpenTelemetry spans for enqueue, claim, run and deliver (needs the [otel] extra;
     # see tracing.py). Off by default: an enqueue then writes the trace context too.
     "TRACING": False,
@@ -188,6 +192,7 @@ class PgQueueSettings:
     TRACING: bool = False
     JOB_LOG: str = "summary"
     JOB_LOG_SUMMARY_SECONDS: float = 60.0
+    METRICS_ENDPOINTS: str = "endpoint"
     WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULER_INTERVAL: float = 2.0
@@ -218,15 +223,15 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 JOB_LOG_MODES = ("summary", "each")
+METRICS_ENDPOINT_MODES = ("endpoint", "application", "total", "off")
 
 
-def _job_log(value: Any) -> str:
-    if value not in JOB_LOG_MODES:
+def _one_of(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
         raise ImproperlyConfigured(
-            f"PGQUEUE['JOB_LOG'] must be one of {', '.join(map(repr, JOB_LOG_MODES))}, "
-            f"got {value!r}"
+            f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}"
         )
-    return str(value)
+    return value
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -507,7 +512,10 @@ def validate(raw: Any) -> PgQueueSettings:
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),
-        JOB_LOG=_job_log(merged["JOB_LOG"]),
+        JOB_LOG=_one_of("PGQUEUE['JOB_LOG']", merged["JOB_LOG"], JOB_LOG_MODES),
+        METRICS_ENDPOINTS=_one_of(
+            "PGQUEUE['METRICS_ENDPOINTS']", merged["METRICS_ENDPOINTS"], METRICS_ENDPOINT_MODES
+        ),
         JOB_LOG_SUMMARY_SECONDS=_positive_number(
             "PGQUEUE['JOB_LOG_SUMMARY_SECONDS']", merged["JOB_LOG_SUMMARY_SECONDS"]
         ),

@@ -74,6 +74,7 @@ def _endpoint(stats: EndpointStats) -> dict[str, Any]:
         "breaker_state": stats.breaker_state,
         "open_until": _iso(stats.open_until),
         "disabled_reason": stats.disabled_reason,
+        "application": stats.application,
         **_queue_fields(stats),
     }
 

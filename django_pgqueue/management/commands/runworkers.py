@@ -110,8 +110,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-addr",
-            default="0.0.0.0",  # noqa: S104 - a scrape target is reached from outside
-            help="Address the metrics port listens on (default: every interface).",
+            default="127.0.0.1",
+            help="Address the metrics port listens on (default: this host only; 0.0.0.0 "
+            "for every interface).",
         )
         parser.add_argument(
             "--reload",
