@@ -48,6 +48,9 @@ PARKED_RETRY_SECONDS = 0.5
 
 Key = tuple[str, int]
 
+#: Put in the outcome queue by ``extend_now``: wakes the thread, carries no outcome.
+_EXTEND_NOW: Any = object()
+
 
 class Completer(threading.Thread):
     """Drains ``outcomes``, writes them, and extends leases every ``lease / 3`` seconds."""
@@ -80,6 +83,7 @@ class Completer(threading.Thread):
         self.lost: set[Key] = set()
         #: Outcomes kept through a database outage, written again until they land.
         self.parked: list[Outcome] = []
+        self._extend_soon = False
         self._parked_since = 0.0
         #: Set by the Worker: beats on this thread's cadence and connection.
         self.heartbeat: Heartbeat | None = None
@@ -110,6 +114,12 @@ class Completer(threading.Thread):
         """Flush what is queued, then end the thread."""
         self.outcomes.put(None)
 
+    def extend_now(self) -> None:
+        """Extend the leases now rather than at the next ``lease / 3`` tick: the
+        extension reads the abort flags, so an aborted job is given up at once."""
+        self._extend_soon = True
+        self.outcomes.put(_EXTEND_NOW)
+
     def run(self) -> None:
         interval = max(0.05, self.lease_seconds / 3.0)
         next_extend = time.monotonic() + interval
@@ -126,14 +136,15 @@ class Completer(threading.Thread):
                 first = self.outcomes.get(timeout=timeout)
                 if first is None:
                     stopping = True
-                else:
+                elif first is not _EXTEND_NOW:
                     batch.append(first)
                 while len(batch) < MAX_BATCH and not stopping:
                     item = self.outcomes.get_nowait()
                     if item is None:
                         stopping = True
                         break
-                    batch.append(item)
+                    if item is not _EXTEND_NOW:
+                        batch.append(item)
             except queue.Empty:
                 pass
             if batch:
@@ -142,7 +153,8 @@ class Completer(threading.Thread):
                     by_source[outcome.source].append(outcome)
                 for name, outcomes in by_source.items():
                     self.write(self.sources[name], outcomes)
-            if time.monotonic() >= next_extend:
+            if self._extend_soon or time.monotonic() >= next_extend:
+                self._extend_soon = False
                 self.extend_leases()
                 next_extend = time.monotonic() + interval
             if self.parked:

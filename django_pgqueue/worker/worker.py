@@ -42,6 +42,7 @@ from django.db import connections
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..exceptions import WorkerCrashed
+from ..notify import abort_channel
 from ..outcomes import Outcome
 from ..tracing import traced_claim
 from . import hooks
@@ -194,6 +195,8 @@ class Worker:
                 dsn=conf.LISTEN_DSN,
                 health_interval=conf.LISTEN_HEALTH_INTERVAL,
                 test_hooks=self.test_hooks,
+                abort_channel=abort_channel(),
+                on_abort=self.completer.extend_now,
             )
         self._threads: list[threading.Thread] = []
         self._watchdog = threading.Thread(target=self._watch, name="pgqueue-watchdog", daemon=True)
