@@ -93,19 +93,29 @@ def test_a_child_killed_by_the_drain_makes_the_exit_code_non_zero(worker_process
 
 
 def test_children_die_with_a_killed_supervisor(worker_process):
+    results = enqueue_many(tasks.record_run, [(("orphan",), {"sleep": 0.2})] * 60)
     proc = worker_process(
-        "--processes", "2", "--concurrency", "1",
+        "--processes", "2", "--concurrency", "1", "--lease", "30",
         env={"PGQUEUE_POLL_INTERVAL": "0.2", "PGQUEUE_LOG_LEVEL": "INFO"},
     )  # fmt: skip
     wait_for(lambda: len(_children_of(proc.pid)) == 2, 30, "two children", interval=0.05)
     children = _children_of(proc.pid)
-    proc.wait_line("", timeout=30)
     wait_for(lambda: proc.output().count("starting:") >= 2, 30, "both children up", interval=0.05)
+    wait_for(lambda: _held_rows() >= 2, 60, "the children to hold rows", interval=0.05)
     assert all(_alive(c) for c in children), children
     try:
         os.kill(proc.pid, signal.SIGKILL)
         proc.proc.wait(10)
         wait_for(lambda: not any(_alive(c) for c in children), 2, "the children to exit", 0.02)
+        # They drained: nothing waits out its 30 s lease, nothing is lost.
+        assert _held_rows() == 0
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pgqueue_job WHERE id = ANY(%s) "
+                "AND status IN ('succeeded', 'pending')",
+                [[int(r.id) for r in results]],
+            )
+            assert cursor.fetchone()[0] == 60
     finally:
         for child in children:  # only the pids this test saw started
             if _alive(child):
