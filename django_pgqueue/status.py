@@ -152,13 +152,18 @@ _COUNTS = ["due", "deferred", "in_progress", "lapsed", "oldest_due_seconds", "de
 _COUNT_HEADERS = ["due", "deferred", "in progress", "lapsed", "oldest due (s)", "dead"]
 
 
+def _count_cells(row: dict[str, Any]) -> list[Any]:
+    """The count columns of one row; an estimated terminal count reads ``~N``."""
+    return [f"~{row[k]}" if k == "dead" and row.get("estimated") else row[k] for k in _COUNTS]
+
+
 def render_text(data: dict[str, Any]) -> str:
     """The snapshot as aligned tables, for a terminal."""
     lines = [f"pgqueue status at {data['measured_at'] or 'now'}", "", "Queues"]
     if data["queues"]:
         lines += _table(
             ["queue", *_COUNT_HEADERS],
-            [[q["name"], *(q[k] for k in _COUNTS)] for q in data["queues"]],
+            [[q["name"], *_count_cells(q)] for q in data["queues"]],
         )
     else:
         lines.append("(no jobs)")
@@ -171,7 +176,7 @@ def render_text(data: dict[str, Any]) -> str:
                     e["id"],
                     e["url"],
                     ("active" if e["is_active"] else "disabled") + f", {e['breaker_state']}",
-                    *(e[k] for k in _COUNTS),
+                    *_count_cells(e),
                 ]
                 for e in data["endpoints"]
             ],

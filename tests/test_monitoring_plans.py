@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_pgqueue import sql, stats
-from django_pgqueue.status import snapshot
+from django_pgqueue.status import render_text, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,3 +102,13 @@ def test_a_small_table_is_counted_exactly():
     (queue,) = [q for q in stats.job_queue_overview() if q.name == "emails"]
     assert not queue.estimated
     assert queue.counts == {"succeeded": 4}  # ids 1, 3, 5, 7
+
+
+def test_the_status_text_marks_estimated_counts(big_history):
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT, ["dead"] * 4 + [50_000])
+        cursor.execute("ANALYZE pgqueue_job")
+    data = snapshot()
+    assert all(q["estimated"] for q in data["queues"])
+    text = render_text(data)
+    assert "~" in text.split("Webhook endpoints")[0], text
