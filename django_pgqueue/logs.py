@@ -119,6 +119,46 @@ def configure_worker_logging(verbosity: int = 1, log_format: str | None = None) 
 REPEAT_SECONDS = 300.0
 
 
+class RepeatedFailures:
+    """How often a failure (its source and its error text) repeated in REPEAT_SECONDS.
+
+    One per process (:data:`repeated_failures`): the attempt log and the message
+    consumers' log ask it before printing a traceback.
+    """
+
+    def __init__(self, window: float = REPEAT_SECONDS) -> None:
+        self.window = window
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, where: str, error: str) -> int:
+        """Times this failure was seen since it was last logged in full (0: log it)."""
+        key = (where, error)
+        now = time.monotonic()
+        with self._lock:
+            if len(self._seen) > 1000:  # many distinct errors: start afresh
+                self._seen.clear()
+            first, count = self._seen.get(key, (0.0, 0))
+            if count and now - first < self.window:
+                self._seen[key] = (first, count + 1)
+                return count
+            self._seen[key] = (now, 1)
+            return 0
+
+
+repeated_failures = RepeatedFailures()
+
+
+def repeat_note(seen: int) -> str:
+    """The tail of a line whose traceback is left out because the failure repeats."""
+    return (
+        f" (the same failure {seen + 1} times in {REPEAT_SECONDS:.0f} s; traceback shown "
+        "the first time)"
+        if seen
+        else ""
+    )
+
+
 class AttemptLog:
     """The log of finished attempts of one worker process (``PGQUEUE["JOB_LOG"]``).
 
@@ -135,7 +175,6 @@ class AttemptLog:
         self.summary_seconds = summary_seconds
         self._counts: dict[str, int] = {}
         self._window_start = time.monotonic()
-        self._repeats: dict[tuple[str, str], tuple[float, int]] = {}
         self._lock = threading.Lock()
 
     def record(self, logger: logging.Logger, worker_id: str, outcome: Any, label: str) -> None:
@@ -149,7 +188,9 @@ class AttemptLog:
             self._count(logger, worker_id, label)
         if not logger.isEnabledFor(level):
             return
-        repeated = self._repeated(outcome) if failed else 0
+        repeated = (
+            repeated_failures.seen(str(outcome.task_path), str(outcome.last_error)) if failed else 0
+        )
         log_attempt(logger, worker_id, outcome, label, level=level, repeated=repeated)
 
     def _count(self, logger: logging.Logger, worker_id: str, label: str) -> None:
@@ -183,20 +224,6 @@ class AttemptLog:
             " ".join(f"{label}={n}" for label, n in sorted(counts.items())),
             extra={"event": "attempt_summary", "worker_id": worker_id, "outcome": counts},
         )
-
-    def _repeated(self, outcome: Any) -> int:
-        """How often this failure was seen since it was last logged in full (0: log it)."""
-        key = (str(outcome.task_path), str(outcome.last_error))
-        now = time.monotonic()
-        with self._lock:
-            if len(self._repeats) > 1000:  # many distinct errors: start afresh
-                self._repeats.clear()
-            first, seen = self._repeats.get(key, (0.0, 0))
-            if seen and now - first < REPEAT_SECONDS:
-                self._repeats[key] = (first, seen + 1)
-                return seen
-            self._repeats[key] = (now, 1)
-            return 0
 
 
 def log_attempt(
@@ -242,9 +269,6 @@ def log_attempt(
         outcome.duration,
         label,
         f" error={outcome.last_error}" if failed and not extra.get("traceback") else "",
-        f" (the same failure {repeated + 1} times in {REPEAT_SECONDS:.0f} s; traceback "
-        "shown the first time)"
-        if repeated
-        else "",
+        repeat_note(repeated),
         extra=extra,
     )

@@ -88,3 +88,26 @@ def test_a_bad_job_log_mode_is_a_clear_check_error(value):
         (error,) = check_settings()
     assert error.id == "django_pgqueue.E001"
     assert "PGQUEUE['JOB_LOG'] must be one of 'summary', 'each'" in error.msg
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_consumer_failing_the_same_way_prints_its_traceback_once(run_worker, caplog):
+    from django_pgqueue import mq
+    from django_pgqueue.mq.consumers import unregister
+
+    @mq.consumer("repeatfail", vt=30, batch=5)
+    def handle(message: mq.Message) -> None:
+        raise ConnectionError("payments service unreachable")
+
+    try:
+        mq.create("repeatfail")
+        mq.send_batch("repeatfail", [{"n": n} for n in range(4)])
+        caplog.set_level(logging.WARNING, logger="django_pgqueue")
+        run_worker(burst=True, lease_seconds=30)
+    finally:
+        unregister("repeatfail")
+    lines = [r for r in caplog.records if "failed on message" in r.getMessage()]
+    assert len(lines) == 4
+    assert all(r.levelno == logging.WARNING for r in lines)
+    assert sum("Traceback" in r.getMessage() for r in lines) == 1
+    assert "the same failure 4 times" in lines[-1].getMessage()
