@@ -151,8 +151,11 @@ class Completer(threading.Thread):
                 by_source: dict[str, list[Outcome]] = defaultdict(list)
                 for outcome in batch:
                     by_source[outcome.source].append(outcome)
+                # While outcomes are parked the database is known to be away: a new
+                # batch gets one try, not a whole budget that would hold up the leases.
+                budget = 0.0 if self.parked else None
                 for name, outcomes in by_source.items():
-                    self.write(self.sources[name], outcomes)
+                    self.write(self.sources[name], outcomes, budget=budget)
             if self._extend_soon or time.monotonic() >= next_extend:
                 self._extend_soon = False
                 self.extend_leases()
@@ -273,8 +276,7 @@ class Completer(threading.Thread):
                         )
                     kept = pending
                     break
-                if budget != 0.0:
-                    logger.warning("Completion write failed (%s); retrying in %.2f s", exc, delay)
+                logger.warning("Completion write failed (%s); retrying in %.2f s", exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self.parked.extend(kept)
