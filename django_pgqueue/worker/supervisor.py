@@ -26,7 +26,6 @@ supervisor starts its successor at once (no crash backoff).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import signal
@@ -61,7 +60,9 @@ def die_with_parent(parent_pid: int) -> bool:
     if not sys.platform.startswith("linux"):
         return os.getppid() == parent_pid
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols include libc's: no find_library(), which runs
+        # ldconfig in a subprocess on every start.
+        libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError):
