@@ -111,3 +111,19 @@ def test_a_consumer_failing_the_same_way_prints_its_traceback_once(run_worker, c
     assert all(r.levelno == logging.WARNING for r in lines)
     assert sum("Traceback" in r.getMessage() for r in lines) == 1
     assert "the same failure 4 times" in lines[-1].getMessage()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_in_summary_mode_writes_counts_not_a_line_per_job(worker_process):
+    from django_pgqueue import enqueue_many
+    from testproject.demo import tasks
+
+    enqueue_many(tasks.add, [((1, 2), {})] * 20)
+    proc = worker_process(
+        "--burst", env={"PGQUEUE_JOB_LOG": "summary", "PGQUEUE_LOG_LEVEL": "INFO"}
+    )
+    assert proc.wait(60) == 0, proc.output()
+    output = proc.output()
+    assert "outcome=succeeded" not in output
+    (summary,) = [line for line in output.splitlines() if "attempt(s) in" in line]
+    assert summary.endswith("succeeded=20"), summary
