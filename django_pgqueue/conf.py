@@ -132,6 +132,15 @@ DEFAULTS: dict[str, Any] = {
     "PREPARED_STATEMENTS": True,
     # Test-only pause points (see docs/guarantees.md); never enable in production.
     "TEST_HOOKS": False,
+    # Worker log of finished attempts: "summary" (one INFO line of counts every
+    # JOB_LOG_SUMMARY_SECONDS, per-attempt lines at DEBUG) or "each" (an INFO line
+    # per attempt). Failures are logged one by one either way.
+    "JOB_LOG": "summary",
+    "JOB_LOG_SUMMARY_SECONDS": 60.0,
+    # How the Prometheus gauges of webhook deliveries are labelled: "endpoint" (7
+    # series per endpoint), "application" (7 per application), "total" (7 in all)
+    # or "off".
+    "METRICS_ENDPOINTS": "endpoint",
     # OpenTelemetry spans for enqueue, claim, run and deliver (needs the [otel] extra;
     # see tracing.py). Off by default: an enqueue then writes the trace context too.
     "TRACING": False,
@@ -188,6 +197,9 @@ class PgQueueSettings:
     PREPARED_STATEMENTS: bool
     TEST_HOOKS: bool
     TRACING: bool = False
+    JOB_LOG: str = "summary"
+    JOB_LOG_SUMMARY_SECONDS: float = 60.0
+    METRICS_ENDPOINTS: str = "endpoint"
     WEBHOOKS: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULE: Mapping[str, Any] = field(default_factory=dict)
     SCHEDULER_INTERVAL: float = 2.0
@@ -214,6 +226,18 @@ def _positive_number(
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ImproperlyConfigured(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+JOB_LOG_MODES = ("summary", "each")
+METRICS_ENDPOINT_MODES = ("endpoint", "application", "total", "off")
+
+
+def _one_of(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ImproperlyConfigured(
+            f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}"
+        )
     return value
 
 
@@ -488,6 +512,13 @@ def validate(raw: Any) -> PgQueueSettings:
         PREPARED_STATEMENTS=_bool("PGQUEUE['PREPARED_STATEMENTS']", merged["PREPARED_STATEMENTS"]),
         TEST_HOOKS=_bool("PGQUEUE['TEST_HOOKS']", merged["TEST_HOOKS"]),
         TRACING=_bool("PGQUEUE['TRACING']", merged["TRACING"]),
+        JOB_LOG=_one_of("PGQUEUE['JOB_LOG']", merged["JOB_LOG"], JOB_LOG_MODES),
+        METRICS_ENDPOINTS=_one_of(
+            "PGQUEUE['METRICS_ENDPOINTS']", merged["METRICS_ENDPOINTS"], METRICS_ENDPOINT_MODES
+        ),
+        JOB_LOG_SUMMARY_SECONDS=_positive_number(
+            "PGQUEUE['JOB_LOG_SUMMARY_SECONDS']", merged["JOB_LOG_SUMMARY_SECONDS"]
+        ),
         WEBHOOKS=validate_webhooks(merged["WEBHOOKS"]),
         SCHEDULE=validate_schedule(merged["SCHEDULE"], ArgumentLimits(max_args_bytes, depth)),
         SCHEDULER_INTERVAL=_positive_number(

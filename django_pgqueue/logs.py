@@ -16,6 +16,8 @@ import datetime as dt
 import json
 import logging
 import sys
+import threading
+import time
 from typing import Any
 
 #: The logger every module of the package logs under (``django_pgqueue.worker``...).
@@ -146,10 +148,131 @@ def _drop_task_framework_repeats() -> None:
     tasks_logger.addFilter(_TaskFrameworkRepeats())
 
 
-def log_attempt(logger: logging.Logger, worker_id: str, outcome: Any, label: str) -> None:
-    """The line for one finished attempt: INFO, or ERROR with its traceback on failure."""
+#: A failure whose task and error repeat within this many seconds is logged once,
+#: then counted: a consumer failing every 30 s does not print its traceback each time.
+REPEAT_SECONDS = 300.0
+
+
+class RepeatedFailures:
+    """How often a failure (its source and its error text) repeated in REPEAT_SECONDS.
+
+    One per process (:data:`repeated_failures`): the attempt log and the message
+    consumers' log ask it before printing a traceback.
+    """
+
+    def __init__(self, window: float = REPEAT_SECONDS) -> None:
+        self.window = window
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, where: str, error: str) -> int:
+        """Times this failure was seen since it was last logged in full (0: log it)."""
+        key = (where, error)
+        now = time.monotonic()
+        with self._lock:
+            if len(self._seen) > 1000:  # many distinct errors: start afresh
+                self._seen.clear()
+            first, count = self._seen.get(key, (0.0, 0))
+            if count and now - first < self.window:
+                self._seen[key] = (first, count + 1)
+                return count
+            self._seen[key] = (now, 1)
+            return 0
+
+
+repeated_failures = RepeatedFailures()
+
+
+def repeat_note(seen: int) -> str:
+    """The tail of a line whose traceback is left out because the failure repeats."""
+    return (
+        f" (the same failure {seen + 1} times in {REPEAT_SECONDS:.0f} s; traceback shown "
+        "the first time)"
+        if seen
+        else ""
+    )
+
+
+class AttemptLog:
+    """The log of finished attempts of one worker process (``PGQUEUE["JOB_LOG"]``).
+
+    ``"each"``: one INFO line per attempt. ``"summary"``: per-attempt lines at DEBUG
+    and one INFO line of counts per ``summary_seconds``; thousands of INFO lines a
+    second otherwise cost more than the jobs. In both modes a failed attempt that
+    will be retried is a WARNING and one that went to the dead-letter queue an
+    ERROR, each with its own line, and the same failure (task and error) repeating
+    within REPEAT_SECONDS keeps its traceback only the first time.
+    """
+
+    def __init__(self, mode: str = "each", summary_seconds: float = 60.0) -> None:
+        self.mode = mode
+        self.summary_seconds = summary_seconds
+        self._counts: dict[str, int] = {}
+        self._window_start = time.monotonic()
+        self._lock = threading.Lock()
+
+    def record(self, logger: logging.Logger, worker_id: str, outcome: Any, label: str) -> None:
+        """Log one written attempt (the worker's completer thread calls this)."""
+        failed = label in ("failed", "dead")
+        if failed:
+            level = logging.ERROR if label == "dead" else logging.WARNING
+        else:
+            level = logging.INFO if self.mode == "each" else logging.DEBUG
+        if self.mode == "summary":
+            self._count(logger, worker_id, label)
+        if not logger.isEnabledFor(level):
+            return
+        repeated = (
+            repeated_failures.seen(str(outcome.task_path), str(outcome.last_error)) if failed else 0
+        )
+        log_attempt(logger, worker_id, outcome, label, level=level, repeated=repeated)
+
+    def _count(self, logger: logging.Logger, worker_id: str, label: str) -> None:
+        with self._lock:
+            self._counts[label] = self._counts.get(label, 0) + 1
+            now = time.monotonic()
+            if now - self._window_start < self.summary_seconds:
+                return
+            counts, self._counts = self._counts, {}
+            elapsed, self._window_start = now - self._window_start, now
+        self._summary(logger, worker_id, counts, elapsed)
+
+    def flush(self, logger: logging.Logger, worker_id: str) -> None:
+        """Log what the current window counted (at the worker's stop)."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+            now = time.monotonic()
+            elapsed, self._window_start = now - self._window_start, now
+        if counts:
+            self._summary(logger, worker_id, counts, elapsed)
+
+    @staticmethod
+    def _summary(
+        logger: logging.Logger, worker_id: str, counts: dict[str, int], elapsed: float
+    ) -> None:
+        logger.info(
+            "Worker %s: %d attempt(s) in %.0f s: %s",
+            worker_id,
+            sum(counts.values()),
+            elapsed,
+            " ".join(f"{label}={n}" for label, n in sorted(counts.items())),
+            extra={"event": "attempt_summary", "worker_id": worker_id, "outcome": counts},
+        )
+
+
+def log_attempt(
+    logger: logging.Logger,
+    worker_id: str,
+    outcome: Any,
+    label: str,
+    *,
+    level: int | None = None,
+    repeated: int = 0,
+) -> None:
+    """The line for one finished attempt, its traceback on failure unless ``repeated``."""
     failed = label in ("failed", "dead")
-    level = logging.ERROR if failed else logging.INFO
+    if level is None:
+        level = logging.ERROR if failed else logging.INFO
     if not logger.isEnabledFor(level):
         return
     row_id = outcome.id if getattr(outcome, "row_id", None) is None else outcome.row_id
@@ -166,14 +289,14 @@ def log_attempt(logger: logging.Logger, worker_id: str, outcome: Any, label: str
     if failed:
         extra["error"] = outcome.last_error
         error_json = getattr(outcome, "error_json", None)  # jobs record a traceback
-        if error_json:
+        if error_json and not repeated:
             try:
                 extra["traceback"] = json.loads(error_json).get("traceback")
             except (TypeError, ValueError, AttributeError):
                 pass
     logger.log(
         level,
-        "%s %s %s attempt=%d duration=%.3fs outcome=%s%s",
+        "%s %s %s attempt=%d duration=%.3fs outcome=%s%s%s",
         outcome.source,
         row_id,
         outcome.task_path,
@@ -181,5 +304,6 @@ def log_attempt(logger: logging.Logger, worker_id: str, outcome: Any, label: str
         outcome.duration,
         label,
         f" error={outcome.last_error}" if failed and not extra.get("traceback") else "",
+        repeat_note(repeated),
         extra=extra,
     )

@@ -145,15 +145,22 @@ notifier = Notifier()
 atexit.register(notifier.flush)
 
 
-def wake_workers(alias: str | None = None) -> None:
+def abort_channel() -> str:
+    """The channel that tells workers an operator aborted a running job (``abort()``):
+    they then extend their leases at once, which reads the abort flags."""
+    return f"{get_settings().NOTIFY_CHANNEL}_abort"[:63]
+
+
+def wake_workers(alias: str | None = None, channel: str | None = None) -> None:
     """Schedule a NOTIFY for idle workers after the current transaction commits.
 
-    Outside a transaction it is sent at once (after the implicit commit).
+    Outside a transaction it is sent at once (after the implicit commit). ``channel``
+    defaults to ``NOTIFY_CHANNEL`` (work is due); see also :func:`abort_channel`.
     """
     conf = get_settings()
     if not conf.NOTIFY:
         return
-    channel = conf.NOTIFY_CHANNEL
+    channel = channel or conf.NOTIFY_CHANNEL
     connection = connections[alias or conf.DATABASE]
     if connection.in_atomic_block:
         connection.on_commit(lambda: notifier.request(channel))

@@ -43,7 +43,7 @@ from django.utils.translation import gettext_lazy as _
 from . import sql
 from .conf import get_settings
 from .models.queue import Status
-from .notify import wake_workers
+from .notify import abort_channel, wake_workers
 
 # The operations on endpoints that are not one guarded UPDATE are the webhook store's
 # (it writes every endpoint row); they are named here too, beside their declarations,
@@ -112,6 +112,9 @@ class RowOperation(Operation):
     set_clause: str = ""
     #: Rows that may now be due: wake idle workers after it.
     wakes_workers: bool = False
+    #: Flags running rows for their workers: tell them at once (NOTIFY), rather than
+    #: at their next lease extension.
+    tells_running: bool = False
 
     def applies(self, obj: Any) -> bool:
         return obj.status in self.allowed
@@ -224,6 +227,7 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
                 result_state=Status.CANCELLED,
                 # Cancels a row not running; flags a running one for its worker.
                 set_clause=sql.ABORT_SET,
+                tells_running=True,
             )
         )
     return {op.name: op for op in operations}
@@ -460,6 +464,8 @@ def apply_operation(
                     result.skipped[i] = f"is {state}"
         if result.changed and op.wakes_workers:
             wake_workers(alias)
+        if op.tells_running and Status.IN_PROGRESS in result.changed.values():
+            wake_workers(alias, channel=abort_channel())
     _record(model, result)
     return result
 
@@ -487,8 +493,9 @@ def move_to_dlq(model: type[models.Model], ids: Sequence[int]) -> OperationResul
 def abort(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
     """Abort jobs: cancel those not running, and flag running ones for their worker.
 
-    A flagged attempt is told (``is_aborted()``) and recorded as ``cancelled`` by
-    its worker at its next lease extension (within a third of ``LEASE_SECONDS``);
+    A flagged attempt's worker is told at once (a NOTIFY after the commit; its next
+    lease extension, within a third of ``LEASE_SECONDS``, if that is lost), tells the
+    task (``is_aborted()``) and records the attempt as ``cancelled`` within moments;
     ``changed`` lists a running job with its state, ``in_progress``, until then.
     """
     return apply_operation(model, "abort", ids)

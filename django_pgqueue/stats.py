@@ -1,7 +1,11 @@
 """Read-only numbers about the queues: the dashboard overview and estimated row counts.
 
 Nothing here changes a row (that is :mod:`django_pgqueue.operations`); the statements
-live in :mod:`django_pgqueue.sql`.
+live in :mod:`django_pgqueue.sql`. The dashboard, ``pgqueue_status`` and the
+Prometheus gauges all read through here, so their cost follows the backlog: live
+states are exact (counted through the partial indexes), terminal states are exact
+while a table holds at most ``sql.EXACT_TERMINAL_ROWS`` rows and estimated from the
+planner's statistics beyond (``QueueStats.estimated``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class QueueStats:
     measured_at: datetime | None = None
     #: Waiting rows claimable now (the other waiting rows are deferred).
     due: int = 0
+    #: Terminal counts (succeeded, dead, cancelled) are the planner's estimates.
+    estimated: bool = False
 
     def add(
         self, status: str, count: int, oldest_due: datetime | None, lapsed: int, due: int = 0
@@ -82,17 +88,18 @@ class QueueStats:
 def job_queue_overview() -> list[QueueStats]:
     """Per queue: counts by state, age of the oldest due job, stuck and dead rows.
 
-    One aggregated statement (:data:`django_pgqueue.sql.JOB_OVERVIEW`), pivoted here.
+    One statement (:data:`django_pgqueue.sql.JOB_OVERVIEW`), pivoted here.
     """
     alias = get_settings().DATABASE
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.JOB_OVERVIEW)
         rows = cursor.fetchall()
     queues: dict[str, QueueStats] = {}
-    for queue_name, status, count, oldest_due, lapsed, now, due in rows:
+    for queue_name, status, count, oldest_due, lapsed, now, due, estimated in rows:
         stats = queues.setdefault(queue_name, QueueStats(queue_name, measured_at=now))
         stats.add(status, count, oldest_due, lapsed, due)
-    return list(queues.values())
+        stats.estimated = stats.estimated or estimated
+    return sorted(queues.values(), key=lambda q: q.name)
 
 
 @dataclass
@@ -114,7 +121,7 @@ class EndpointStats(QueueStats):
 
 
 def delivery_overview() -> list[EndpointStats]:
-    """Every endpoint with its deliveries by state, in one aggregated statement."""
+    """Every endpoint with its deliveries by state, in one statement (counted as for jobs)."""
     alias = get_settings().DATABASE
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.DELIVERY_OVERVIEW)
@@ -122,7 +129,7 @@ def delivery_overview() -> list[EndpointStats]:
     endpoints: dict[int, EndpointStats] = {}
     for (
         endpoint_id, url, is_active, breaker_state, open_until, reason, application,
-        status, count, oldest_due, lapsed, now, due,
+        status, count, oldest_due, lapsed, now, due, estimated,
     ) in rows:  # fmt: skip
         stats = endpoints.setdefault(
             endpoint_id,
@@ -139,6 +146,7 @@ def delivery_overview() -> list[EndpointStats]:
         )
         if status is not None:
             stats.add(status, count, oldest_due, lapsed, due)
+            stats.estimated = stats.estimated or estimated
     return list(endpoints.values())
 
 

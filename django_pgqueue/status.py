@@ -63,6 +63,7 @@ def _queue_fields(stats: QueueStats) -> dict[str, Any]:
         "dead": stats.dead,
         "succeeded": stats.counts.get("succeeded", 0),
         "cancelled": stats.counts.get("cancelled", 0),
+        "estimated": stats.estimated,
     }
 
 
@@ -74,6 +75,7 @@ def _endpoint(stats: EndpointStats) -> dict[str, Any]:
         "breaker_state": stats.breaker_state,
         "open_until": _iso(stats.open_until),
         "disabled_reason": stats.disabled_reason,
+        "application": stats.application,
         **_queue_fields(stats),
     }
 
@@ -182,13 +184,18 @@ _MQ_COUNTS = ["messages", "visible", "in_flight", "delayed", "oldest_visible_sec
 _MQ_HEADERS = ["messages", "visible", "in flight", "delayed", "oldest visible (s)"]
 
 
+def _count_cells(row: dict[str, Any]) -> list[Any]:
+    """The count columns of one row; an estimated terminal count reads ``~N``."""
+    return [f"~{row[k]}" if k == "dead" and row.get("estimated") else row[k] for k in _COUNTS]
+
+
 def render_text(data: dict[str, Any]) -> str:
     """The snapshot as aligned tables, for a terminal."""
     lines = [f"pgqueue status at {data['measured_at'] or 'now'}", "", "Queues"]
     if data["queues"]:
         lines += _table(
             ["queue", *_COUNT_HEADERS],
-            [[q["name"], *(q[k] for k in _COUNTS)] for q in data["queues"]],
+            [[q["name"], *_count_cells(q)] for q in data["queues"]],
         )
     else:
         lines.append("(no jobs)")
@@ -201,7 +208,7 @@ def render_text(data: dict[str, Any]) -> str:
                     e["id"],
                     e["url"],
                     ("active" if e["is_active"] else "disabled") + f", {e['breaker_state']}",
-                    *(e[k] for k in _COUNTS),
+                    *_count_cells(e),
                 ]
                 for e in data["endpoints"]
             ],

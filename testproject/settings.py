@@ -122,6 +122,8 @@ PGQUEUE = {
     "LEASE_SECONDS": float(os.environ.get("PGQUEUE_LEASE_SECONDS", "30")),
     "POLL_INTERVAL": float(os.environ.get("PGQUEUE_POLL_INTERVAL", "1.0")),
     "TEST_HOOKS": os.environ.get("PGQUEUE_TEST_HOOKS", "") == "1",
+    # The suite reads per-attempt lines; production's default is "summary".
+    "JOB_LOG": os.environ.get("PGQUEUE_JOB_LOG", "each"),
     # Knobs the fault-injection tests turn for their worker subprocesses; the
     # defaults are the library's own.
     "NOTIFY": os.environ.get("PGQUEUE_NOTIFY", "1") == "1",

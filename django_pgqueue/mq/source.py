@@ -28,6 +28,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
+from ..logs import repeat_note, repeated_failures
 from ..outcomes import MessageOutcome
 from ..worker.attempt import current_attempt
 from ..worker.runner import describe_exception
@@ -170,14 +171,17 @@ class MessageSource(Source):
         try:
             item.consumer.handler(item.message)
         except Exception as exc:
-            logger.error(
-                "Consumer %s failed on message %s of %r (read %d times): %s\n%s",
+            # A WARNING: the message comes back. A handler failing the same way on
+            # every read (its service is down) prints its traceback once.
+            seen = repeated_failures.seen(item.task_path, f"{type(exc).__name__}: {exc}")
+            logger.warning(
+                "Consumer %s failed on message %s of %r (read %d times): %s%s",
                 item.task_path,
                 item.message.msg_id,
                 item.consumer.queue,
                 item.message.read_ct,
                 exc,
-                traceback.format_exc(),
+                repeat_note(seen) if seen else f"\n{traceback.format_exc()}",
             )
             # Not acknowledged: visible again after the visibility timeout, as in pgmq.
             outcome = self._outcome(item, "failed", "retry", item.consumer.vt, exc)

@@ -36,6 +36,7 @@ from .api import (
 from .dashboard import (
     DELIVERY_OVERVIEW,
     ESTIMATED_ROWS,
+    EXACT_TERMINAL_ROWS,
     JOB_OVERVIEW,
 )
 from .deliveries import (
@@ -143,6 +144,7 @@ from .periodic import (
 from .workers import (
     HEARTBEAT,
     HEARTBEAT_STOP,
+    QUEUES_NEVER_SEEN,
     WORKERS,
 )
 
@@ -185,6 +187,7 @@ __all__ = [
     "ENDPOINT_TABLE",
     "ESTIMATED_ROWS",
     "EVENT_TABLE",
+    "EXACT_TERMINAL_ROWS",
     "EXTEND_DELIVERY_LEASES",
     "EXTEND_JOB_LEASES",
     "GET_JOB",
@@ -215,6 +218,7 @@ __all__ = [
     "PRUNE_DELIVERIES",
     "PRUNE_EVENTS",
     "PRUNE_JOBS",
+    "QUEUES_NEVER_SEEN",
     "QUEUE_TABLES",
     "RATE_RETRY_AFTER",
     "READ_DELIVERY_OUTCOMES",

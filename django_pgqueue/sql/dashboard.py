@@ -8,6 +8,7 @@ from .fragments import (
     DELIVERY_TABLE,
     ENDPOINT_TABLE,
     JOB_TABLE,
+    TERMINAL_SQL,
 )
 
 # The planner's row estimate of a whole table, for admin changelists on big
@@ -17,39 +18,85 @@ ESTIMATED_ROWS = """/* pgqueue:estimated_rows */
 SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)
 """
 
-# The queue dashboard in one pass over the job table: per queue and state the
-# row count, the oldest due time of claimable rows (how far behind the workers
-# are), how many held rows have a lapsed lease (stuck: their worker died) and
-# how many waiting rows are due now (the rest are deferred: ``run_after`` or a
-# scheduled retry). ``now()`` comes back with the rows so ages are measured on
-# the database clock.
-JOB_OVERVIEW = f"""/* pgqueue:overview */
-SELECT queue_name, status, count(*),
-       min(next_attempt_at) FILTER (
-           WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()),
+# Monitoring reads (dashboard, ``pgqueue_status``, the Prometheus gauges) must cost
+# the backlog, not the history: a GROUP BY over the whole table took 77-222 ms at
+# 100-300k rows and grew with retention. So one statement per table, in three
+# parts:
+# - the live states, exact, through the two partial indexes (the due rows and the
+#   held rows; each branch's WHERE is its index's predicate, so the planner uses it);
+# - the terminal states (succeeded, dead, cancelled) counted exactly while the table
+#   holds at most EXACT_TERMINAL_ROWS rows by the planner's estimate (a scan of that
+#   size costs milliseconds; -1, never analysed, is a new small table);
+# - beyond that, the terminal states estimated from what ANALYZE keeps: the table's
+#   ``reltuples`` times the frequency of each terminal state and of each common
+#   value of the group column (the planner's own independence assumption), at the
+#   cost of a catalogue lookup. The anyarray columns of pg_stats are read as text.
+# The size test is a one-time filter: the part not chosen is never executed.
+# ``now()`` comes back with the rows so ages are measured on the database clock.
+
+#: Up to this many rows in a table, monitoring counts its terminal states exactly.
+EXACT_TERMINAL_ROWS = 100_000
+
+
+def overview(marker: str, table: str, group: str, group_type: str) -> str:
+    """Per ``group`` value and state: count, oldest due time, lapsed, due, estimated."""
+    due = f"status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()"
+    terminal = TERMINAL_SQL
+    return f"""/* pgqueue:{marker} */
+WITH size AS (
+    SELECT c.reltuples AS n, ns.nspname
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS ns ON ns.oid = c.relnamespace
+    WHERE c.oid = pg_catalog.to_regclass('{table}')
+), col AS (
+    SELECT s.attname, v.val, v.freq
+    FROM size, pg_catalog.pg_stats AS s,
+         unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(val, freq)
+    WHERE s.schemaname = size.nspname AND s.tablename = '{table}'
+      AND s.attname IN ('status', '{group}')
+)
+SELECT {group}, status::text, count(*),
+       min(next_attempt_at) FILTER (WHERE {due}),
        count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
        now(),
-       count(*) FILTER (WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now())
-FROM {JOB_TABLE}
-GROUP BY queue_name, status
-ORDER BY queue_name, status
+       count(*) FILTER (WHERE {due}),
+       false
+FROM (
+    SELECT {group}, status, next_attempt_at, locked_until FROM {table}
+    WHERE status IN {CLAIMABLE_SQL}
+    UNION ALL
+    SELECT {group}, status, next_attempt_at, locked_until FROM {table}
+    WHERE status = 'in_progress'
+) AS live
+GROUP BY 1, 2
+UNION ALL
+SELECT {group}, status::text, count(*), NULL, 0, now(), 0, false
+FROM {table}
+WHERE status IN {terminal}
+  AND (SELECT n FROM size) <= {EXACT_TERMINAL_ROWS}
+GROUP BY 1, 2
+UNION ALL
+SELECT g.val::{group_type}, st.val, round(size.n * st.freq * g.freq)::bigint,
+       NULL, 0, now(), 0, true
+FROM size, col AS st, col AS g
+WHERE size.n > {EXACT_TERMINAL_ROWS}
+  AND st.attname = 'status' AND st.val IN {terminal} AND g.attname = '{group}'
 """
 
-# The webhook half of the dashboard in one pass: every endpoint (its switch and
-# circuit) with its deliveries per state, the oldest due time and lapsed leases.
-# LEFT JOIN so an endpoint without deliveries still shows. The application's uid
-# (a subquery by primary key) groups the endpoints that are not delivering.
+
+JOB_OVERVIEW = overview("overview", JOB_TABLE, "queue_name", "text")
+
+# The webhook half of the dashboard: every endpoint (its switch and circuit) with
+# its deliveries per state, counted as above. LEFT JOIN so an endpoint without
+# deliveries still shows. The application's uid (a subquery by primary key)
+# groups the endpoints that are not delivering.
 DELIVERY_OVERVIEW = f"""/* pgqueue:delivery_overview */
 SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reason,
        (SELECT a.uid FROM {APPLICATION_TABLE} AS a WHERE a.id = e.application_id),
-       d.status, count(d.id),
-       min(d.next_attempt_at) FILTER (
-           WHERE d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at <= now()),
-       count(d.id) FILTER (WHERE d.status = 'in_progress' AND d.locked_until < now()),
-       now(),
-       count(d.id) FILTER (
-           WHERE d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at <= now())
-FROM {ENDPOINT_TABLE} AS e LEFT JOIN {DELIVERY_TABLE} AS d ON d.endpoint_id = e.id
-GROUP BY e.id, d.status
+       d.status, d.count, d.oldest_due, d.lapsed, now(), d.due, d.estimated
+FROM {ENDPOINT_TABLE} AS e LEFT JOIN (
+{overview("delivery_counts", DELIVERY_TABLE, "endpoint_id", "bigint")}
+) AS d(endpoint_id, status, count, oldest_due, lapsed, now, due, estimated)
+    ON d.endpoint_id = e.id
 ORDER BY e.id, d.status
 """

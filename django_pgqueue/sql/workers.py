@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .fragments import WORKER_TABLE
+from .fragments import JOB_TABLE, WORKER_TABLE
 
 # ---------------------------------------------------------------------------------
 # Worker heartbeats
@@ -35,4 +35,28 @@ WORKERS = f"""/* pgqueue:workers */
 SELECT worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at, now()
 FROM {WORKER_TABLE}
 ORDER BY started_at DESC, worker_id
+"""
+
+
+# The names of ``runworkers --queues`` that no job has used, as far as a cheap look
+# can tell: no live job (read through the two partial indexes, so a missing name
+# costs the backlog, not a scan of the history) and not among the common values
+# ANALYZE keeps for ``queue_name``. Only a start-up warning rests on it.
+QUEUES_NEVER_SEEN = f"""/* pgqueue:queues_never_seen */
+SELECT q FROM unnest(%(queues)s::text[]) AS q
+WHERE NOT EXISTS (
+    SELECT 1 FROM {JOB_TABLE} AS j
+    WHERE j.status IN ('pending', 'failed') AND j.queue_name = q)
+  AND NOT EXISTS (
+    SELECT 1 FROM {JOB_TABLE} AS j WHERE j.status = 'in_progress' AND j.queue_name = q)
+  AND NOT EXISTS (
+    SELECT 1 FROM pg_catalog.pg_stats AS s,
+         unnest(s.most_common_vals::text::text[]) AS v(val)
+    WHERE s.tablename = '{JOB_TABLE}' AND s.attname = 'queue_name'
+      AND s.schemaname = (
+          SELECT n.nspname FROM pg_catalog.pg_class AS c
+          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+          WHERE c.oid = pg_catalog.to_regclass('{JOB_TABLE}'))
+      AND v.val = q)
+ORDER BY q
 """

@@ -10,6 +10,14 @@ Outcomes are made storable first (``storable.py``). If a batch still fails on a
 value it carries (a data error, not a lost connection), it is written again row by
 row, so one bad row never sends innocent work round again; the bad row itself is
 recorded with "outcome could not be stored: ..." (``Source.unstorable``).
+
+A database outage never discards an outcome that can still land: the guard of a
+completion is the claim token, so a row nobody re-claimed takes its outcome however
+late it comes. Outcomes that could not be written within COMPLETION_RETRY_SECONDS
+are kept (``parked``), stay held (the lease keeper goes on extending them) and are
+written again every PARKED_RETRY_SECONDS until they land or their row turns out to
+belong to another claim. The worker claims nothing while outcomes are parked, so
+its own claim cannot take a row whose outcome it still holds.
 """
 
 from __future__ import annotations
@@ -35,7 +43,13 @@ logger = logging.getLogger("django_pgqueue.worker")
 #: Most outcomes written by one statement.
 MAX_BATCH = 1000
 
+#: Seconds between two tries of outcomes kept through a database outage.
+PARKED_RETRY_SECONDS = 0.5
+
 Key = tuple[str, int]
+
+#: Put in the outcome queue by ``extend_now``: wakes the thread, carries no outcome.
+_EXTEND_NOW: Any = object()
 
 
 class Completer(threading.Thread):
@@ -67,6 +81,10 @@ class Completer(threading.Thread):
         self.idle.set()
         self._conn: Any = None
         self.lost: set[Key] = set()
+        #: Outcomes kept through a database outage, written again until they land.
+        self.parked: list[Outcome] = []
+        self._extend_soon = False
+        self._parked_since = 0.0
         #: Set by the Worker: beats on this thread's cadence and connection.
         self.heartbeat: Heartbeat | None = None
 
@@ -96,6 +114,12 @@ class Completer(threading.Thread):
         """Flush what is queued, then end the thread."""
         self.outcomes.put(None)
 
+    def extend_now(self) -> None:
+        """Extend the leases now rather than at the next ``lease / 3`` tick: the
+        extension reads the abort flags, so an aborted job is given up at once."""
+        self._extend_soon = True
+        self.outcomes.put(_EXTEND_NOW)
+
     def run(self) -> None:
         interval = max(0.05, self.lease_seconds / 3.0)
         next_extend = time.monotonic() + interval
@@ -103,62 +127,110 @@ class Completer(threading.Thread):
         while not stopping:
             if self.heartbeat is not None:
                 self.heartbeat.tick(self._connection, self._drop_connection)
-            timeout = max(0.0, next_extend - time.monotonic())
+            wake_at = next_extend
+            if self.parked:
+                wake_at = min(wake_at, time.monotonic() + PARKED_RETRY_SECONDS)
+            timeout = max(0.0, wake_at - time.monotonic())
             batch: list[Outcome] = []
             try:
                 first = self.outcomes.get(timeout=timeout)
                 if first is None:
                     stopping = True
-                else:
+                elif first is not _EXTEND_NOW:
                     batch.append(first)
                 while len(batch) < MAX_BATCH and not stopping:
                     item = self.outcomes.get_nowait()
                     if item is None:
                         stopping = True
                         break
-                    batch.append(item)
+                    if item is not _EXTEND_NOW:
+                        batch.append(item)
             except queue.Empty:
                 pass
             if batch:
                 by_source: dict[str, list[Outcome]] = defaultdict(list)
                 for outcome in batch:
                     by_source[outcome.source].append(outcome)
+                # While outcomes are parked the database is known to be away: a new
+                # batch gets one try, not a whole budget that would hold up the leases.
+                budget = 0.0 if self.parked else None
                 for name, outcomes in by_source.items():
-                    self.write(self.sources[name], outcomes)
-            if self.outcomes.empty():
-                self.idle.set()
-            if time.monotonic() >= next_extend:
+                    self.write(self.sources[name], outcomes, budget=budget)
+            if self._extend_soon or time.monotonic() >= next_extend:
+                self._extend_soon = False
                 self.extend_leases()
                 next_extend = time.monotonic() + interval
+            if self.parked:
+                self.retry_parked(budget=0.0)
+            if self.outcomes.empty() and not self.parked:
+                self.idle.set()
+        if self.parked:  # stopping: one more budget, then the leases take over
+            self.retry_parked(budget=self.retry_budget)
+            for outcome in self.parked:
+                self._forget(outcome)
+            if self.parked:
+                logger.error(
+                    "Database unreachable while stopping: %d outcome(s) not written; their "
+                    "leases will lapse and the work will run again",
+                    len(self.parked),
+                )
+            self.parked = []
         if self.heartbeat is not None:
             self.heartbeat.stop(self._connection)
         self._drop_connection()
 
     # -- completions ---------------------------------------------------------------
 
-    def write(self, source: Source, batch: list[Outcome]) -> None:
-        """Write ``batch``; retry on connection loss within the budget, then give up.
+    def retry_parked(self, budget: float) -> None:
+        """Write the outcomes kept through an outage again, retrying for ``budget`` s."""
+        parked, self.parked = self.parked, []
+        by_source: dict[str, list[Outcome]] = defaultdict(list)
+        for outcome in parked:
+            by_source[outcome.source].append(outcome)
+        for name, outcomes in by_source.items():
+            self.write(self.sources[name], outcomes, budget=budget, ambiguous=True)
+        if parked and not self.parked:
+            logger.warning(
+                "Database reachable again after %.1f s: %d kept outcome(s) written or settled",
+                time.monotonic() - self._parked_since,
+                len(parked),
+            )
 
-        Giving up is safe: the rows stay ``in_progress`` until their lease lapses
-        and another claim runs them again (at-least-once).
+    def write(
+        self,
+        source: Source,
+        batch: list[Outcome],
+        *,
+        budget: float | None = None,
+        ambiguous: bool = False,
+    ) -> None:
+        """Write ``batch``; retry on connection loss within the budget, then keep it.
+
+        Outcomes still unwritten when the budget is spent are parked (see the module
+        docstring), never discarded: a row is given up only when its token shows
+        another claim owns it. ``ambiguous``: an earlier try may have committed.
         """
-        if "before_complete" in self.test_hooks:
+        if "before_complete" in self.test_hooks and not ambiguous:
             for outcome in batch:
                 hooks.pause("before_complete", outcome.id, outcome.token)
-        for outcome in batch:
-            make_outcome_storable(outcome)
-        deadline = time.monotonic() + self.retry_budget
+        if not ambiguous:
+            for outcome in batch:
+                make_outcome_storable(outcome)
+        deadline = time.monotonic() + (self.retry_budget if budget is None else budget)
         pending = batch
         written: set[int] = set()
+        reclaimed: set[int] = set()
+        failed: set[int] = set()
+        kept: list[Outcome] = []
         delay = 0.1
-        ambiguous = False
         row_by_row = False
         while pending:
             try:
                 conn = self._connection()
                 if ambiguous:
-                    pending, landed = self._settle_ambiguous(source, conn, pending)
+                    pending, landed, others = self._settle_ambiguous(source, conn, pending)
                     written |= landed
+                    reclaimed |= others
                     ambiguous = False
                     if not pending:
                         break
@@ -185,38 +257,57 @@ class Completer(threading.Thread):
                     continue
                 if not is_connection_error(exc):
                     logger.exception("Completion write failed; rows stay leased and will retry")
+                    failed |= {o.id for o in pending}
                     break
                 # The reply may have been lost after the server committed: check
                 # what the rows hold before writing again.
                 ambiguous = True
                 self._drop_connection()
                 if time.monotonic() + delay > deadline:
-                    logger.error(
-                        "Could not write %d outcome(s) within %.1f s (%s); their leases "
-                        "will lapse and the work will run again",
-                        len(pending),
-                        self.retry_budget,
-                        exc,
-                    )
+                    if not self.parked and budget is None:
+                        self._parked_since = time.monotonic()
+                        logger.error(
+                            "Database unreachable: could not write %d outcome(s) within "
+                            "%.1f s (%s); keeping them and their leases, retrying until "
+                            "the database answers",
+                            len(pending),
+                            self.retry_budget,
+                            exc,
+                        )
+                    kept = pending
                     break
                 logger.warning("Completion write failed (%s); retrying in %.2f s", exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        for outcome in batch:
-            if outcome.id not in written and outcome.key not in self.lost:
-                logger.warning(
-                    "%s %s: lease lost before the outcome (%s) was written; another worker "
-                    "owns it now, so this result is discarded",
-                    source.name,
-                    outcome.id,
-                    outcome.status,
-                )
+        self.parked.extend(kept)
+        kept_ids = {o.id for o in kept}
+        done = [o for o in batch if o.id not in kept_ids]
+        for outcome in done:
+            if outcome.id in written or outcome.key in self.lost or outcome.id in failed:
+                continue
+            how = (
+                "re-claimed after its lease lapsed while the database was unreachable"
+                if outcome.id in reclaimed
+                else "its lease was lost (re-claimed after it lapsed)"
+            )
+            logger.warning(
+                "%s %s: %s; another claim owns it now, so this outcome (%s) is discarded",
+                source.name,
+                outcome.id,
+                how,
+                outcome.status,
+            )
+        for outcome in done:
+            self._forget(outcome)
+        if done:
+            self.on_written(done, {(source.name, i) for i in written})
+
+    def _forget(self, outcome: Outcome) -> None:
+        """The outcome is settled (written or given up): its row is no longer held."""
         with self.held_lock:
-            for outcome in batch:
-                if self.held.get(outcome.key) == outcome.token:
-                    del self.held[outcome.key]
-                self.lost.discard(outcome.key)
-        self.on_written(batch, {(source.name, i) for i in written})
+            if self.held.get(outcome.key) == outcome.token:
+                del self.held[outcome.key]
+            self.lost.discard(outcome.key)
 
     def _write_row(self, source: Source, conn: Any, outcome: Outcome) -> set[int]:
         """One outcome alone; if its values are refused, its stand-in (a connection
@@ -250,18 +341,21 @@ class Completer(threading.Thread):
     @staticmethod
     def _settle_ambiguous(
         source: Source, conn: Any, pending: list[Outcome]
-    ) -> tuple[list[Outcome], set[int]]:
+    ) -> tuple[list[Outcome], set[int], set[int]]:
+        """(still to write, already landed, re-claimed by another claim)."""
         state = source.read_outcomes(conn, [o.id for o in pending])
         still: list[Outcome] = []
         landed: set[int] = set()
+        others: set[int] = set()
         for outcome in pending:
             status, token = state.get(outcome.id, (None, None))
             if token == outcome.token and status != "in_progress":
                 landed.add(outcome.id)  # our write committed before the reply was lost
             elif token == outcome.token:
                 still.append(outcome)
-            # else: re-claimed by someone else; nothing to write.
-        return still, landed
+            else:
+                others.add(outcome.id)  # re-claimed by someone else; nothing to write
+        return still, landed, others
 
     # -- leases --------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg import sql as pgsql
@@ -39,11 +39,17 @@ class Listener(threading.Thread):
         health_interval: float,
         test_hooks: frozenset[str],
         also: Sequence[str] = (),
+        abort_channel: str | None = None,
+        on_abort: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="pgqueue-listener", daemon=True)
         self.channel = channel
         #: Further channels that wake the claim loop (message queues of consumers).
         self.also = tuple(also)
+        #: A NOTIFY here means an operator aborted a running job: ``on_abort`` (the
+        #: completer extends its leases at once), not a claim.
+        self.abort_channel = abort_channel if on_abort is not None else None
+        self.on_abort = on_abort
         self.wake = wake
         self.stopping = stopping
         self.worker_id = worker_id
@@ -66,7 +72,8 @@ class Listener(threading.Thread):
                 if not first and "listener_reconnecting" in self.test_hooks:
                     hooks.pause("listener_reconnecting", self.worker_id)
                 conn = connect(f"listen-{self.worker_id}", dsn=self.dsn, prepare=False)
-                for channel in (self.channel, *self.also):
+                abort = (self.abort_channel,) if self.abort_channel else ()
+                for channel in (self.channel, *self.also, *abort):
                     conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
                 if not first:
                     self.reconnects += 1
@@ -97,8 +104,11 @@ class Listener(threading.Thread):
         next_health = time.monotonic() + self.health_interval
         while not self.stopping.is_set():
             timeout = max(0.05, min(0.25, next_health - time.monotonic()))
-            for _ in conn.notifies(timeout=timeout):
+            for notice in conn.notifies(timeout=timeout):
                 self.notifications += 1
+                if self.on_abort is not None and notice.channel == self.abort_channel:
+                    self.on_abort()
+                    continue
                 self.wakeups += 1
                 self.wake.set()
             if time.monotonic() >= next_health:

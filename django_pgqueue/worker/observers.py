@@ -11,7 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..logs import log_attempt
+from ..conf import get_settings
+from ..logs import AttemptLog
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -19,10 +20,24 @@ logger = logging.getLogger("django_pgqueue.worker")
 AttemptObserver = Callable[[str, Any, str], None]
 attempt_observers: list[AttemptObserver] = []
 
+_log: AttemptLog | None = None
+
+
+def attempt_log() -> AttemptLog:
+    """This process's attempt log, set up from ``PGQUEUE["JOB_LOG"]`` on first use."""
+    global _log
+    conf = get_settings()  # cached; a changed setting (tests) takes effect at once
+    if _log is None or (_log.mode, _log.summary_seconds) != (
+        conf.JOB_LOG,
+        conf.JOB_LOG_SUMMARY_SECONDS,
+    ):
+        _log = AttemptLog(conf.JOB_LOG, conf.JOB_LOG_SUMMARY_SECONDS)
+    return _log
+
 
 def attempt_written(worker_id: str, outcome: Any, label: str) -> None:
     """Log the attempt, then tell every observer (an observer's error is logged only)."""
-    log_attempt(logger, worker_id, outcome, label)
+    attempt_log().record(logger, worker_id, outcome, label)
     for observer in attempt_observers:
         try:
             observer(worker_id, outcome, label)

@@ -63,3 +63,29 @@ def check_queue_selection(queues: Sequence[str] | None) -> list[str]:
         f"this worker. Add '{WEBHOOKS_QUEUE}' to --queues, or run another worker with "
         f"--queues {WEBHOOKS_QUEUE}."
     ]
+
+
+def unseen_queue_warnings(queues: Sequence[str] | None) -> list[str]:
+    """A warning for each selected queue no job has used (a typo starts silently).
+
+    Only when no backend declares ``QUEUES`` (a declared list makes an unknown name an
+    error in :func:`check_queue_selection` instead). The look is cheap and may miss a
+    rare old queue; it is a warning, never a refusal.
+    """
+    if not queues or known_queues() is not None:
+        return []
+    from django.db import connections
+
+    from .. import sql
+    from ..conf import get_settings
+
+    names = [q for q in queues if q != WEBHOOKS_QUEUE]
+    with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.execute(sql.QUEUES_NEVER_SEEN, {"queues": names})
+        unseen = [row[0] for row in cursor.fetchall()]
+    return [
+        f"--queues names {name!r}, a queue no job has used yet: this worker claims nothing "
+        f"until a task enqueues to it (a typo? list the project's queues in the TASKS "
+        f"backend's QUEUES to make an unknown name an error). {docs_url('worker')}"
+        for name in unseen
+    ]

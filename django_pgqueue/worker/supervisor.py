@@ -6,6 +6,17 @@ non-zero (a crash, ``kill -9``, an out-of-memory kill) is restarted with a
 growing delay; the rows it held come back through their leases. SIGTERM/SIGINT
 are forwarded to every child, which then drain gracefully.
 
+Signals under a process manager: Ctrl-C and systemd's default ``KillMode`` signal
+the whole process group, so each child gets the signal twice (from the kernel and
+from this parent). A child takes any repeat that arrives within
+``SIGNAL_REPEAT_SECONDS`` of the first as the same request (see
+``Worker._on_signal``); only a deliberate second signal after that forces an exit.
+The exit code says how the children ended: 0 only when every child drained cleanly.
+
+Children die with their parent: each child asks the kernel for SIGTERM when this
+process dies (``PR_SET_PDEATHSIG``, Linux) and also watches its parent pid, so a
+``kill -9`` of the supervisor drains its children instead of leaving them claiming.
+
 A child whose given-up task thread (past its timeout, or aborted) is still
 running ``SHUTDOWN_GRACE_SECONDS`` later drains itself and exits with
 ``RECYCLE_EXIT_CODE``: a thread cannot be killed, a process can be replaced. The
@@ -14,7 +25,9 @@ supervisor starts its successor at once (no crash backoff).
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -27,6 +40,36 @@ logger = logging.getLogger("django_pgqueue.worker")
 #: Exit code of a worker process that asks to be replaced (EX_TEMPFAIL).
 RECYCLE_EXIT_CODE = 75
 
+#: Environment variable that tells a child the pid of its supervisor.
+SUPERVISOR_PID_ENV = "PGQUEUE_SUPERVISOR_PID"
+
+#: A repeat of a stop signal within this many seconds of the first is the same request
+#: (a process-group signal reaches a child directly and again through its supervisor).
+SIGNAL_REPEAT_SECONDS = 1.0
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Ask the kernel to send SIGTERM to this process when ``parent_pid`` dies.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)``); False elsewhere, and when the parent is
+    gone already (the caller then drains at once). The parent watch of the worker
+    (``os.getppid()`` changing) covers the other platforms.
+    """
+    if not sys.platform.startswith("linux"):
+        return os.getppid() == parent_pid
+    try:
+        # The process's own symbols include libc's: no find_library(), which runs
+        # ldconfig in a subprocess on every start.
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    # The parent may have died before prctl: then no signal will ever come.
+    return os.getppid() == parent_pid
+
 
 class Supervisor:
     def __init__(self, child_argv: Sequence[str], processes: int) -> None:
@@ -36,18 +79,24 @@ class Supervisor:
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts = 0
         self.recycled = 0
+        self._first_signal: float | None = None
+        self.forced = False
 
     def _spawn(self, slot: int) -> None:
         argv = [*self.child_argv, "--worker-slot", str(slot)]
-        self.children[slot] = subprocess.Popen(argv)  # inherits stdout/stderr
+        env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())}
+        self.children[slot] = subprocess.Popen(argv, env=env)  # inherits stdout/stderr
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        if self.stopping.is_set():
-            for child in self.children.values():
-                if child.poll() is None:
-                    child.kill()
-            return
+        now = time.monotonic()
+        if self._first_signal is not None:
+            if now - self._first_signal < SIGNAL_REPEAT_SECONDS:
+                return  # the same request, seen again (group delivery)
+            self.forced = True
+        else:
+            self._first_signal = now
         self.stopping.set()
+        # A repeat after the window is forwarded too: each child then exits at once.
         for child in self.children.values():
             if child.poll() is None:
                 child.send_signal(signum)
@@ -59,6 +108,7 @@ class Supervisor:
                 self._spawn(slot)
             delays = dict.fromkeys(range(self.processes), 0.5)
             done: set[int] = set()
+            failed = 0  # children that ended non-zero once stopping
             while len(done) < self.processes:
                 time.sleep(0.1)
                 for slot, child in list(self.children.items()):
@@ -68,6 +118,16 @@ class Supervisor:
                     if code is None:
                         continue
                     if code == 0 or self.stopping.is_set():
+                        # Killed by the stop signal itself: it came before the child
+                        # installed its handlers, which it does before its first claim.
+                        if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+                            failed += 1
+                            logger.error(
+                                "Worker process %d (pid %d) exited with %s while stopping",
+                                slot,
+                                child.pid,
+                                code,
+                            )
                         done.add(slot)
                         continue
                     if code == RECYCLE_EXIT_CODE:
@@ -94,14 +154,15 @@ class Supervisor:
                         continue
                     delays[slot] = min(delays[slot] * 2, 30.0)
                     self._spawn(slot)
-            return 0
+            return 1 if failed or self.forced else 0
         finally:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
-    """The command line of one child: this command without ``--processes``.
+    """The command line of one child: this command without ``--processes``, and
+    with ``--skip-checks``.
 
     A parent started as ``python -m django ...`` has the package's ``__main__.py``
     in ``argv[0]``; run as a script, its folder would shadow the standard library
@@ -123,4 +184,8 @@ def child_argv(argv: Sequence[str]) -> list[str]:
         if arg.startswith("--processes="):
             continue
         out.append(arg)
+    # The parent ran the system checks before it got here: each child skipping them
+    # starts claiming sooner (they import the URLconf, a good part of a start-up).
+    if "--skip-checks" not in out:
+        out.append("--skip-checks")
     return out

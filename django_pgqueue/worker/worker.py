@@ -42,18 +42,19 @@ from django.db import connections
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..exceptions import WorkerCrashed
+from ..notify import abort_channel
 from ..outcomes import Outcome
 from ..tracing import traced_claim
 from . import hooks
 from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
 from .claim_state import PassResult, QuietSources, failure_delay
-from .completer import Completer, Key
+from .completer import PARKED_RETRY_SECONDS, Completer, Key
 from .heartbeat import Heartbeat
 from .listener import Listener
-from .observers import attempt_written
+from .observers import attempt_log, attempt_written
 from .runner import TaskRunner
 from .sources import JobSource, Source
-from .supervisor import RECYCLE_EXIT_CODE
+from .supervisor import RECYCLE_EXIT_CODE, SIGNAL_REPEAT_SECONDS
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -99,6 +100,7 @@ class Worker:
         until_empty: bool = False,
         max_time: float | None = None,
         recycle_overdue: bool = False,
+        parent_pid: int | None = None,
     ) -> None:
         conf = get_settings()
         self.queues = list(queues or [])
@@ -161,7 +163,9 @@ class Worker:
         self.claimed = 0
         self.finished = 0
         self.outcomes: dict[str, int] = {}
-        self._signals = 0
+        self._first_signal: float | None = None
+        # Under --processes: the supervisor's pid; its death makes this process drain.
+        self.parent_pid = parent_pid
         if sources is None:
             sources = default_sources(self.worker_id)
         self.sources: list[Source] = list(sources)
@@ -191,6 +195,8 @@ class Worker:
                 dsn=conf.LISTEN_DSN,
                 health_interval=conf.LISTEN_HEALTH_INTERVAL,
                 test_hooks=self.test_hooks,
+                abort_channel=abort_channel(),
+                on_abort=self.completer.extend_now,
             )
         self._threads: list[threading.Thread] = []
         self._watchdog = threading.Thread(target=self._watch, name="pgqueue-watchdog", daemon=True)
@@ -233,6 +239,7 @@ class Worker:
         finally:
             clean = self._shutdown()
             self._restore_signals(old_handlers)
+        attempt_log().flush(logger, self.worker_id)
         if self.timed_out:
             return 2
         logger.info(
@@ -269,10 +276,20 @@ class Worker:
             signal.signal(sig, handler)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signals += 1
-        if self._signals > 1:
+        """First SIGTERM/SIGINT drains; a repeat forces an exit only after a clear interval.
+
+        A signal to the process group (Ctrl-C, systemd's default KillMode) reaches a
+        child of ``--processes`` directly and again through its supervisor, moments
+        apart: a repeat within SIGNAL_REPEAT_SECONDS is that same request.
+        """
+        now = time.monotonic()
+        if self._first_signal is not None:
+            if now - self._first_signal < SIGNAL_REPEAT_SECONDS:
+                logger.debug("Signal %s repeated: already draining", signal.Signals(signum).name)
+                return
             logger.warning("Second signal: exiting now; leases will recover held jobs")
             os._exit(1)
+        self._first_signal = now
         logger.info(
             "Signal %s: no new claims; waiting up to %.0f s for running tasks",
             signal.Signals(signum).name,
@@ -323,6 +340,11 @@ class Worker:
             if self.max_tasks is not None and self.claimed >= self.max_tasks:
                 self._wait_until_idle()
                 return
+            if self.completer.parked:
+                # Outcomes kept through a database outage are not written yet: a claim
+                # now could take their own rows back (their leases lapsed meanwhile).
+                self.wake.wait(PARKED_RETRY_SECONDS)
+                continue
             self.wake.clear()
             heard = self.listener.wakeups if self.listener is not None else 0
             quiet.refresh(heard, self._recheck)
@@ -578,6 +600,12 @@ class Worker:
 
     def _watch(self) -> None:
         while not self._watch_stop.wait(WATCH_INTERVAL):
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                logger.error(
+                    "Supervisor (pid %d) gone: draining this worker process", self.parent_pid
+                )
+                self.parent_pid = None  # reported once
+                self.stop()
             try:
                 self._check_threads()
             except Exception:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -17,8 +18,13 @@ from django_pgqueue.management.argtypes import (
     positive_int,
 )
 from django_pgqueue.worker import Worker
-from django_pgqueue.worker.selection import check_queue_selection
-from django_pgqueue.worker.supervisor import Supervisor, child_argv
+from django_pgqueue.worker.selection import check_queue_selection, unseen_queue_warnings
+from django_pgqueue.worker.supervisor import (
+    SUPERVISOR_PID_ENV,
+    Supervisor,
+    child_argv,
+    die_with_parent,
+)
 
 
 def queue_list(value: str) -> list[str]:
@@ -104,8 +110,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-addr",
-            default="0.0.0.0",  # noqa: S104 - a scrape target is reached from outside
-            help="Address the metrics port listens on (default: every interface).",
+            default="127.0.0.1",
+            help="Address the metrics port listens on (default: this host only; 0.0.0.0 "
+            "for every interface).",
         )
         parser.add_argument(
             "--reload",
@@ -121,6 +128,8 @@ class Command(BaseCommand):
         configure_worker_logging(options["verbosity"], options["log_format"])
         try:
             warnings = check_queue_selection(options["queues"])
+            if options["worker_slot"] is None:
+                warnings += unseen_queue_warnings(options["queues"])
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         if options["worker_slot"] is None:  # children of --processes: the parent said it
@@ -150,6 +159,10 @@ class Command(BaseCommand):
 
     def _worker(self, options: dict[str, Any]) -> Worker:
         """The Worker the options describe, its metrics served if asked."""
+        parent_pid = None
+        if options["worker_slot"] is not None and os.environ.get(SUPERVISOR_PID_ENV):
+            parent_pid = int(os.environ[SUPERVISOR_PID_ENV])
+            die_with_parent(parent_pid)  # else the worker's parent watch notices
         worker = Worker(
             queues=options["queues"],
             concurrency=options["concurrency"],
@@ -165,6 +178,7 @@ class Command(BaseCommand):
             until_empty=options["until_empty"],
             max_time=options["max_time"],
             recycle_overdue=options["worker_slot"] is not None,
+            parent_pid=parent_pid,
         )
         if options["metrics_port"] is not None:
             self._serve_metrics(worker, options)
