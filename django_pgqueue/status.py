@@ -69,6 +69,7 @@ def _endpoint(stats: EndpointStats) -> dict[str, Any]:
     return {
         "id": stats.endpoint_id,
         "url": stats.name,
+        "application": stats.application,
         "is_active": stats.is_active,
         "breaker_state": stats.breaker_state,
         "open_until": _iso(stats.open_until),
@@ -167,7 +168,7 @@ def render_text(data: dict[str, Any]) -> str:
             [
                 [
                     e["id"],
-                    e["url"],
+                    f"{e['url']} ({e['application'] or 'global'})",
                     ("active" if e["is_active"] else "disabled") + f", {e['breaker_state']}",
                     *(e[k] for k in _COUNTS),
                 ]

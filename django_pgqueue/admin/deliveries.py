@@ -10,7 +10,8 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models.webhooks import Delivery, DeliveryAttempt, Event
 from ..operations import DELIVERY_OPERATIONS
-from .display import first_line, json_display, pretty_json
+from .dashboard import endpoint_label
+from .display import first_line, json_display, pretty_json, status_badge, when, when_display
 from .filters import RecentValuesFilter, StatusFilter, application_filter
 from .paginator import EstimatedCountPaginator
 from .queue_rows import QueueRowAdmin
@@ -77,11 +78,11 @@ class DeliveryAdmin(QueueRowAdmin):
         "status_display",
         "attempts_display",
         "next_attempt_display",
-        "created_at",
+        "created_when",
         "last_error_line",
     )
     list_display_links = ("id",)
-    list_select_related = ("event", "endpoint")
+    list_select_related = ("event", "endpoint", "endpoint__application")
     list_filter = (
         StatusFilter,
         application_filter("endpoint__application"),
@@ -127,11 +128,19 @@ class DeliveryAdmin(QueueRowAdmin):
     readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
 
     def get_queryset(self, request):
-        qs = super().get_queryset(request).select_related("event", "endpoint")
+        qs = super().get_queryset(request).select_related("event", "endpoint__application")
         url_name = getattr(request.resolver_match, "url_name", "") or ""
         if url_name.endswith("_changelist"):
             qs = qs.defer("event__payload", "event__body")
         return qs
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Delivery):
+        # A parked delivery is pending in the table, but it waits for an operator (to
+        # enable its endpoint), not for a worker: the badge says which.
+        if obj.is_parked:
+            return status_badge("parked", _("Parked"))
+        return super().status_display(obj)
 
     @admin.display(description=_("next attempt at"), ordering="next_attempt_at")
     def next_attempt_display(self, obj: Delivery):
@@ -139,7 +148,9 @@ class DeliveryAdmin(QueueRowAdmin):
             return format_html(
                 '<span class="pgq-muted">{}</span>', _("parked: the endpoint is disabled")
             )
-        return obj.next_attempt_at
+        return when(obj.next_attempt_at)
+
+    created_when = when_display("created_at", _("created at"))
 
     @admin.display(description=_("event"), ordering="event_id")
     def event_link(self, obj: Delivery):
@@ -151,7 +162,9 @@ class DeliveryAdmin(QueueRowAdmin):
 
     @admin.display(description=_("endpoint"), ordering="endpoint_id")
     def endpoint_link(self, obj: Delivery):
-        return _admin_link(obj.endpoint, first_line(obj.endpoint.url, 60))
+        endpoint = obj.endpoint
+        app = endpoint.application.uid if endpoint.application else None
+        return _admin_link(endpoint, endpoint_label(endpoint.pk, first_line(endpoint.url, 60), app))
 
     @admin.display(description=_("idempotency key (header)"))
     def idempotency_key_display(self, obj: Delivery) -> str:

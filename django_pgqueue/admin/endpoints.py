@@ -41,7 +41,7 @@ from ..operations import (
 )
 from ..webhooks import store
 from .audit import log_changes, report
-from .display import json_display
+from .display import json_display, when_display
 from .filters import application_filter
 from .row_actions import RowActionsAdmin
 
@@ -68,8 +68,8 @@ class EndpointAdmin(RowActionsAdmin):
         "is_active",
         "circuit",
         "consecutive_failures",
-        "failing_since",
-        "last_success_at",
+        "failing_since_when",
+        "last_success_when",
         "in_flight",
         "rate",
         "secret_masked",
@@ -188,6 +188,8 @@ class EndpointAdmin(RowActionsAdmin):
         return f"{obj.rate_limit} {obj.get_rate_period_display()}"
 
     headers_json = json_display("headers", _("headers"))
+    failing_since_when = when_display("failing_since", _("failing since"))
+    last_success_when = when_display("last_success_at", _("last success at"))
 
     # ----- operations (buttons and bulk actions: RowActionsAdmin) ----------------
 

@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from ..models.schedule import Schedule
 from ..periodic.store import set_paused
 from .audit import log_changes, report
-from .display import json_display
+from .display import json_display, when_display
 
 
 @admin.register(Schedule)
@@ -29,8 +29,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         "cron",
         "timezone",
         "paused_display",
-        "next_tick_at",
-        "last_tick_at",
+        "next_run",
+        "last_run",
         "last_job",
         "catch_up",
         "origin",
@@ -60,6 +60,8 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     args_json = json_display("args", _("arguments"))
     kwargs_json = json_display("kwargs", _("keyword arguments"))
+    next_run = when_display("next_tick_at", _("next run"))
+    last_run = when_display("last_tick_at", _("last run"))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # declared in code or settings
