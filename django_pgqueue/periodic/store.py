@@ -31,3 +31,30 @@ def set_paused(ids: Iterable[int], paused: bool) -> tuple[list[int], dict[int, s
     skipped = {pk: state for pk in wanted if pk in rows and pk not in changed}
     skipped.update({pk: "deleted meanwhile" for pk in wanted if pk not in rows})
     return changed, skipped
+
+
+def run_now(schedule_id: int) -> tuple[str, int | None]:
+    """Enqueue one run of a schedule's task now, outside its cron; (name, job id).
+
+    The run is the schedule's own call (task, arguments, queue) enqueued the way a
+    tick enqueues it (``Scheduler._enqueue``: a unique task whose run is still live
+    answers with that run's job), but it is not a tick: the cursor, the next run
+    and the tick log stay as they are, so the cron's own runs are neither skipped
+    nor doubled. Raises ``Schedule.DoesNotExist`` for an unknown id.
+    """
+    from .scheduler import Scheduler
+    from .spec import ScheduleSpec
+
+    db = get_settings().DATABASE
+    with transaction.atomic(using=db):
+        row = Schedule.objects.using(db).get(pk=schedule_id)
+        spec = ScheduleSpec(
+            name=row.name,
+            task_path=row.task_path,
+            cron=row.cron,
+            timezone=row.timezone,
+            args=list(row.args or []),
+            kwargs=dict(row.kwargs or {}),
+            queue_name=row.queue_name or None,
+        )
+        return row.name, Scheduler({})._enqueue(spec)
