@@ -18,6 +18,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -91,6 +92,22 @@ def job_status(pk: int) -> str:
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(read).result()
+
+
+def log_in(pw: Any, chromium: str, base: str, width: int) -> tuple[Any, Any]:
+    """A browser and a page of ``width`` px, logged in as the demo superuser (who
+    must exist), on the admin index."""
+    from playwright.sync_api import expect
+
+    browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.set_default_timeout(15_000)
+    page.goto(f"{base}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "demo-only-password")
+    page.click("input[type=submit]")
+    expect(page.locator("#pgqueue-module")).to_be_visible()
+    return browser, page
 
 
 def _demo_rows() -> tuple[Job, object]:
@@ -200,15 +217,7 @@ def test_replay_a_dead_job_from_the_dlq_in_a_browser(
     base = live_server.url
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.set_default_timeout(15_000)
-
-        page.goto(f"{base}/admin/login/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "demo-only-password")
-        page.click("input[type=submit]")
-        expect(page.locator("#pgqueue-module")).to_be_visible()
+        browser, page = log_in(pw, chromium, base, 1400)
 
         page.click("#pgqueue-module a:has-text('Queue dashboard')")
         expect(page.locator("#pgq-queues")).to_contain_text("payments")
@@ -251,7 +260,7 @@ def test_key_columns_and_buttons_fit_the_screen(chromium, live_server, width):
     button without scrolling sideways, our breadcrumbs are styled as Django's, and
     the index keeps "Recent actions" beside the app list."""
     from django.contrib.auth.models import User
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     User.objects.create_superuser("admin", "admin@example.com", "demo-only-password")
     _demo_rows()
@@ -266,14 +275,7 @@ def test_key_columns_and_buttons_fit_the_screen(chromium, live_server, width):
     )
     base = live_server.url
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": width, "height": 900})
-        page.set_default_timeout(15_000)
-        page.goto(f"{base}/admin/login/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "demo-only-password")
-        page.click("input[type=submit]")
-        expect(page.locator("#pgqueue-module")).to_be_visible()
+        browser, page = log_in(pw, chromium, base, width)
 
         app_list = page.locator("#content-main").bounding_box()
         recent = page.locator("#recent-actions-module").bounding_box()
