@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from ..models.webhooks import Delivery, DeliveryAttempt, Event
 from ..operations import DELIVERY_OPERATIONS
 from .dashboard import endpoint_label
-from .display import first_line, json_display, pretty_json, status_badge, when, when_display
+from .display import WhenDatesMixin, first_line, json_display, pretty_json, status_badge, when
 from .filters import RecentValuesFilter, StatusFilter, application_filter
 from .paginator import EstimatedCountPaginator
 from .queue_rows import QueueRowAdmin
@@ -24,7 +24,7 @@ def _admin_link(obj, text) -> str:
     return format_html('<a href="{}">{}</a>', url, text)
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(WhenDatesMixin, admin.TabularInline):
     """Every HTTP attempt of the delivery, newest first."""
 
     model = DeliveryAttempt
@@ -78,7 +78,7 @@ class DeliveryAdmin(QueueRowAdmin):
         "status_display",
         "attempts_display",
         "next_attempt_display",
-        "created_when",
+        "created_at",
         "last_error_line",
     )
     list_display_links = ("id",)
@@ -150,8 +150,6 @@ class DeliveryAdmin(QueueRowAdmin):
             )
         return when(obj.next_attempt_at)
 
-    created_when = when_display("created_at", _("created at"))
-
     @admin.display(description=_("event"), ordering="event_id")
     def event_link(self, obj: Delivery):
         return _admin_link(obj.event, f"#{obj.event_id} {obj.event.msg_id}")
@@ -176,7 +174,7 @@ class DeliveryAdmin(QueueRowAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class EventAdmin(WhenDatesMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Events are history: read-only (deleting one would delete its deliveries'
     history), linked to their deliveries."""
 

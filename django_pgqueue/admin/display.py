@@ -7,6 +7,8 @@ import json
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import FieldDoesNotExist
+from django.db import models
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -104,13 +106,57 @@ def duration(value: timedelta | float | None) -> str:
     return f"{seconds} s"
 
 
-def when_display(field: str, description: StrOrPromise):
-    """An admin column or detail field showing the date ``field`` through :func:`when`
-    (sortable by the field)."""
+class WhenDatesMixin:
+    """Shows every date column and read-only date field of the admin through
+    :func:`when`, instead of Django's minute-precision ``DATETIME_FORMAT``.
 
-    def show(modeladmin: Any, obj: Any) -> SafeString:
-        return when(getattr(obj, field))
+    Each ``DateTimeField`` named in ``list_display``, ``readonly_fields`` or a
+    read-only place of the fieldsets becomes ``<name>_when`` (sortable by the
+    field, labelled with its verbose name) when the admin asks for them; the
+    declared names stay as they are, so the admin's checks still read them.
+    Editable date fields keep their form widgets.
+    """
 
-    show.short_description = description  # type: ignore[attr-defined]
-    show.admin_order_field = field  # type: ignore[attr-defined]
-    return show
+    model: Any
+
+    def _when_name(self, name: Any) -> Any:
+        if not isinstance(name, str):
+            return name
+        try:
+            field = self.model._meta.get_field(name)
+        except FieldDoesNotExist:
+            return name
+        if not isinstance(field, models.DateTimeField):
+            return name
+        attr = f"{name}_when"
+        if attr not in self.__dict__:
+
+            def show(obj: Any) -> SafeString:
+                return when(getattr(obj, name))
+
+            show.short_description = field.verbose_name  # type: ignore[attr-defined]
+            show.admin_order_field = name  # type: ignore[attr-defined]
+            setattr(self, attr, show)
+        return attr
+
+    def get_list_display(self, request: Any) -> Any:
+        return tuple(self._when_name(n) for n in super().get_list_display(request))  # type: ignore[misc]
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> Any:
+        names = super().get_readonly_fields(request, obj)  # type: ignore[misc]
+        return tuple(self._when_name(n) for n in names)
+
+    def get_fieldsets(self, request: Any, obj: Any = None) -> Any:
+        readonly: set[Any] | None = set(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+        if not self.has_change_permission(request, obj):  # type: ignore[attr-defined]
+            readonly = None  # a view-only page shows every field read-only
+
+        def swap(name: Any) -> Any:
+            if isinstance(name, (list, tuple)):
+                return tuple(swap(n) for n in name)
+            return self._when_name(name) if readonly is None or name in readonly else name
+
+        return [
+            (title, {**options, "fields": tuple(swap(n) for n in options["fields"])})
+            for title, options in super().get_fieldsets(request, obj)  # type: ignore[misc]
+        ]

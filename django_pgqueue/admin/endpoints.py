@@ -41,7 +41,7 @@ from ..operations import (
 )
 from ..webhooks import store
 from .audit import log_changes, report
-from .display import json_display, when_display
+from .display import WhenDatesMixin, json_display
 from .filters import application_filter
 from .row_actions import RowActionsAdmin
 
@@ -60,7 +60,7 @@ class ReplaySinceForm(forms.Form):
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(RowActionsAdmin):
+class EndpointAdmin(WhenDatesMixin, RowActionsAdmin):
     list_display = (
         "id",
         "url",
@@ -68,8 +68,8 @@ class EndpointAdmin(RowActionsAdmin):
         "is_active",
         "circuit",
         "consecutive_failures",
-        "failing_since_when",
-        "last_success_when",
+        "failing_since",
+        "last_success_at",
         "in_flight",
         "rate",
         "secret_masked",
@@ -188,8 +188,6 @@ class EndpointAdmin(RowActionsAdmin):
         return f"{obj.rate_limit} {obj.get_rate_period_display()}"
 
     headers_json = json_display("headers", _("headers"))
-    failing_since_when = when_display("failing_since", _("failing since"))
-    last_success_when = when_display("last_success_at", _("last success at"))
 
     # ----- operations (buttons and bulk actions: RowActionsAdmin) ----------------
 

@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from ..models.queue import Job
 from ..operations import JOB_OPERATIONS
 from .dashboard import dashboard_view
-from .display import json_display, when_display
+from .display import json_display
 from .filters import RecentValuesFilter, StatusFilter
 from .queue_rows import QueueRowAdmin
 
@@ -26,8 +26,8 @@ class JobAdmin(QueueRowAdmin):
         "queue_name",
         "status_display",
         "attempts_display",
-        "next_attempt_when",
-        "created_when",
+        "next_attempt_at",
+        "created_at",
         "last_error_line",
     )
     list_display_links = ("id", "task")
@@ -95,6 +95,3 @@ class JobAdmin(QueueRowAdmin):
     result_json = json_display("result", _("result"))
 
     workers_json = json_display("worker_ids", _("worker of each attempt"))
-
-    next_attempt_when = when_display("next_attempt_at", _("next attempt at"))
-    created_when = when_display("created_at", _("created at"))

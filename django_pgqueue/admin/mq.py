@@ -30,7 +30,7 @@ from ..mq import store
 from ..mq.exceptions import InvalidQueueName, QueueError
 from ..mq.validation import check_msg_id, check_name
 from .audit import log_changes
-from .display import duration
+from .display import WhenDatesMixin, duration
 from .read_only import ReadOnlyAdminMixin
 
 #: Messages shown per page of the browser.
@@ -48,7 +48,7 @@ OPERATIONS = {
 
 
 @admin.register(MessageQueue)
-class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class MessageQueueAdmin(WhenDatesMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Queues are created and dropped by code (``mq.create``); the admin reads and operates."""
 
     list_display = (

@@ -24,13 +24,13 @@ from ..contract import strict_int
 from ..models.queue import Status
 from ..operations import Operation, apply_operation
 from .audit import log_changes, report
-from .display import error_history, first_line, status_badge, when
+from .display import WhenDatesMixin, error_history, first_line, status_badge, when
 from .paginator import EstimatedCountPaginator
 from .read_only import ReadOnlyAdminMixin
 from .row_actions import RowActionsAdmin
 
 
-class QueueRowAdmin(ReadOnlyAdminMixin, RowActionsAdmin):
+class QueueRowAdmin(WhenDatesMixin, ReadOnlyAdminMixin, RowActionsAdmin):
     """Read-only, fast admin for a queue table with its operator actions.
 
     Subclasses set :attr:`operations` (``operations.JOB_OPERATIONS`` ...); the bulk

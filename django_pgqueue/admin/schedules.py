@@ -24,22 +24,22 @@ from ..models.schedule import Schedule
 from ..periodic import cron
 from ..periodic.store import run_now, set_paused
 from .audit import log_changes, report
-from .display import json_display, when, when_display
+from .display import WhenDatesMixin, json_display, when
 
 #: How many upcoming runs the schedule's page lists.
 NEXT_RUNS = 5
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(WhenDatesMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "task",
         "cron",
         "timezone",
         "paused_display",
-        "next_run",
-        "last_run",
+        "next_tick_at",
+        "last_tick_at",
         "last_job",
         "catch_up",
         "origin",
@@ -60,7 +60,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         "origin",
         "paused",
         "next_runs",
-        "last_run",
+        "last_tick_at",
         "last_job",
         "declared_at",
         "created_at",
@@ -70,8 +70,6 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     args_json = json_display("args", _("arguments"))
     kwargs_json = json_display("kwargs", _("keyword arguments"))
-    next_run = when_display("next_tick_at", _("next run"))
-    last_run = when_display("last_tick_at", _("last run"))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # declared in code or settings

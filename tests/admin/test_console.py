@@ -226,3 +226,20 @@ def test_move_back_is_offered_only_on_a_dead_letter_queue(queues, mq_operator):
     )
     assert refused.status_code == 400
     assert "no queue's dead-letter queue" in refused.content.decode()
+
+
+def test_detail_pages_and_every_list_show_dates_in_the_one_format(mq_operator, make_delivery):
+    """Not only the columns we wrote: each date field of each page goes through when()."""
+    delivery = make_delivery(Status.DEAD, finished_at=timezone.now())
+    pages = [
+        reverse("admin:django_pgqueue_delivery_change", args=[delivery.pk]),
+        reverse("admin:django_pgqueue_delivery_changelist"),
+    ]
+    for url in pages:
+        text = mq_operator.get(url).content.decode()
+        assert 'class="pgq-when"' in text, url
+        assert not re.search(
+            r"\d{1,2}:\d\d (a\.m\.|p\.m\.)|\b(a\.m\.|p\.m\.|noon|midnight)\b", text
+        ), url
+    detail = mq_operator.get(pages[0]).content.decode()
+    assert re.search(r'field-finished_at_when">.*?class="pgq-when"', detail, re.S)
