@@ -12,7 +12,7 @@ from ..models.webhooks import Delivery, DeliveryAttempt, Event
 from ..operations import DELIVERY_OPERATIONS
 from .dashboard import endpoint_label
 from .display import WhenDatesMixin, first_line, json_display, pretty_json, status_badge, when
-from .filters import RecentValuesFilter, StatusFilter, application_filter
+from .filters import EndpointFilter, RecentValuesFilter, StatusFilter, application_filter
 from .paginator import EstimatedCountPaginator
 from .queue_rows import QueueRowAdmin
 from .read_only import ReadOnlyAdminMixin
@@ -86,7 +86,7 @@ class DeliveryAdmin(QueueRowAdmin):
     list_filter = (
         StatusFilter,
         application_filter("endpoint__application"),
-        "endpoint",
+        ("endpoint", EndpointFilter),
         ("event__event_type", RecentValuesFilter),
         "created_at",
     )

@@ -166,6 +166,13 @@ def test_endpoints_with_one_url_are_told_apart_by_id_and_application(mq_operator
         text = mq_operator.get(page).content.decode()
         assert f"#{ours.pk} {url} · cust_42" in text, page
         assert f"#{global_one.pk} {url} · global" in text, page
+    listing = mq_operator.get(reverse("admin:django_pgqueue_delivery_changelist")).content
+    # <nav> on Django 5.2, <search> on 6.x
+    filters = r'<(nav|search) id="changelist-filter".*?</\1>'
+    choices = re.search(filters, listing.decode(), re.S).group(0)
+    for endpoint, app in ((ours, "cust_42"), (global_one, "global")):
+        assert f"endpoint__id__exact={endpoint.pk}" in choices
+        assert choices.count(f"#{endpoint.pk} {url} · {app}") == 1, "the filter names it too"
     out = io.StringIO()
     call_command("pgqueue_status", stdout=out, stderr=io.StringIO())
     assert f"{url} (cust_42)" in out.getvalue() and f"{url} (global)" in out.getvalue()
