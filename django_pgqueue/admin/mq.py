@@ -92,7 +92,7 @@ class MessageQueueAdmin(WhenDatesMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     def oldest(self, obj: MessageQueue) -> str:
         return duration(self._stats(obj)[2])
 
-    @admin.display(description=_("archived (estimate)"))
+    @admin.display(description=_("archived"))
     def archive_size(self, obj: MessageQueue) -> int:
         return self._stats(obj)[3]
 

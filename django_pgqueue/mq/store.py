@@ -528,7 +528,8 @@ def metrics_all() -> list[QueueMetrics]:
 
 
 def stats(name: str) -> tuple[int, int, float | None, int]:
-    """(length, visible, oldest age in seconds, estimated archive size) for the admin."""
+    """(length, visible, oldest age in seconds, archive size: exact up to 10,000 rows,
+    estimated beyond) for the admin."""
     get_queue(name)
     archive_table = sql.identifiers(name)["a"].as_string(None)
     with _cursor(name) as cursor:
