@@ -71,11 +71,11 @@ def _endpoint(stats: EndpointStats) -> dict[str, Any]:
     return {
         "id": stats.endpoint_id,
         "url": stats.name,
+        "application": stats.application,
         "is_active": stats.is_active,
         "breaker_state": stats.breaker_state,
         "open_until": _iso(stats.open_until),
         "disabled_reason": stats.disabled_reason,
-        "application": stats.application,
         **_queue_fields(stats),
     }
 
@@ -206,7 +206,7 @@ def render_text(data: dict[str, Any]) -> str:
             [
                 [
                     e["id"],
-                    e["url"],
+                    f"{e['url']} ({e['application'] or 'global'})",
                     ("active" if e["is_active"] else "disabled") + f", {e['breaker_state']}",
                     *_count_cells(e),
                 ]

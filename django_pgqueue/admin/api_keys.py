@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from ..api.keys import assign_new_key, check_scopes, revoke_keys
 from ..authority import check_grant
 from ..models.api import ApiKey, ApiScope
+from .display import WhenDatesMixin
 
 
 class ApiKeyForm(forms.ModelForm):
@@ -41,7 +42,7 @@ class ApiKeyForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(WhenDatesMixin, admin.ModelAdmin):
     form = ApiKeyForm
     list_display = ("name", "key_prefix", "scopes", "application", "last_used_at", "revoked_at")
     list_filter = ("revoked_at", "application")

@@ -13,10 +13,11 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models.webhooks import Application
 from ..webhooks import store
+from .display import WhenDatesMixin
 
 
 @admin.register(Application)
-class ApplicationAdmin(admin.ModelAdmin):
+class ApplicationAdmin(WhenDatesMixin, admin.ModelAdmin):
     list_display = ("uid", "name", "is_active", "endpoints", "created_at")
     list_filter = ("is_active",)
     search_fields = ("=uid", "name")

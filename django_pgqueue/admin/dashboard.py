@@ -29,14 +29,21 @@ def _filtered(changelist: str, status: str, **params: Any) -> str:
     return f"{changelist}?{urlencode({**params, 'status': status})}"
 
 
-def _rows(stats_list, changelist: str, **key) -> list[dict[str, Any]]:
-    """One table row per queue: a linked count per state, stuck and dead links."""
+def endpoint_label(endpoint_id: int, url: str, application: str | None) -> str:
+    """How the admin names an endpoint wherever it lists one: id, URL and application,
+    so two endpoints with one URL (say, of two customers) never look the same."""
+    return f"#{endpoint_id} {url} · {application or _('global')}"
+
+
+def _rows(stats_list, changelist: str, label=None, **key) -> list[dict[str, Any]]:
+    """One table row per queue: a linked count per state and the stuck link."""
     rows = []
     for stats in stats_list:
         params = {name: getattr(stats, attr) for name, attr in key.items()}
         rows.append(
             {
                 "stats": stats,
+                "label": label(stats) if label else stats.name,
                 "cells": [
                     {
                         "status": status,
@@ -47,7 +54,6 @@ def _rows(stats_list, changelist: str, **key) -> list[dict[str, Any]]:
                 ],
                 "url": f"{changelist}?{urlencode(params)}",
                 "stuck_url": _filtered(changelist, "stuck", **params),
-                "dead_url": _filtered(changelist, Status.DEAD, **params),
             }
         )
     return rows
@@ -74,7 +80,12 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
     endpoints = []
     if request.user.has_perm("django_pgqueue.view_delivery"):
         deliveries = reverse(f"{model_admin.admin_site.name}:django_pgqueue_delivery_changelist")
-        endpoints = _rows(delivery_overview(), deliveries, endpoint__id__exact="endpoint_id")
+        endpoints = _rows(
+            delivery_overview(),
+            deliveries,
+            label=lambda s: endpoint_label(s.endpoint_id, s.name, s.application),
+            endpoint__id__exact="endpoint_id",
+        )
     message_queues = []
     if request.user.has_perm("django_pgqueue.view_messagequeue"):
         from .mq import dashboard_rows

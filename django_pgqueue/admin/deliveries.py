@@ -13,8 +13,9 @@ from ..operations import DELIVERY_OPERATIONS
 from ..webhooks.breaker import refused_by_configuration
 from ..webhooks.destinations import refusal_detail_now
 from ..webhooks.transport import TransportResult
-from .display import first_line, json_display, pretty_json
-from .filters import RecentValuesFilter, StatusFilter, application_filter
+from .dashboard import endpoint_label
+from .display import WhenDatesMixin, first_line, json_display, pretty_json, status_badge, when
+from .filters import EndpointFilter, RecentValuesFilter, StatusFilter, application_filter
 from .paginator import EstimatedCountPaginator
 from .queue_rows import QueueRowAdmin
 from .read_only import ReadOnlyAdminMixin
@@ -26,7 +27,7 @@ def _admin_link(obj, text) -> str:
     return format_html('<a href="{}">{}</a>', url, text)
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(WhenDatesMixin, admin.TabularInline):
     """Every HTTP attempt of the delivery, newest first."""
 
     model = DeliveryAttempt
@@ -106,11 +107,11 @@ class DeliveryAdmin(QueueRowAdmin):
         "last_error_line",
     )
     list_display_links = ("id",)
-    list_select_related = ("event", "endpoint")
+    list_select_related = ("event", "endpoint", "endpoint__application")
     list_filter = (
         StatusFilter,
         application_filter("endpoint__application"),
-        "endpoint",
+        ("endpoint", EndpointFilter),
         ("event__event_type", RecentValuesFilter),
         "created_at",
     )
@@ -152,11 +153,19 @@ class DeliveryAdmin(QueueRowAdmin):
     readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
 
     def get_queryset(self, request):
-        qs = super().get_queryset(request).select_related("event", "endpoint")
+        qs = super().get_queryset(request).select_related("event", "endpoint__application")
         url_name = getattr(request.resolver_match, "url_name", "") or ""
         if url_name.endswith("_changelist"):
             qs = qs.defer("event__payload", "event__body")
         return qs
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Delivery):
+        # A parked delivery is pending in the table, but it waits for an operator (to
+        # enable its endpoint), not for a worker: the badge says which.
+        if obj.is_parked:
+            return status_badge("parked", _("Parked"))
+        return super().status_display(obj)
 
     @admin.display(description=_("next attempt at"), ordering="next_attempt_at")
     def next_attempt_display(self, obj: Delivery):
@@ -164,7 +173,7 @@ class DeliveryAdmin(QueueRowAdmin):
             return format_html(
                 '<span class="pgq-muted">{}</span>', _("parked: the endpoint is disabled")
             )
-        return obj.next_attempt_at
+        return when(obj.next_attempt_at)
 
     @admin.display(description=_("event"), ordering="event_id")
     def event_link(self, obj: Delivery):
@@ -176,7 +185,11 @@ class DeliveryAdmin(QueueRowAdmin):
 
     @admin.display(description=_("endpoint"), ordering="endpoint_id")
     def endpoint_link(self, obj: Delivery):
-        return _admin_link(obj.endpoint, first_line(obj.endpoint.display_url, 60))
+        endpoint = obj.endpoint
+        app = endpoint.application.uid if endpoint.application else None
+        return _admin_link(
+            endpoint, endpoint_label(endpoint.pk, first_line(endpoint.display_url, 60), app)
+        )
 
     @admin.display(description=_("idempotency key (header)"))
     def idempotency_key_display(self, obj: Delivery) -> str:
@@ -188,7 +201,7 @@ class DeliveryAdmin(QueueRowAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class EventAdmin(WhenDatesMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Events are history: read-only (deleting one would delete its deliveries'
     history), linked to their deliveries."""
 

@@ -42,7 +42,7 @@ from ..operations import (
 from ..webhooks import store
 from ..webhooks.brokers.urls import masked
 from .audit import log_changes, report
-from .display import json_display
+from .display import WhenDatesMixin, json_display
 from .filters import application_filter
 from .row_actions import RowActionsAdmin
 
@@ -71,7 +71,7 @@ class _MaskedURLForm(forms.ModelForm):
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(RowActionsAdmin):
+class EndpointAdmin(WhenDatesMixin, RowActionsAdmin):
     list_display = (
         "id",
         "destination",

@@ -4,6 +4,7 @@ LogEntry, all through ``django_pgqueue.mq.store``."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -29,6 +30,7 @@ from ..mq import store
 from ..mq.exceptions import InvalidQueueName, QueueError
 from ..mq.validation import check_msg_id, check_name
 from .audit import log_changes
+from .display import WhenDatesMixin, duration
 from .read_only import ReadOnlyAdminMixin
 
 #: Messages shown per page of the browser.
@@ -37,20 +39,16 @@ PAGE_SIZE = 50
 MAX_PAGE = BIGINT_MAX // PAGE_SIZE - 1
 #: Characters of an undecodable document shown in the browser.
 RAW_PREVIEW = 500
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+#: The browser's operations, each confirmed on a page of its own before it runs.
+OPERATIONS = {
+    "delete": _("delete"),
+    "archive": _("archive"),
+    "move_back": _("move back to the queue it came from"),
+}
 
 
 @admin.register(MessageQueue)
-class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class MessageQueueAdmin(WhenDatesMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Queues are created and dropped by code (``mq.create``); the admin reads and operates."""
 
     list_display = (
@@ -92,9 +90,9 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("oldest"))
     def oldest(self, obj: MessageQueue) -> str:
-        return _age(self._stats(obj)[2])
+        return duration(self._stats(obj)[2])
 
-    @admin.display(description=_("archived (estimate)"))
+    @admin.display(description=_("archived"))
     def archive_size(self, obj: MessageQueue) -> int:
         return self._stats(obj)[3]
 
@@ -124,6 +122,7 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         except InvalidQueueName as exc:
             raise Http404(str(exc)) from exc
         queue = get_object_or_404(MessageQueue, pk=name)
+        is_dead_letter_queue = _is_dead_letter_queue(name)
         if request.method == "POST":
             if not self.has_operate_permission(request):
                 raise PermissionDenied
@@ -131,6 +130,15 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 ids = sorted({check_msg_id(i) for i in request.POST.getlist("msg_id")})
             except ValueError as exc:
                 return HttpResponseBadRequest(str(exc), content_type="text/plain")
+            operation = request.POST.get("operation")
+            if operation == "move_back" and not is_dead_letter_queue:
+                return HttpResponseBadRequest(
+                    f"{name!r} is no queue's dead-letter queue: its messages have no queue "
+                    "to move back to.",
+                    content_type="text/plain",
+                )
+            if ids and operation in OPERATIONS and request.POST.get("confirm") != "yes":
+                return self._confirm(request, queue, operation, ids)
             self._operate(request, queue, ids)
             return HttpResponseRedirect(request.get_full_path())
         archived = request.GET.get("archived") == "1"
@@ -150,8 +158,26 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "page": page,
             "has_next": len(rows) > PAGE_SIZE,
             "can_operate": self.has_operate_permission(request) and not archived,
+            "is_dead_letter_queue": is_dead_letter_queue,
         }
         return TemplateResponse(request, "admin/django_pgqueue/mq_messages.html", context)
+
+    def _confirm(
+        self, request: HttpRequest, queue: MessageQueue, operation: str, ids: list[int]
+    ) -> HttpResponse:
+        """The confirmation step: deleting or archiving cannot be undone from here, so
+        the first POST only shows what the second (with ``confirm=yes``) will do."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Are you sure?"),
+            "opts": self.model._meta,
+            "queue": queue,
+            "operation": operation,
+            "operation_label": OPERATIONS[operation],
+            "ids": ids,
+            "back": request.get_full_path(),
+        }
+        return TemplateResponse(request, "admin/django_pgqueue/mq_confirm.html", context)
 
     @staticmethod
     def _row(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -168,6 +194,10 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         origin = headers.get(store.sql.DEAD_LETTER_HEADER)
         return {
             "m": message,
+            # JSON as the producer sent it (decoded, so shown as JSON, never a repr);
+            # an undecodable row shows its raw text.
+            "message": message.message if error else _json_text(message.message),
+            "headers": message.headers if error else _json_text(message.headers),
             "error": error,
             "archived_at": row[6] if len(row) > 6 else None,
             "origin": origin.get("queue") if isinstance(origin, dict) else None,
@@ -175,7 +205,7 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def _operate(self, request: HttpRequest, queue: MessageQueue, ids: list[int]) -> None:
         operation = request.POST.get("operation")
-        if not ids or operation not in ("delete", "archive", "move_back"):
+        if not ids or operation not in OPERATIONS:
             self.message_user(request, _("Select messages and an operation."), messages.WARNING)
             return
         refused: dict[int, str] = {}
@@ -205,6 +235,18 @@ class MessageQueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(request, f"Skipped {len(ids) - len(done)}: gone.", messages.WARNING)
 
 
+def _is_dead_letter_queue(name: str) -> bool:
+    """Whether some queue names ``name`` as its dead-letter queue: only then do its
+    messages have an origin to be moved back to."""
+    return any(info.dead_letter == name for info in store.list_queues())
+
+
+def _json_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
 def _preview(text: str | None) -> str | None:
     if text is None or len(text) <= RAW_PREVIEW:
         return text
@@ -224,7 +266,7 @@ def dashboard_rows(site_name: str) -> list[dict[str, Any]]:
                 "info": info,
                 "depth": depth,
                 "visible": visible,
-                "oldest": _age(oldest),
+                "oldest": duration(oldest),
                 "archived": archived,
                 "url": reverse(
                     f"{site_name}:django_pgqueue_messagequeue_messages", args=[info.name]

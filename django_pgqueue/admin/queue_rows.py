@@ -24,13 +24,13 @@ from ..contract import strict_int
 from ..models.queue import Status
 from ..operations import Operation, apply_operation
 from .audit import log_changes, report
-from .display import error_history, first_line, status_badge
+from .display import WhenDatesMixin, error_history, first_line, status_badge, when
 from .paginator import EstimatedCountPaginator
 from .read_only import ReadOnlyAdminMixin
 from .row_actions import RowActionsAdmin
 
 
-class QueueRowAdmin(ReadOnlyAdminMixin, RowActionsAdmin):
+class QueueRowAdmin(WhenDatesMixin, ReadOnlyAdminMixin, RowActionsAdmin):
     """Read-only, fast admin for a queue table with its operator actions.
 
     Subclasses set :attr:`operations` (``operations.JOB_OPERATIONS`` ...); the bulk
@@ -81,7 +81,7 @@ class QueueRowAdmin(ReadOnlyAdminMixin, RowActionsAdmin):
     def lease(self, obj: Any):
         if obj.locked_until is None:
             return "—"
-        return format_html("{} ({})", obj.locked_until, obj.locked_by)
+        return format_html("{} ({})", when(obj.locked_until), obj.locked_by)
 
     @admin.display(description=_("last error"))
     def last_error_pre(self, obj: Any):

@@ -1,28 +1,37 @@
-"""Admin for periodic tasks: each schedule with its next and last run; pause and resume.
+"""Admin for periodic tasks: each schedule with its next and last run, its next five
+runs; pause, resume and run now.
 
 Schedules are declared in code (``PGQUEUE["SCHEDULE"]``, ``@periodic``), so the
-definition is read-only here. Pausing needs ``django_pgqueue.pause_schedule``.
+definition is read-only here. Pausing needs ``django_pgqueue.pause_schedule``;
+running one now (an action, so a POST with CSRF, also offered as a button on the
+schedule's page) needs ``django_pgqueue.run_schedule``.
 """
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from ..models.schedule import Schedule
-from ..periodic import store
+from ..periodic import cron, store
+from ..periodic.scheduler import run_now
 from .audit import log_changes, report
-from .display import json_display
+from .display import WhenDatesMixin, json_display, when
+
+#: How many upcoming runs the schedule's page lists.
+NEXT_RUNS = 5
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(WhenDatesMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "task",
@@ -37,7 +46,8 @@ class ScheduleAdmin(admin.ModelAdmin):
     )
     list_filter = ("paused", "origin", "catch_up")
     search_fields = ("name", "task_path")
-    actions = ("pause", "resume")
+    actions = ("pause", "resume", "run_now")
+    change_form_template = "admin/django_pgqueue/schedule/change_form.html"
     fields = (
         "name",
         "task_path",
@@ -49,7 +59,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         "catch_up",
         "origin",
         "paused",
-        "next_tick_at",
+        "next_runs",
         "last_tick_at",
         "last_job",
         "declared_at",
@@ -77,6 +87,34 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         store.delete(queryset.values_list("pk", flat=True))
+
+    def has_run_permission(self, request: HttpRequest) -> bool:
+        opts = self.model._meta
+        return request.user.has_perm(f"{opts.app_label}.run_schedule")
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["can_run_now"] = self.has_run_permission(request)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description=_("next runs"))
+    def next_runs(self, obj: Schedule):
+        """The next five runs of the cron, in UTC and in the schedule's time zone
+        (where a daylight-saving change shows); a paused schedule says so first."""
+        ticks = list(islice(cron.ticks_after(obj.cron, obj.timezone, timezone.now()), NEXT_RUNS))
+        items = format_html_join(
+            "",
+            '<li>{} <span class="pgq-muted">({} {})</span></li>',
+            (
+                (when(t), t.astimezone(cron.zone(obj.timezone)).strftime("%H:%M"), obj.timezone)
+                for t in ticks
+            ),
+        )
+        note = (
+            format_html("<p>{}</p>", _("Paused: these ticks will be skipped."))
+            if obj.paused
+            else ""
+        )
+        return format_html('{}<ol class="pgq-next-runs">{}</ol>', note, items)
 
     @admin.display(description=_("task"), ordering="task_path")
     def task(self, obj: Schedule) -> str:
@@ -106,3 +144,22 @@ class ScheduleAdmin(admin.ModelAdmin):
     @admin.action(description=_("Resume the selected schedules"), permissions=["pause"])
     def resume(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_paused(request, queryset, False)
+
+    @admin.action(description=_("Run the selected schedules now"), permissions=["run"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """One extra run of each (its cron runs stay as they are), on the record."""
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                name, job_id = run_now(pk)
+            except Schedule.DoesNotExist:
+                self.message_user(
+                    request, f"Skipped schedule {pk}: deleted meanwhile.", messages.WARNING
+                )
+                continue
+            log_changes(request, Schedule, {pk: f"Ran the schedule now as job #{job_id}"})
+            url = reverse("admin:django_pgqueue_job_change", args=[job_id])
+            self.message_user(
+                request,
+                format_html('Ran {} now as job <a href="{}">#{}</a>.', name, url, job_id),
+                messages.SUCCESS,
+            )

@@ -57,7 +57,10 @@ class Schedule(models.Model):
         verbose_name = _("schedule")
         verbose_name_plural = _("schedules")
         ordering = ["name"]
-        permissions = [("pause_schedule", "Can pause and resume schedules")]
+        permissions = [
+            ("pause_schedule", "Can pause and resume schedules"),
+            ("run_schedule", "Can run a schedule now, outside its cron"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.cron})"

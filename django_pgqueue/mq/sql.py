@@ -298,16 +298,24 @@ SELECT pg_catalog.count(*),
        pg_catalog.clock_timestamp(),
        pg_catalog.count(*) FILTER (WHERE vt <= pg_catalog.clock_timestamp())
 FROM {q}""",
-    # The admin's list and pgqueue_status: the archive size is the planner's estimate
-    # (counting a million archived rows on every page view is not worth it). In
-    # flight: hidden by a read; the rest of the hidden ones are delayed sends. The
-    # oldest visible message's wait counts from its vt (when it became visible), as
-    # a job's from its run-at: a queue nobody reads shows it growing.
+    # The admin's list and pgqueue_status: the archive size is exact up to 10,000
+    # rows (a bounded count: the planner's reltuples alone stays 0 until the first
+    # VACUUM or ANALYZE, so a freshly archived message did not show), and beyond that
+    # the planner's estimate (counting a million archived rows on every page view is
+    # not worth it). In flight: hidden by a read; the rest of the hidden ones are
+    # delayed sends. The oldest visible message's wait counts from its vt (when it
+    # became visible), as a job's from its run-at: a queue nobody reads shows it
+    # growing.
     "stats": """/* pgqueue:mq_stats */
 SELECT pg_catalog.count(*),
        pg_catalog.count(*) FILTER (WHERE vt <= pg_catalog.clock_timestamp()),
        EXTRACT(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.min(enqueued_at)),
-       (SELECT GREATEST(reltuples, 0)::bigint FROM pg_catalog.pg_class WHERE oid = %s::regclass),
+       (SELECT CASE WHEN counted.n < 10000 THEN counted.n
+                    ELSE GREATEST(counted.n, c.reltuples::bigint) END
+          FROM (SELECT pg_catalog.count(*) AS n FROM (SELECT 1 FROM {a} LIMIT 10000) AS s)
+               AS counted,
+               pg_catalog.pg_class AS c
+         WHERE c.oid = %s::regclass),
        pg_catalog.count(*) FILTER (WHERE vt > pg_catalog.clock_timestamp() AND read_ct > 0),
        EXTRACT(epoch FROM pg_catalog.clock_timestamp()
                - pg_catalog.min(vt) FILTER (WHERE vt <= pg_catalog.clock_timestamp()))

@@ -575,7 +575,8 @@ def metrics_all() -> list[QueueMetrics]:
 
 
 def stats(name: str) -> tuple[int, int, float | None, int]:
-    """(length, visible, oldest age in seconds, estimated archive size) for the admin."""
+    """(length, visible, oldest age in seconds, archive size: exact up to 10,000 rows,
+    estimated beyond) for the admin."""
     s = status(name)
     return s.messages, s.visible, s.oldest_seconds, s.archived_estimate
 

@@ -204,6 +204,33 @@ class Scheduler:
         return int(result.id)
 
 
+def run_now(schedule_id: int) -> tuple[str, int | None]:
+    """Enqueue one run of a schedule's task now, outside its cron; (name, job id).
+
+    The run is the schedule's own call (task, arguments, queue) enqueued the way a
+    tick enqueues it (``Scheduler._enqueue``: a unique task whose run is still live
+    answers with that run's job), but it is not a tick: the cursor, the next run
+    and the tick log stay as they are, so the cron's own runs are neither skipped
+    nor doubled; it writes no schedule row, only the job (through the job store).
+    Raises ``Schedule.DoesNotExist`` for an unknown id.
+    """
+    from ..models.schedule import Schedule
+
+    db = get_settings().DATABASE
+    with transaction.atomic(using=db):
+        row = Schedule.objects.using(db).get(pk=schedule_id)
+        spec = ScheduleSpec(
+            name=row.name,
+            task_path=row.task_path,
+            cron=row.cron,
+            timezone=row.timezone,
+            args=list(row.args or []),
+            kwargs=dict(row.kwargs or {}),
+            queue_name=row.queue_name or None,
+        )
+        return row.name, Scheduler({})._enqueue(spec)
+
+
 class SchedulerThread(threading.Thread):
     """Runs a Scheduler every ``PGQUEUE["SCHEDULER_INTERVAL"]`` seconds until ``stopping``."""
 

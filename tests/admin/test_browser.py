@@ -18,6 +18,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -91,6 +92,22 @@ def job_status(pk: int) -> str:
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(read).result()
+
+
+def log_in(pw: Any, chromium: str, base: str, width: int) -> tuple[Any, Any]:
+    """A browser and a page of ``width`` px, logged in as the demo superuser (who
+    must exist), on the admin index."""
+    from playwright.sync_api import expect
+
+    browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.set_default_timeout(15_000)
+    page.goto(f"{base}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "demo-only-password")
+    page.click("input[type=submit]")
+    expect(page.locator("#pgqueue-module")).to_be_visible()
+    return browser, page
 
 
 def _demo_rows() -> tuple[Job, object]:
@@ -200,15 +217,7 @@ def test_replay_a_dead_job_from_the_dlq_in_a_browser(
     base = live_server.url
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.set_default_timeout(15_000)
-
-        page.goto(f"{base}/admin/login/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "demo-only-password")
-        page.click("input[type=submit]")
-        expect(page.locator("#pgqueue-module")).to_be_visible()
+        browser, page = log_in(pw, chromium, base, 1400)
 
         page.click("#pgqueue-module a:has-text('Queue dashboard')")
         expect(page.locator("#pgq-queues")).to_contain_text("payments")
@@ -242,4 +251,55 @@ def test_replay_a_dead_job_from_the_dlq_in_a_browser(
         page.goto(f"{base}/admin/django_pgqueue/delivery/{delivery.pk}/change/")
         expect(page.locator("#content-main")).to_contain_text("msg_2mKQ7dWkz1sVJb0x")
         page.screenshot(path=str(screenshots / "admin-delivery-detail.png"), full_page=True)
+        browser.close()
+
+
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_key_columns_and_buttons_fit_the_screen(chromium, live_server, width):
+    """On a laptop screen the DLQ list shows "Last error" and every row's Replay
+    button without scrolling sideways, our breadcrumbs are styled as Django's, and
+    the index keeps "Recent actions" beside the app list."""
+    from django.contrib.auth.models import User
+    from playwright.sync_api import sync_playwright
+
+    User.objects.create_superuser("admin", "admin@example.com", "demo-only-password")
+    _demo_rows()
+    Job.objects.create(
+        task_path="testproject.demo.tasks.always_fails_with_a_rather_long_task_name",
+        queue_name="a-queue-with-a-long-name",
+        status=Status.DEAD,
+        attempts=3,
+        max_attempts=3,
+        finished_at=timezone.now(),
+        last_error="RuntimeError: " + "the receiving service answered with a long message " * 4,
+    )
+    base = live_server.url
+    with sync_playwright() as pw:
+        browser, page = log_in(pw, chromium, base, width)
+
+        app_list = page.locator("#content-main").bounding_box()
+        recent = page.locator("#recent-actions-module").bounding_box()
+        assert app_list and recent and recent["y"] < app_list["y"] + 100, (app_list, recent)
+        assert recent["x"] > app_list["x"] + app_list["width"] - 1, "beside, not below"
+
+        page.goto(f"{base}/admin/django_pgqueue/job/?status=dead")
+        widths = page.evaluate(
+            "[...document.querySelectorAll('#result_list thead th')]"
+            ".map(th => th.className + ':' + Math.round(th.getBoundingClientRect().width))"
+        )
+        header = page.locator("#result_list thead th.column-last_error_line").bounding_box()
+        assert header and header["x"] + header["width"] <= width, (header, widths)
+        buttons = page.locator("#result_list a.pgq-action:has-text('Replay')")
+        assert buttons.count() >= 2
+        for n in range(buttons.count()):
+            box = buttons.nth(n).bounding_box()
+            assert box and box["x"] + box["width"] <= width, (box, widths)
+            assert box and box["x"] + box["width"] <= width, box
+        scroll = page.evaluate("document.documentElement.scrollWidth")
+        assert scroll <= width, f"the page scrolls sideways: {scroll} > {width}"
+
+        page.goto(f"{base}/admin/django_pgqueue/job/dashboard/")
+        crumbs = page.locator("nav[aria-label='Breadcrumbs'] ol.breadcrumbs")
+        background = crumbs.evaluate("el => getComputedStyle(el).backgroundColor")
+        assert background not in ("rgba(0, 0, 0, 0)", "transparent"), background
         browser.close()

@@ -171,10 +171,10 @@ def test_dashboard_numbers_per_queue(operator, make_job):
     assert 2 * 86400 - 60 < stats["other"].oldest_due_age.total_seconds() <= 2 * 86400
 
     cells = _row_cells(page.content.decode(), "pgq-queues", "reports")
-    # pending, in progress, failed, dead, succeeded, cancelled, oldest, in flight, stuck, DLQ
+    # pending, in progress, failed, dead, succeeded, cancelled, oldest, in flight, stuck
     assert cells[:6] == ["3", "2", "1", "3", "2", "0"]
-    assert cells[6].startswith("0:59:") or cells[6] == "1:00:00", cells[6]
-    assert cells[7:] == ["2", "1", "3"]
+    assert cells[6].startswith("59 min") or cells[6] == "1 h", cells[6]
+    assert cells[7:] == ["2", "1"]
 
 
 def test_dashboard_endpoint_numbers_and_open_circuits(webhook_operator, make_delivery):
@@ -208,5 +208,7 @@ def test_dashboard_endpoint_numbers_and_open_circuits(webhook_operator, make_del
     assert attention_html.count("circuit open") == 1
     assert attention_html.count(">disabled<") == 1
     assert "hooks.example.com/healthy" not in attention_html
-    cells = _row_cells(html, "pgq-endpoints", "https://hooks.example.com/tripped")
-    assert cells[:6] == ["2", "0", "0", "1", "0", "0"] and cells[7:] == ["0", "0", "1"]
+    cells = _row_cells(
+        html, "pgq-endpoints", f"#{tripped.pk} https://hooks.example.com/tripped · global"
+    )
+    assert cells[:6] == ["2", "0", "0", "1", "0", "0"] and cells[7:] == ["0", "0"]

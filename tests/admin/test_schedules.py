@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -76,3 +77,48 @@ def test_pause_and_resume_are_audited_and_need_the_permission(schedule):
         .order_by("pk")
         .values_list("change_message", flat=True)
     ) == ["Paused the schedule", "Resumed the schedule"]
+
+
+def test_run_now_needs_its_own_permission_csrf_and_leaves_the_cron_alone(schedule):
+    from django_pgqueue.models import Job, ScheduleTick
+
+    before = (schedule.next_tick_at, schedule.last_tick_at, schedule.last_job_id)
+    ticks = ScheduleTick.objects.count()
+    jobs = Job.objects.count()
+    for codenames in (("view_schedule",), ("view_schedule", "pause_schedule")):
+        post_action(csrf_client(_staff("_".join(codenames), *codenames)), "run_now", [schedule.pk])
+    assert Job.objects.count() == jobs  # neither viewing nor pausing is running
+
+    runner = csrf_client(_staff("runner", "view_schedule", "run_schedule"))
+    forged = runner.post(
+        reverse(CHANGELIST), {"action": "run_now", "_selected_action": [schedule.pk]}
+    )
+    assert forged.status_code == 403 and Job.objects.count() == jobs  # no CSRF token
+
+    page = post_action(runner, "run_now", [schedule.pk]).content.decode()
+    job = Job.objects.latest("pk")
+    assert Job.objects.count() == jobs + 1
+    assert (job.task_path, job.args) == ("testproject.demo.tasks.add", [1, 2])
+    assert "Ran nightly-report now as job" in page
+    assert reverse("admin:django_pgqueue_job_change", args=[job.pk]) in page
+    assert LogEntry.objects.get(object_id=str(schedule.pk)).change_message == (
+        f"Ran the schedule now as job #{job.pk}"
+    )
+    schedule.refresh_from_db()
+    assert (schedule.next_tick_at, schedule.last_tick_at, schedule.last_job_id) == before
+    assert ScheduleTick.objects.count() == ticks  # an extra run, not a tick
+
+
+def test_the_schedule_page_lists_the_next_five_runs_and_offers_run_now(schedule):
+    detail_url = reverse("admin:django_pgqueue_schedule_change", args=[schedule.pk])
+    viewer = csrf_client(_staff("viewer", "view_schedule")).get(detail_url).content.decode()
+    assert 'id="pgq-run-now"' not in viewer
+    runs = re.search(r'<ol class="pgq-next-runs">(.*?)</ol>', viewer, re.S).group(1)
+    items = re.findall(r"<li>(.*?)</li>", runs, re.S)
+    assert len(items) == 5
+    assert all(item.endswith("(03:00 Europe/Paris)</span>") for item in items), items
+    runner = csrf_client(_staff("runner", "view_schedule", "run_schedule"))
+    page = runner.get(detail_url).content.decode()
+    form = re.search(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', page, re.S)
+    assert 'id="pgq-run-now"' in form.group(2) and "csrfmiddlewaretoken" in form.group(2)
+    assert form.group(1) == reverse(CHANGELIST)

@@ -13,6 +13,9 @@ from ..admin.conftest import _staff, csrf_client, csrf_token
 
 pytestmark = pytest.mark.django_db
 
+#: The second POST of an operation: the first only asks for confirmation.
+YES = {"confirm": "yes"}
+
 
 @pytest.fixture
 def queues() -> dict[str, int]:
@@ -76,7 +79,7 @@ def test_move_back_archive_and_delete_are_audited(queues, operator_client):
     (letter,) = mq.store.browse("dead")
     response = operator_client.post(
         url("dead"),
-        {"operation": "move_back", "msg_id": [letter[0]], "csrfmiddlewaretoken": token},
+        {"operation": "move_back", "msg_id": [letter[0]], "csrfmiddlewaretoken": token, **YES},
     )
     assert response.status_code == 302
     assert mq.metrics("dead").queue_length == 0
@@ -85,10 +88,11 @@ def test_move_back_archive_and_delete_are_audited(queues, operator_client):
 
     ids = [row[0] for row in mq.store.browse("work")]
     operator_client.post(
-        url("work"), {"operation": "archive", "msg_id": ids[:1], "csrfmiddlewaretoken": token}
+        url("work"),
+        {"operation": "archive", "msg_id": ids[:1], "csrfmiddlewaretoken": token, **YES},
     )
     operator_client.post(
-        url("work"), {"operation": "delete", "msg_id": ids[1:], "csrfmiddlewaretoken": token}
+        url("work"), {"operation": "delete", "msg_id": ids[1:], "csrfmiddlewaretoken": token, **YES}
     )
     assert mq.metrics("work").queue_length == 0
     assert "job" in operator_client.get(url("work", archived=True)).content.decode()
@@ -115,6 +119,7 @@ def test_move_back_refuses_a_forged_origin_header(queues, operator_client):
             "operation": "move_back",
             "msg_id": [forged, plain, genuine],
             "csrfmiddlewaretoken": token,
+            **YES,
         },
         follow=True,
     )

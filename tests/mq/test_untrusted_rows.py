@@ -138,7 +138,8 @@ def test_the_admin_browser_shows_a_poison_row_and_lets_the_operator_delete_it(cl
     assert len(text) < 200_000  # the raw text is shown truncated
     token = csrf_token(operator, url)
     response = operator.post(
-        url, {"operation": "delete", "msg_id": [poison], "csrfmiddlewaretoken": token}
+        url,
+        {"operation": "delete", "msg_id": [poison], "csrfmiddlewaretoken": token, "confirm": "yes"},
     )
     assert response.status_code == 302
     assert [m.message for m in mq.read("browsed", qty=10)] == [{"n": 1}]
