@@ -192,11 +192,8 @@ def send_test_event(endpoint: Endpoint) -> Delivery | None:
     from .signing import new_message_id
 
     alias = get_settings().DATABASE
-    payload = {
-        "type": TEST_EVENT_TYPE,
-        "endpoint_id": endpoint.pk,
-        "sent_at": timezone.now().isoformat(),
-    }
+    # The envelope the receiver gets says the type and the time (webhooks/envelope.py).
+    payload = {"endpoint_id": endpoint.pk}
     # The compact, ASCII-only text send_event stores (fanout.serialize_payload).
     body = json.dumps(payload, separators=(",", ":"), ensure_ascii=True)
     with transaction.atomic(using=alias):

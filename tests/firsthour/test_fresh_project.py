@@ -156,22 +156,44 @@ def _enqueue(run, *names: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_a_worker_without_logging_settings_prints_a_line_per_attempt(fresh_project):
+def _log_each_attempt(tmp_path):
+    """PGQUEUE["JOB_LOG"] = "each": a line per attempt (the default is a summary)."""
+    settings = tmp_path / "freshsettings.py"
+    settings.write_text(
+        settings.read_text() + '\nPGQUEUE = {**globals().get("PGQUEUE", {}), "JOB_LOG": "each"}\n'
+    )
+
+
+def test_a_worker_without_logging_settings_prints_failures_and_a_summary(fresh_project):
     run = fresh_project()
     _enqueue(run, "greet", "explode")
     result = run("runworkers", "--burst")
     assert result.returncode == 0, result.stderr
     out = result.stderr
     assert "starting" in out
-    assert "freshapp.tasks.greet" in out and "outcome=succeeded" in out
+    # A failure has its own line with its traceback; successes are counted.
     assert "freshapp.tasks.explode" in out and "outcome=dead" in out
     assert "ValueError: kaboom from a task" in out and "Traceback" in out
+    assert "freshapp.tasks.greet" not in out
+    assert "2 attempt(s)" in out and "succeeded=1" in out and "dead=1" in out
+
+
+def test_with_job_log_each_a_worker_prints_a_line_per_attempt(fresh_project, tmp_path):
+    run = fresh_project()
+    _log_each_attempt(tmp_path)
+    _enqueue(run, "greet", "explode")
+    result = run("runworkers", "--burst")
+    assert result.returncode == 0, result.stderr
+    out = result.stderr
+    assert "freshapp.tasks.greet" in out and "outcome=succeeded" in out
+    assert "freshapp.tasks.explode" in out and "outcome=dead" in out
 
 
 def test_with_debug_on_each_attempt_is_logged_once(fresh_project, tmp_path):
     # startproject turns DEBUG on, and Django's console handler then prints the Tasks
     # framework's own started/finished records beside the worker's line per attempt.
     run = fresh_project()
+    _log_each_attempt(tmp_path)
     settings = tmp_path / "freshsettings.py"
     settings.write_text(settings.read_text() + "\nDEBUG = True\n")
     _enqueue(run, "greet", "explode")
@@ -193,10 +215,11 @@ def test_verbosity_zero_prints_errors_only(fresh_project):
     assert "kaboom from a task" in result.stderr
 
 
-def test_json_log_lines_have_stable_fields(fresh_project):
+def test_json_log_lines_have_stable_fields(fresh_project, tmp_path):
     import json
 
     run = fresh_project()
+    _log_each_attempt(tmp_path)
     _enqueue(run, "greet")
     result = run("runworkers", "--burst", "--log-format", "json")
     assert result.returncode == 0, result.stderr

@@ -203,7 +203,8 @@ def test_the_admin_test_event_goes_through_the_fan_out_and_names_nobody(
     [request] = receiver.hits("/ok")
     assert "alice" not in request.body.decode() and "sent_by" not in request.body.decode()
     verify(endpoint.secret, request.body, request.headers)  # raises unless signed
-    assert json.loads(request.body)["endpoint_id"] == endpoint.pk
+    envelope = json.loads(request.body)
+    assert envelope["type"] == "pgqueue.test" and envelope["data"] == {"endpoint_id": endpoint.pk}
     # Who sent it is on record where operators look.
     from django.contrib.admin.models import LogEntry
 

@@ -284,5 +284,5 @@ def _require_client(scheme: str) -> None:
     if importlib.util.find_spec(_CLIENTS[scheme]) is None:
         raise UnsafeURLError(
             f"{scheme}:// destinations need the broker clients: "
-            "pip install 'django-pgqueue-engine[brokers]'."
+            "install the 'brokers' extra (pip install -e '.[brokers]' in a checkout)."
         )
