@@ -85,6 +85,7 @@ WHERE size.n > {EXACT_TERMINAL_ROWS}
 
 
 JOB_OVERVIEW = overview("overview", JOB_TABLE, "queue_name", "text")
+_DELIVERY_COUNTS = overview("delivery_counts", DELIVERY_TABLE, "endpoint_id", "bigint")
 
 # The webhook half of the dashboard: every endpoint (its switch and circuit) with
 # its deliveries per state, counted as above. LEFT JOIN so an endpoint without
@@ -95,7 +96,7 @@ SELECT e.id, e.url, e.is_active, e.breaker_state, e.open_until, e.disabled_reaso
        (SELECT a.uid FROM {APPLICATION_TABLE} AS a WHERE a.id = e.application_id),
        d.status, d.count, d.oldest_due, d.lapsed, now(), d.due, d.estimated
 FROM {ENDPOINT_TABLE} AS e LEFT JOIN (
-{overview("delivery_counts", DELIVERY_TABLE, "endpoint_id", "bigint")}
+{_DELIVERY_COUNTS}
 ) AS d(endpoint_id, status, count, oldest_due, lapsed, now, due, estimated)
     ON d.endpoint_id = e.id
 ORDER BY e.id, d.status
