@@ -100,8 +100,9 @@ DEFAULTS: dict[str, Any] = {
     # from recent task durations, capped by BATCH_SIZE.
     "PREFETCH": None,
     # Upper bound on rows claimed by one statement (only short tasks reach it: the
-    # adaptive prefetch keeps claims small for slow ones).
-    "BATCH_SIZE": 100,
+    # adaptive prefetch keeps claims small for slow ones). 250: a fifth less CPU per
+    # job than 100 on a drain of short tasks (docs/performance.md, "CPU per job").
+    "BATCH_SIZE": 250,
     # LISTEN/NOTIFY wake-ups; polling still runs when this is False.
     "NOTIFY": True,
     "NOTIFY_CHANNEL": "pgqueue",

@@ -381,14 +381,18 @@ class Completer(threading.Thread):
                     self._drop_connection()
                 logger.warning("Lease extension failed (%s); will retry", exc)
                 continue
-            for job_id, _token in pairs:
+            for job_id, token in pairs:
                 key = (name, job_id)
                 if job_id in kept or key in self.lost:
                     continue
+                # Lost only if this token is still the one held, and marked under the
+                # lock: the worker drops a lost row it has not started (worker._handle),
+                # so a newer claim of the same row must never be taken for it.
                 with self.held_lock:
-                    still_held = key in self.held
+                    still_held = self.held.get(key) == token
+                    if still_held:
+                        self.lost.add(key)
                 if still_held:
-                    self.lost.add(key)
                     logger.warning(
                         "%s %s: lease lost (re-claimed after it lapsed); the running "
                         "attempt's result will be discarded",

@@ -477,7 +477,10 @@ class Worker:
             runnable.append(item)
         with self.held_lock:
             for item in runnable:
-                self.held[(source.name, item.id)] = item.token
+                key = (source.name, item.id)
+                self.held[key] = item.token
+                # A row this worker lost and has now claimed again is held anew.
+                self.completer.lost.discard(key)
         with self._inflight_lock:
             self._inflight += len(runnable)
         self.claimed += len(items)
@@ -525,6 +528,9 @@ class Worker:
         elif self._aborts and self._aborts.get(key) == item.token:
             del self._aborts[key]
             outcome = source.aborted(item, started=False)
+        elif self._no_longer_ours(key, item.token):
+            self._drop_unstarted(source, item)
+            return True
         else:
             attempt = Attempt(source, item)
             self.running[me] = attempt
@@ -578,6 +584,34 @@ class Worker:
         self.completer.submit(outcome)
         self._slot_freed()
         return True
+
+    def _no_longer_ours(self, key: Key, token: uuid.UUID) -> bool:
+        """Whether a claimed row that has not started is no longer this claim's: the
+        lease keeper found its lease lost (it lapsed while the row waited in the
+        prefetch, and another claim took it), or this worker claimed it again since.
+        Two dict lookups, no query: the answer comes from the lease keeper's last pass.
+        """
+        return self.held.get(key) != token or key in self.completer.lost
+
+    def _drop_unstarted(self, source: Source, item: Any) -> None:
+        """Let go of a row that is no longer ours without running it: its new owner
+        runs it, and its attempt is on record (the new claim's LeaseExpired entry names
+        this worker). Running it here would run the job twice, with a result that no
+        completion could store."""
+        key = (source.name, item.id)
+        logger.warning(
+            "%s %s (%s): its lease was lost while it waited to start; dropped unrun, its "
+            "new owner runs it",
+            source.name,
+            item.id,
+            source.describe(item),
+        )
+        with self.held_lock:
+            if self.held.get(key) == item.token:
+                del self.held[key]
+                self.completer.lost.discard(key)
+        self._count("lease_lost")
+        self._slot_freed()
 
     def _slot_freed(self) -> None:
         with self._inflight_lock:

@@ -85,7 +85,19 @@ def test_load_20000_tasks_over_4_processes_run_exactly_once(worker_process, test
         " (SELECT count(*) FROM pgqueue_job WHERE status = 'in_progress'),"
         " (SELECT count(*) FROM pgqueue_job WHERE status = 'succeeded')",
     )[0]
-    assert (runs, distinct, attempts, running, succeeded) == (total, total, total, 0, total)
+    # Every counted attempt leaves a trace: one worker id per claim (a refund takes
+    # its claim's back) and, for each attempt before the last, its error entry (a
+    # failure, or the LeaseExpired that the next claim of a lapsed row writes). An
+    # attempt without one would be an attempt nobody can account for.
+    untraced, extra = query(
+        test_dsn,
+        "SELECT count(*) FILTER (WHERE jsonb_array_length(worker_ids) <> attempts"
+        "   OR jsonb_array_length(errors) <> attempts - 1),"
+        " coalesce(jsonb_agg(errors) FILTER (WHERE attempts > 1), '[]')"
+        " FROM pgqueue_job",
+    )[0]
+    assert untraced == 0, extra
+    assert (runs, distinct, attempts, running, succeeded) == (total, total, total, 0, total), extra
     pids = query(test_dsn, "SELECT count(DISTINCT pid) FROM demo_taskrun")[0][0]
     assert pids == 4
     summary(
@@ -96,6 +108,71 @@ def test_load_20000_tasks_over_4_processes_run_exactly_once(worker_process, test
         recover=elapsed,
         note=f"4 processes x 4 threads, {total / elapsed:.0f} jobs/s",
     )
+
+
+def test_a_prefetched_row_whose_lease_lapsed_is_not_run_by_its_first_owner(test_dsn):
+    """A row waiting in a worker's prefetch loses its lease (the lease keeper ran late,
+    as on a loaded machine) and another worker claims it again: a second counted
+    attempt, traced by its LeaseExpired entry. The first owner must then drop its copy
+    unrun, not run the job a second time with a result nobody can store."""
+    from django_pgqueue.worker import Worker
+    from testproject.demo import tasks
+
+    slow = int(tasks.record_run.enqueue(label="slow", sleep=2.0).id)
+    waiting = int(tasks.record_run.enqueue(label="prefetched").id)
+    # One thread, room for one prefetched row: the second job waits behind the first.
+    worker = Worker(
+        concurrency=1,
+        prefetch=1,
+        lease_seconds=0.6,
+        burst=True,
+        install_signal_handlers=False,
+        notify=False,
+        scheduler=False,
+    )
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        wait_until(
+            lambda: (
+                query(
+                    test_dsn,
+                    "SELECT count(*) FROM pgqueue_job"
+                    " WHERE status = 'in_progress' AND worker_id = %s",
+                    (worker.worker_id,),
+                )[0][0]
+                == 2
+            ),
+            10,
+            "both rows claimed",
+        )
+        # The lease lapses and another worker claims the row, in one transaction, so
+        # the first owner's lease keeper cannot extend it in between; that worker
+        # runs it and records its success.
+        with connect("test-thief") as conn, conn.transaction():
+            conn.execute(
+                "UPDATE pgqueue_job SET locked_until = now() - interval '1 second' WHERE id = %s",
+                (waiting,),
+            )
+            (row,) = conn.execute(sql.CLAIM_JOBS, _claim_params("thief", limit=1)).fetchall()
+            assert row[0] == waiting
+            conn.execute(sql.COMPLETE_JOBS, _complete_params(waiting, row[2]))
+    finally:
+        runner.join(30)
+    assert not runner.is_alive()
+    runs = query(test_dsn, "SELECT job_id FROM demo_taskrun ORDER BY job_id")
+    assert runs == [(slow,)]  # the stolen row was not run again by its first owner
+    assert worker.outcomes == {"succeeded": 1, "lease_lost": 1}
+    (attempts, workers, errors) = query(
+        test_dsn,
+        "SELECT attempts, worker_ids, errors FROM pgqueue_job WHERE id = %s",
+        (waiting,),
+    )[0]
+    # Every counted attempt left a trace: who claimed it, and how the lapsed one ended.
+    assert attempts == 2 and workers == [worker.worker_id, "thief"]
+    assert [(e["attempt"], e["exception_class_path"], e["worker_id"]) for e in errors] == [
+        (1, "django_pgqueue.exceptions.LeaseExpired", worker.worker_id)
+    ]
 
 
 def test_claim_respects_limit_under_an_adversarial_plan(test_dsn):
