@@ -58,7 +58,13 @@ def _scans(statement: str) -> list[dict[str, Any]]:
         cursor.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + statement)
         raw = cursor.fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-    return [n for n in _nodes(plan) if n.get("Relation Name") == "pgqueue_job"]
+    # A Bitmap Heap Scan names the table and its Bitmap Index Scan the index.
+    return [
+        n
+        for n in _nodes(plan)
+        if n.get("Relation Name") == "pgqueue_job"
+        or str(n.get("Index Name", "")).startswith("pgq_job_")
+    ]
 
 
 def _seq_tuples_read(run: Any) -> int:
@@ -78,7 +84,7 @@ def test_the_overview_reads_only_the_partial_indexes(big_history):
     indexes = {n.get("Index Name") for n in executed}
     assert {"pgq_job_due_idx", "pgq_job_lease_idx"} <= indexes, indexes
     # What it read is the backlog, not the history.
-    assert sum(n["Actual Rows"] for n in executed) <= BACKLOG + 10
+    assert sum(n["Actual Rows"] for n in executed if "Relation Name" in n) <= BACKLOG + 10
 
 
 def test_the_terminal_states_are_estimated(big_history):

@@ -38,10 +38,10 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)
 EXACT_TERMINAL_ROWS = 100_000
 
 
-def overview(marker: str, table: str, group: str, group_type: str) -> str:
-    """Per ``group`` value and state: count, oldest due time, lapsed, due, estimated."""
-    due = f"status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()"
-    terminal = TERMINAL_SQL
+def overview(marker: str, table: str, column: str, cast_sql: str) -> str:
+    """Per value of the group ``column`` (of type ``cast_sql``) and state: count, oldest
+    due time, lapsed, due, estimated."""
+    due_sql = f"status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()"
     return f"""/* pgqueue:{marker} */
 WITH size AS (
     SELECT c.reltuples AS n, ns.nspname
@@ -53,34 +53,34 @@ WITH size AS (
     FROM size, pg_catalog.pg_stats AS s,
          unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(val, freq)
     WHERE s.schemaname = size.nspname AND s.tablename = '{table}'
-      AND s.attname IN ('status', '{group}')
+      AND s.attname IN ('status', '{column}')
 )
-SELECT {group}, status::text, count(*),
-       min(next_attempt_at) FILTER (WHERE {due}),
+SELECT {column}, status::text, count(*),
+       min(next_attempt_at) FILTER (WHERE {due_sql}),
        count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
        now(),
-       count(*) FILTER (WHERE {due}),
+       count(*) FILTER (WHERE {due_sql}),
        false
 FROM (
-    SELECT {group}, status, next_attempt_at, locked_until FROM {table}
+    SELECT {column}, status, next_attempt_at, locked_until FROM {table}
     WHERE status IN {CLAIMABLE_SQL}
     UNION ALL
-    SELECT {group}, status, next_attempt_at, locked_until FROM {table}
+    SELECT {column}, status, next_attempt_at, locked_until FROM {table}
     WHERE status = 'in_progress'
 ) AS live
 GROUP BY 1, 2
 UNION ALL
-SELECT {group}, status::text, count(*), NULL, 0, now(), 0, false
+SELECT {column}, status::text, count(*), NULL, 0, now(), 0, false
 FROM {table}
-WHERE status IN {terminal}
+WHERE status IN {TERMINAL_SQL}
   AND (SELECT n FROM size) <= {EXACT_TERMINAL_ROWS}
 GROUP BY 1, 2
 UNION ALL
-SELECT g.val::{group_type}, st.val, round(size.n * st.freq * g.freq)::bigint,
+SELECT g.val::{cast_sql}, st.val, round(size.n * st.freq * g.freq)::bigint,
        NULL, 0, now(), 0, true
 FROM size, col AS st, col AS g
 WHERE size.n > {EXACT_TERMINAL_ROWS}
-  AND st.attname = 'status' AND st.val IN {terminal} AND g.attname = '{group}'
+  AND st.attname = 'status' AND st.val IN {TERMINAL_SQL} AND g.attname = '{column}'
 """
 
 
