@@ -112,8 +112,9 @@ def insert_keyed(
     *,
     unique_key: str | None,
     atomic: bool,
+    concurrency_key: str | None = None,
 ) -> tuple[int, dt.datetime | None]:
-    """Write a unique or atomic job, unless a live job holds its key.
+    """Write a unique, atomic or keyed job, unless a live job holds its unique key.
 
     Returns the new job's id and ``created_at``, or the id of the live job holding
     ``unique_key`` and None. The partial unique index settles concurrent enqueues
@@ -122,7 +123,7 @@ def insert_keyed(
     by a statement with a fresh snapshot. If that job finished in between, nothing
     is live any more and the insert is tried again.
     """
-    values = [*new.values(args_json, kwargs_json), unique_key, atomic]
+    values = [*new.values(args_json, kwargs_json), unique_key, atomic, concurrency_key]
     connection = connections[db]
     for _ in range(5):
         with transaction.atomic(using=db), connection.cursor() as cursor:
