@@ -174,8 +174,8 @@ def fail_with_text(codepoints: list[int]) -> None:
 
 
 @task()
-def record_interval(seconds: float) -> None:
-    """Sleeps, then writes a TaskRun whose label is "start end" (wall clock, one
+def record_interval(seconds: float, tag: str = "") -> None:
+    """Sleeps, then writes a TaskRun whose label is "tag start end" (wall clock, one
     host): flow-control tests rebuild how many jobs ran at once from these."""
     import os
 
@@ -184,5 +184,5 @@ def record_interval(seconds: float) -> None:
     start = time.time()
     time.sleep(seconds)
     TaskRun.objects.create(
-        job_id=0, attempt=0, pid=os.getpid(), label=f"{start:.6f} {time.time():.6f}"
+        job_id=0, attempt=0, pid=os.getpid(), label=f"{tag} {start:.6f} {time.time():.6f}"
     )
