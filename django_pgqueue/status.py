@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .queues import list_queues
 from .stats import (
     EndpointStats,
     QueueStats,
@@ -105,6 +106,10 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
         "queues": [{"name": s.name, **_queue_fields(s)} for s in queues],
         "endpoints": [_endpoint(s) for s in endpoints],
         "workers": [_worker(w) for w in workers],
+        # Flow control (docs/flow-control.md): the queues an operator paused.
+        "paused_queues": [
+            {"name": q.name, "paused_at": _iso(q.paused_at)} for q in list_queues() if q.paused
+        ],
     }
     data["problems"] = problems(data, thresholds or Thresholds())
     data["ok"] = not data["problems"]
@@ -160,6 +165,7 @@ def render_text(data: dict[str, Any]) -> str:
         )
     else:
         lines.append("(no jobs)")
+    lines += [f"paused: queue {q['name']!r} since {q['paused_at']}" for q in data["paused_queues"]]
     lines += ["", "Webhook endpoints"]
     if data["endpoints"]:
         lines += _table(

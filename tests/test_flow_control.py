@@ -201,3 +201,59 @@ def test_the_claim_walks_keys_without_scanning_the_backlog():
         ).fetchone()[0]
     assert len(claimed) == 50
     assert after == before
+
+
+def test_the_command_configures_lists_pauses_and_resumes():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    enqueue(1, "reports")
+    out = StringIO()
+    call_command("pgqueue_queue", "configure", "reports", "--concurrency", "3", stdout=out)
+    call_command("pgqueue_queue", "pause", "reports", stdout=out)
+    call_command("pgqueue_queue", "list", stdout=out)
+    assert "reports  concurrency=3" in out.getvalue() and "paused since" in out.getvalue()
+    call_command("pgqueue_queue", "resume", "reports", stdout=out)
+    assert not queues.get("reports").paused
+    with pytest.raises(CommandError, match="Unknown queue 'reprots'"):
+        call_command("pgqueue_queue", "pause", "reprots")
+    with pytest.raises(CommandError, match="must be 1 or more"):
+        call_command("pgqueue_queue", "configure", "reports", "--concurrency", "0")
+    call_command("pgqueue_queue", "pause", "new", "--create", stdout=out)
+    assert set(Queue.objects.values_list("name", flat=True)) == {"reports", "new"}
+
+
+def test_status_shows_each_paused_queue():
+    from django_pgqueue.status import render_text, snapshot
+
+    queues.pause("reports")
+    data = snapshot()
+    assert [q["name"] for q in data["paused_queues"]] == ["reports"]
+    assert "paused: queue 'reports' since" in render_text(data)
+
+
+def test_the_admin_pauses_and_resumes_with_its_permission(client):
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.auth.models import Permission, User
+
+    queues.configure("reports", concurrency=2)
+    staff = User.objects.create_user("ops", password="pw", is_staff=True)
+    staff.user_permissions.add(
+        Permission.objects.get(codename="view_queue"),
+        Permission.objects.get(codename="pause_queue"),
+    )
+    client.force_login(staff)
+    url = "/admin/django_pgqueue/queue/"
+    page = client.get(url)
+    assert page.status_code == 200 and b"reports" in page.content
+    post = {"action": "pause_queues", "_selected_action": ["reports"]}
+    assert client.post(url, post).status_code == 302
+    assert queues.get("reports").paused
+    assert LogEntry.objects.filter(object_id="reports").count() == 1
+    client.post(url, {"action": "resume_queues", "_selected_action": ["reports"]})
+    assert not queues.get("reports").paused
+    # Without the permission there is no pause action to run.
+    staff.user_permissions.remove(Permission.objects.get(codename="pause_queue"))
+    client.post(url, post)
+    assert not queues.get("reports").paused

@@ -113,7 +113,15 @@ def test_status_json_fields():
     code, out = _status("--json")
     assert code == 0
     data = json.loads(out)
-    assert set(data) == {"measured_at", "queues", "endpoints", "workers", "problems", "ok"}
+    assert set(data) == {
+        "measured_at",
+        "queues",
+        "endpoints",
+        "workers",
+        "paused_queues",
+        "problems",
+        "ok",
+    }
     queues = {q["name"]: q for q in data["queues"]}
     default = queues["default"]
     assert (default["due"], default["deferred"], default["dead"]) == (1, 2, 1)
