@@ -19,6 +19,9 @@ rolls their effects back with everything else. The claim, the task and the
 completion are the worker's own code (sql.CLAIM_JOBS, TaskRunner,
 sql.COMPLETE_JOBS), so retries, backoff and the dead-letter queue behave as in
 production; only the wait for a retry's backoff is skipped (``retries="now"``).
+The claim honours the queues' flow control (docs/flow-control.md): a paused
+queue's jobs are left pending, and a limit caps one claim's batch (each batch is
+completed before the next claim, so a limit never stops the drain).
 docs/testing.md says what works under ``TestCase`` and what needs
 ``TransactionTestCase``.
 """

@@ -257,3 +257,15 @@ def test_the_admin_pauses_and_resumes_with_its_permission(client):
     staff.user_permissions.remove(Permission.objects.get(codename="pause_queue"))
     client.post(url, post)
     assert not queues.get("reports").paused
+
+
+def test_the_testing_helper_honours_limits_and_pauses():
+    from django_pgqueue.testing import run_queued_jobs
+
+    queues.configure("reports", concurrency=1)
+    enqueue(3, "reports")
+    enqueue(2, "paused")
+    queues.pause("paused")
+    run_queued_jobs()
+    assert Job.objects.filter(queue_name="reports", status="succeeded").count() == 3
+    assert Job.objects.filter(queue_name="paused", status="pending", attempts=0).count() == 2
