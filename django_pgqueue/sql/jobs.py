@@ -183,10 +183,11 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 #
 # Flow control (docs/flow-control.md), decided in this same statement, from rows:
 #
-# * ``flow``: the queues served here that have a row with a limit or a pause
-#   (``pgqueue_queue``, a handful of rows; none configured, none read). The
-#   plain ``due`` source skips their jobs, so with no queue configured the claim
-#   is today's: one ordered read of the shared due index.
+# * ``flow``: the queues served here that have a row (``pgqueue_queue``, a handful
+#   of rows; none configured, none read): paused, limited, or configured without
+#   limits for the round robin over keys alone. The plain ``due`` source skips
+#   their jobs, so with no queue configured the claim is today's: one ordered
+#   read of the shared due index.
 # * ``held``: of those, the queues not paused, locked in name order (waiting,
 #   not skipping, as the delivery claim locks endpoints) and fenced by
 #   ``served_at``: the running jobs this statement counts are from its snapshot,
@@ -262,9 +263,7 @@ def _claim_jobs(marker: str, kind_sql: str) -> str:
 WITH RECURSIVE {lapsed_sql}, flow AS (
     SELECT q.name, q.served_at, q.paused_at IS NOT NULL AS paused
     FROM {QUEUE_TABLE} AS q
-    WHERE (q.paused_at IS NOT NULL OR q.concurrency IS NOT NULL
-           OR q.key_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
-      AND (%(all_queues)s OR q.name = ANY(%(queues)s))
+    WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
 ), held AS MATERIALIZED (
     SELECT q.name, q.key_concurrency,
            GREATEST(0, LEAST({_FREE}, q.concurrency - ({_RUNNING_IN_QUEUE}),
