@@ -217,7 +217,12 @@ class _QueueGauges:
         alive = sum(1 for w in data["workers"] if w["alive"])
         workers.add_metric(["alive"], alive)
         workers.add_metric(["gone"], len(data["workers"]) - alive)
-        yield from (rows, oldest, deliveries, circuit, active, workers)
+        paused = GaugeMetricFamily(
+            "pgqueue_queue_paused", "1 for each paused job queue.", labels=["queue"]
+        )
+        for queue in data["paused_queues"]:
+            paused.add_metric([queue["name"]], 1.0)
+        yield from (rows, oldest, deliveries, circuit, active, workers, paused)
 
 
 def enable(

@@ -269,3 +269,12 @@ def test_the_testing_helper_honours_limits_and_pauses():
     run_queued_jobs()
     assert Job.objects.filter(queue_name="reports", status="succeeded").count() == 3
     assert Job.objects.filter(queue_name="paused", status="pending", attempts=0).count() == 2
+
+
+def test_the_metrics_show_each_paused_queue():
+    pytest.importorskip("prometheus_client")
+    from django_pgqueue.metrics import _QueueGauges
+
+    queues.pause("reports")
+    [paused] = [m for m in _QueueGauges().collect() if m.name == "pgqueue_queue_paused"]
+    assert [(s.labels, s.value) for s in paused.samples] == [({"queue": "reports"}, 1.0)]
