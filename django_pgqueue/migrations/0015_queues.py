@@ -127,11 +127,8 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="job",
             index=models.Index(
-                models.F("queue_name"),
-                django.db.models.functions.comparison.Coalesce("concurrency_key", models.Value("")),
-                condition=models.Q(
-                    ("status", "in_progress"), models.Q(("queue_name", ""), _negated=True)
-                ),
+                condition=models.Q(("concurrency_key__isnull", False), ("status", "in_progress")),
+                fields=["queue_name", "concurrency_key"],
                 name="pgq_job_flow_run_idx",
             ),
         ),

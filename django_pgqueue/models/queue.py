@@ -178,8 +178,8 @@ class Job(QueueRow):
             # Flow control (docs/flow-control.md): the waiting jobs of one queue by
             # key, so the claim walks a limited queue's keys (one descent per key)
             # and takes each key's oldest without reading the rest of the backlog;
-            # a job without a key is in key ''. And the running jobs of one queue
-            # and key, so its limits are counted from the rows, never a counter.
+            # a job without a key is in key ''. And the running jobs of one key,
+            # so its limit is counted from the rows, never a counter.
             models.Index(
                 F("queue_name"),
                 Coalesce("concurrency_key", Value("")),
@@ -190,12 +190,11 @@ class Job(QueueRow):
                 condition=Q(status__in=[s.value for s in CLAIMABLE]),
             ),
             models.Index(
-                F("queue_name"),
-                Coalesce("concurrency_key", Value("")),
+                fields=["queue_name", "concurrency_key"],
                 name="pgq_job_flow_run_idx",
-                # ``queue_name <> ''`` holds for every row; it keeps the lapsed
-                # source (every running job, in lease order) on the lease index.
-                condition=Q(status=Status.IN_PROGRESS) & ~Q(queue_name=""),
+                # Keyed jobs only: a job without a key adds nothing to the claim's
+                # cost (a queue's own count reads the lease index).
+                condition=Q(status=Status.IN_PROGRESS, concurrency_key__isnull=False),
             ),
         ]
         constraints = [

@@ -200,8 +200,8 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 #   locked (newest) row no longer carries the snapshot's stamp drops out of this
 #   claim; the next takes it. The limit thus holds across processes and hosts
 #   without a counter that could drift. ``room``: the least of what the batch
-#   leaves, ``concurrency`` minus the queue's running jobs (counted through the
-#   small partial index ``pgq_job_flow_run_idx``) and the GCRA rate allowance.
+#   leaves, ``concurrency`` minus the queue's running jobs (counted from the
+#   rows, see _RUNNING_IN_QUEUE) and the GCRA rate allowance.
 # * ``keys``: each held queue's keys with waiting jobs, by a skip scan of
 #   ``pgq_job_flow_due_idx`` (one descent per key, however many jobs each holds;
 #   jobs without a key are key ''). ``flow_picks``: per key, its first jobs in
@@ -225,17 +225,14 @@ _PICKED_FLOW_JOBS = picked(
 )
 _JOB_LEASE_EXPIRED = lease_expired_error("j.worker_id")
 _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
-# The running jobs of queue ``{q}`` (and key ``{k}``), through pgq_job_flow_run_idx,
-# whose predicate also says ``queue_name <> ''`` (always true) so that only these
-# counts can use it: the lapsed source, which asks for every running job in lease
-# order, would otherwise sort that small index rather than read the lease index.
-_RUNNING = f"""SELECT count(*) FROM {JOB_TABLE} AS r
-               WHERE r.queue_name = {{q}}{{key}} AND r.status = 'in_progress'
-                 AND r.queue_name <> ''"""
-_RUNNING_IN_QUEUE = _RUNNING.format(q="q.name", key="")
-_RUNNING_OF_KEY = _RUNNING.format(
-    q="k.queue_name", key="\n                 AND COALESCE(r.concurrency_key, '') = k.key"
-)
+# The running jobs of queue ``q`` (through the lease index: every running job, a
+# few per worker thread) and of key ``k`` (through pgq_job_flow_run_idx, which holds
+# only running keyed jobs, so jobs without a key never pay for it).
+_RUNNING_IN_QUEUE = f"""SELECT count(*) FROM {JOB_TABLE} AS r
+               WHERE r.queue_name = q.name AND r.status = 'in_progress'"""
+_RUNNING_OF_KEY = f"""SELECT count(*) FROM {JOB_TABLE} AS r
+                 WHERE r.queue_name = k.queue_name AND r.status = 'in_progress'
+                   AND r.concurrency_key IS NOT NULL AND r.concurrency_key = k.key"""
 # The first waiting key of queue ``{q}`` after ``{after}``, in the order of
 # pgq_job_flow_due_idx (so: one index descent).
 _NEXT_KEY = f"""(SELECT COALESCE(n.concurrency_key, '') FROM {JOB_TABLE} AS n

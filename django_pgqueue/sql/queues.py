@@ -44,11 +44,11 @@ QUEUE_STATE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("rate_limit", "q.rate_limit"),
     ("rate_period", "q.rate_period"),
     ("paused_at", "q.paused_at"),
-    # Counted from the rows, through the flow indexes (the claim's own counts).
+    # Counted from the rows, as the claim counts them.
     (
         "running",
         f"""(SELECT count(*) FROM {JOB_TABLE} AS r
-         WHERE r.queue_name = q.name AND r.status = 'in_progress' AND r.queue_name <> '')""",
+         WHERE r.queue_name = q.name AND r.status = 'in_progress')""",
     ),
 )
 _QUEUE_STATE = ", ".join(expression for _, expression in QUEUE_STATE_COLUMNS)
@@ -60,13 +60,13 @@ WHERE %(name)s::text IS NULL OR q.name = %(name)s
 ORDER BY q.name
 """
 
-# Whether a queue has a live job, read in the flow due index's and run index's
-# order (a descent each): what makes a queue without a row "known" to the command.
+# Whether a queue has a live job, read in the flow due index's order and the lease
+# index's (a descent each): what makes a queue without a row "known" to the command.
 QUEUE_HAS_LIVE_JOBS = f"""/* pgqueue:queue_has_live_jobs */
 SELECT (SELECT true FROM {JOB_TABLE} AS n
         WHERE n.queue_name = %(name)s AND n.status IN {CLAIMABLE_SQL}
         ORDER BY n.queue_name, COALESCE(n.concurrency_key, '') LIMIT 1) IS NOT NULL
     OR (SELECT true FROM {JOB_TABLE} AS r
-        WHERE r.queue_name = %(name)s AND r.status = 'in_progress' AND r.queue_name <> ''
-        LIMIT 1) IS NOT NULL
+        WHERE r.queue_name = %(name)s AND r.status = 'in_progress'
+        ORDER BY r.locked_until LIMIT 1) IS NOT NULL
 """
