@@ -37,6 +37,7 @@ from .exceptions import DuplicateJob, NotATask
 from .jobs import store
 from .models.queue import Status
 from .notify import wake_workers
+from .queues import validate_concurrency_key
 from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
 from .signal_gate import SignalGate
@@ -72,6 +73,9 @@ class PgQueueTask(Task):
 
     ``@task(atomic=True)`` runs the task inside the transaction that claims and
     completes its row (docs/atomic-tasks.md).
+
+    ``@task(concurrency_key="reports")`` or ``task.using(concurrency_key="customer-42")``
+    names the key its queue's ``key_concurrency`` limit counts (docs/flow-control.md).
     """
 
     max_attempts: int | None = None
@@ -81,6 +85,7 @@ class PgQueueTask(Task):
     unique_key: str | None = None
     on_duplicate: Literal["return", "raise"] = "return"
     atomic: bool = False
+    concurrency_key: str | None = None
 
     def using(
         self,
@@ -90,8 +95,10 @@ class PgQueueTask(Task):
         run_after: datetime | None = None,
         backend: str | None = None,
         unique_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> PgQueueTask:
-        """Task.using, plus ``unique_key``: at most one live job of this task with it."""
+        """Task.using, plus ``unique_key`` (at most one live job of this task with it)
+        and ``concurrency_key`` (the key its queue's per-key limit counts)."""
         task = cast(
             PgQueueTask,
             Task.using(
@@ -100,6 +107,8 @@ class PgQueueTask(Task):
         )
         if unique_key is not None:
             task = replace(task, unique_key=unique_key)
+        if concurrency_key is not None:
+            task = replace(task, concurrency_key=concurrency_key)
         return task
 
 
@@ -227,6 +236,10 @@ class PgQueueBackend(BaseTaskBackend):
                 f"got {backoff!r}"
             )
         validate_unique_key(getattr(task, "unique_key", None))
+        try:
+            validate_concurrency_key(getattr(task, "concurrency_key", None))
+        except ValueError as exc:
+            raise InvalidTask(str(exc)) from None
         if getattr(task, "on_duplicate", "return") not in ("return", "raise"):
             raise InvalidTask(
                 f"on_duplicate must be 'return' or 'raise', got {task.on_duplicate!r}"  # type: ignore[attr-defined]
@@ -293,10 +306,17 @@ class PgQueueBackend(BaseTaskBackend):
         warn_if_outside_queue_transaction(db, "enqueue()", stacklevel=3)
         unique_key = unique_key_for(task, args, kwargs)
         atomic = bool(getattr(task, "atomic", False))
+        concurrency_key = getattr(task, "concurrency_key", None)
         new = self._new_jobs(task)
-        if unique_key is not None or atomic:
+        if unique_key is not None or atomic or concurrency_key is not None:
             job_id, created_at = store.insert_keyed(
-                db, new, args_json, kwargs_json, unique_key=unique_key, atomic=atomic
+                db,
+                new,
+                args_json,
+                kwargs_json,
+                unique_key=unique_key,
+                atomic=atomic,
+                concurrency_key=concurrency_key,
             )
             if created_at is None:
                 return self._duplicate(task, job_id, unique_key)
@@ -370,6 +390,7 @@ class PgQueueBackend(BaseTaskBackend):
             getattr(task, "unique", False)
             or getattr(task, "unique_key", None) is not None
             or getattr(task, "atomic", False)
+            or getattr(task, "concurrency_key", None) is not None
         ):
             items = [(tuple(a), dict(k)) for a, k in arguments]
             with transaction.atomic(using=conf.DATABASE):

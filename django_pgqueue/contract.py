@@ -325,3 +325,25 @@ def strict_text(value: str, what: str, *, error: type[Exception] = ValueError) -
     if problem:
         raise error(f"{what} contains {problem}")
     return value
+
+
+def bounded_text(
+    value: object,
+    what: str,
+    *,
+    max_length: int,
+    hint: str = "",
+    error: type[Exception] = ValueError,
+) -> str:
+    """``value`` if it is a non-empty string of at most ``max_length`` characters that
+    PostgreSQL's ``text`` holds (a name or a key: a queue name, a unique or
+    concurrency key); raises ``error`` naming ``what`` (and ``hint``, the fix for a
+    long value) otherwise."""
+    if not isinstance(value, str) or not value:
+        raise error(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > max_length:
+        raise error(
+            f"{what} is {len(value)} characters long, more than the {max_length} "
+            f"allowed: {value[:40]!r}...{hint}"
+        )
+    return strict_text(value, f"{what} {value[:40]!r}", error=error)

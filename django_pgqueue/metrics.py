@@ -202,7 +202,12 @@ class _QueueGauges:
         alive = sum(1 for w in data["workers"] if w["alive"])
         workers.add_metric(["alive"], alive)
         workers.add_metric(["gone"], len(data["workers"]) - alive)
-        yield from (rows, oldest, workers, *_mq_gauges(data))
+        paused = GaugeMetricFamily(
+            "pgqueue_queue_paused", "1 for each paused job queue.", labels=["queue"]
+        )
+        for queue in data["paused_queues"]:
+            paused.add_metric([queue["name"]], 1.0)
+        yield from (rows, oldest, workers, paused, *_mq_gauges(data))
 
 
 #: ``PGQUEUE["METRICS_ENDPOINTS"]`` -> (metric name prefix, label of the group).

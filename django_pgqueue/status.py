@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .mq import store as mq_store
+from .queues import list_queues
 from .stats import (
     EndpointStats,
     QueueStats,
@@ -127,6 +128,10 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
         "endpoints": [_endpoint(s) for s in endpoints],
         "workers": [_worker(w) for w in workers],
         "message_queues": [_message_queue(q) for q in mq_store.overview()],
+        # Flow control (docs/flow-control.md): the queues an operator paused.
+        "paused_queues": [
+            {"name": q.name, "paused_at": _iso(q.paused_at)} for q in list_queues() if q.paused
+        ],
     }
     data["problems"] = problems(data, thresholds or Thresholds())
     data["ok"] = not data["problems"]
@@ -199,6 +204,7 @@ def render_text(data: dict[str, Any]) -> str:
         )
     else:
         lines.append("(no jobs)")
+    lines += [f"paused: queue {q['name']!r} since {q['paused_at']}" for q in data["paused_queues"]]
     lines += ["", "Webhook endpoints"]
     if data["endpoints"]:
         lines += _table(

@@ -20,7 +20,10 @@ completion are the worker's own code (sql.CLAIM_JOBS, TaskRunner,
 sql.COMPLETE_JOBS), so retries, backoff, timeouts and the dead-letter queue behave
 as in production; only the wait for a retry's backoff is skipped (``retries="now"``).
 Webhook deliveries are sent only when asked (``webhooks=True``): a test's fixtures
-may name real receivers.
+may name real receivers. The claim honours the queues' flow control
+(docs/flow-control.md): a paused queue's jobs are left pending, and a limit caps
+one claim's batch (each batch is completed before the next claim, so a limit never
+stops the drain).
 docs/testing.md says what works under ``TestCase`` and what needs
 ``TransactionTestCase``.
 """

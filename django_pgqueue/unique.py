@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from .compat import Task
-from .contract import strict_text
+from .contract import bounded_text
 from .exceptions import InvalidUniqueKey
 from .models.queue import UNIQUE_KEY_MAX_LENGTH
 
@@ -30,15 +30,13 @@ def validate_unique_key(key: Any) -> None:
     ``text`` holds (no NUL character, no lone surrogate)."""
     if key is None:
         return
-    if not isinstance(key, str) or not key:
-        raise InvalidUniqueKey(f"unique_key must be a non-empty string, got {key!r}")
-    if len(key) > UNIQUE_KEY_MAX_LENGTH:
-        raise InvalidUniqueKey(
-            f"unique_key is {len(key)} characters long, more than the "
-            f"{UNIQUE_KEY_MAX_LENGTH} allowed: {key[:40]!r}... Hash long keys "
-            f"(e.g. hashlib.sha256(key.encode()).hexdigest())."
-        )
-    strict_text(key, f"unique_key {key[:40]!r}", error=InvalidUniqueKey)
+    bounded_text(
+        key,
+        "unique_key",
+        max_length=UNIQUE_KEY_MAX_LENGTH,
+        hint=" Hash long keys (e.g. hashlib.sha256(key.encode()).hexdigest()).",
+        error=InvalidUniqueKey,
+    )
 
 
 @lru_cache(maxsize=1024)

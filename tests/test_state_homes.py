@@ -35,13 +35,15 @@ QUEUE_MODELS = {
     "Schedule": "pgqueue_schedule",
     "ScheduleTick": "pgqueue_schedule_tick",
     "MessageQueue": "pgqueue_mq_queue",
+    "Queue": "pgqueue_queue",
 }
 QUEUE_TABLES = set(QUEUE_MODELS.values())
 
 #: The stores: module (or package, ending in "/") -> the tables it writes. The
 #: same list as the table in docs/architecture.md (test_the_page_lists_the_stores).
 STORES: dict[str, set[str]] = {
-    "jobs/": {"pgqueue_job"},
+    "jobs/": {"pgqueue_job", "pgqueue_queue"},
+    "queues.py": {"pgqueue_queue"},
     "webhooks/store.py": {
         "pgqueue_application",
         "pgqueue_delivery",

@@ -119,6 +119,7 @@ def test_status_json_fields():
         "endpoints",
         "workers",
         "message_queues",
+        "paused_queues",
         "problems",
         "ok",
     }

@@ -13,6 +13,7 @@ from .deliveries import DeliveryAdmin, EventAdmin
 from .endpoints import EndpointAdmin
 from .jobs import JobAdmin
 from .mq import MessageQueueAdmin
+from .queues import QueueAdmin
 from .schedules import ScheduleAdmin
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "EventAdmin",
     "JobAdmin",
     "MessageQueueAdmin",
+    "QueueAdmin",
     "ScheduleAdmin",
 ]
 

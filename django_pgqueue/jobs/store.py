@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -112,8 +113,9 @@ def insert_keyed(
     *,
     unique_key: str | None,
     atomic: bool,
+    concurrency_key: str | None = None,
 ) -> tuple[int, dt.datetime | None]:
-    """Write a unique or atomic job, unless a live job holds its key.
+    """Write a unique, atomic or keyed job, unless a live job holds its unique key.
 
     Returns the new job's id and ``created_at``, or the id of the live job holding
     ``unique_key`` and None. The partial unique index settles concurrent enqueues
@@ -122,7 +124,7 @@ def insert_keyed(
     by a statement with a fresh snapshot. If that job finished in between, nothing
     is live any more and the insert is tried again.
     """
-    values = [*new.values(args_json, kwargs_json), unique_key, atomic]
+    values = [*new.values(args_json, kwargs_json), unique_key, atomic, concurrency_key]
     connection = connections[db]
     for _ in range(5):
         with transaction.atomic(using=db), connection.cursor() as cursor:
@@ -194,7 +196,44 @@ def claim(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
     Rows come back ``in_progress`` with a fresh token, or ``dead``/``cancelled``
     (a lapsed row out of attempts or aborted, finished by the claim itself).
     """
-    return CLAIMED_JOB.all(conn.execute(sql.CLAIM_JOBS, params).fetchall())
+    return _claim_with_flow(conn, params, sql.CLAIM_FLOW_JOBS, sql.CLAIM_JOBS)
+
+
+#: When the store last asked whether any queue has a row, and the answer.
+_configured = {"at": -1e9, "any": False}
+#: How long that answer is trusted: a queue configured for the first time waits at
+#: most this long for the flow claim (the plain claim skips its jobs at once).
+CONFIGURED_TTL = 1.0
+
+
+def forget_configured() -> None:
+    """Ask again at the next claim whether any queue has a row (``queues`` calls it
+    after each write, so this process's next claim sees a first configuration)."""
+    _configured["at"] = -1e9
+
+
+def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -> list[ClaimedJob]:
+    """The flow claim (configured queues, under their limits) when any queue has a
+    row, then the plain claim for the rest of the batch.
+
+    With no queue configured (the common case) this is the plain claim alone,
+    today's statement, plus one tiny query a second: the flow claim's planning
+    would otherwise cost every claim. The plain claim reads the queue rows itself
+    and never takes a configured queue's job, so a pause or a limit never waits for
+    this answer; only a newly configured queue waits up to CONFIGURED_TTL to be
+    served by the flow claim.
+    """
+    now = time.monotonic()
+    if now - _configured["at"] > CONFIGURED_TTL:
+        _configured["any"] = bool(conn.execute(sql.ANY_QUEUE_CONFIGURED).fetchone()[0])
+        _configured["at"] = now
+    claimed: list[ClaimedJob] = []
+    if _configured["any"]:
+        claimed = CLAIMED_JOB.all(conn.execute(flow, params).fetchall())
+        if len(claimed) >= params["limit"]:
+            return claimed
+        params = {**params, "limit": params["limit"] - len(claimed)}
+    return claimed + CLAIMED_JOB.all(conn.execute(plain, params).fetchall())
 
 
 def complete(conn: Any, outcomes: Sequence[JobOutcome]) -> set[int]:
@@ -269,9 +308,7 @@ def any_atomic_left(conn: Any, params: dict[str, Any]) -> bool:
 def claim_atomic(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
     """Claim atomic jobs as :func:`claim` claims the others: each attempt is counted
     and leased by this statement, which commits before any of them runs."""
-    return [
-        ClaimedJob.from_row(row) for row in conn.execute(sql.CLAIM_ATOMIC_JOBS, params).fetchall()
-    ]
+    return _claim_with_flow(conn, params, sql.CLAIM_FLOW_ATOMIC_JOBS, sql.CLAIM_ATOMIC_JOBS)
 
 
 def bound_atomic_transaction(cursor: Any, timeout_ms: int) -> None:

@@ -16,6 +16,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
     )
 
 from .api import ApiKey, ApiRateLimit, ApiScope
+from .flow import Queue
 from .mq import MessageQueue
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
@@ -45,6 +46,7 @@ __all__ = [
     "Job",
     "MessageQueue",
     "Ordering",
+    "Queue",
     "QueueRow",
     "RatePeriod",
     "Schedule",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 # Declared in states.py (importable without the app registry, for sql/).
 from ..states import CLAIMABLE, LIVE, TERMINAL, Status
+from .flow import CONCURRENCY_KEY_MAX_LENGTH
 
 __all__ = ["CLAIMABLE", "LIVE", "TERMINAL", "UNIQUE_KEY_MAX_LENGTH", "Status"]
 
@@ -139,6 +141,15 @@ class Job(QueueRow):
         db_default=False,
         help_text=_("Claimed, run and completed in one transaction (atomic tasks)."),
     )
+    concurrency_key = models.CharField(  # noqa: DJ001 - NULL is "no key"; "" is refused
+        max_length=CONCURRENCY_KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        db_default=None,
+        help_text=_(
+            "The key this job's queue limits per key (queues.configure(key_concurrency=))."
+        ),
+    )
     abort_requested_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -163,6 +174,27 @@ class Job(QueueRow):
                 fields=["-priority", "next_attempt_at", "id"],
                 name="pgq_job_atomic_due_idx",
                 condition=Q(atomic=True, status__in=[s.value for s in CLAIMABLE]),
+            ),
+            # Flow control (docs/flow-control.md): the waiting jobs of one queue by
+            # key, so the claim walks a limited queue's keys (one descent per key)
+            # and takes each key's oldest without reading the rest of the backlog;
+            # a job without a key is in key ''. And the running jobs of one key,
+            # so its limit is counted from the rows, never a counter.
+            models.Index(
+                F("queue_name"),
+                Coalesce("concurrency_key", Value("")),
+                F("priority").desc(),
+                F("next_attempt_at"),
+                F("id"),
+                name="pgq_job_flow_due_idx",
+                condition=Q(status__in=[s.value for s in CLAIMABLE]),
+            ),
+            models.Index(
+                fields=["queue_name", "concurrency_key"],
+                name="pgq_job_flow_run_idx",
+                # Keyed jobs only: a job without a key adds nothing to the claim's
+                # cost (a queue's own count reads the lease index).
+                condition=Q(status=Status.IN_PROGRESS, concurrency_key__isnull=False),
             ),
         ]
         constraints = [

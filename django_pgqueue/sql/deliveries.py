@@ -26,6 +26,8 @@ from .fragments import (
     lapsed_source,
     lease_expired_error,
     picked,
+    rate_allowance,
+    rate_tat_after,
     read_outcomes,
     unnest_picked,
 )
@@ -162,16 +164,11 @@ _FIFO_HEAD = f"""(d.ordering_key IS NULL OR NOT EXISTS (
 _IN_FLIGHT = f"""SELECT count(*) FROM {DELIVERY_TABLE} AS f
                WHERE f.endpoint_id = e.id AND f.status = 'in_progress'"""
 
-# Requests endpoint ``e`` may start now under its rate limit (NULL: no limit): the
-# generic cell rate algorithm, a token bucket kept as one timestamp. ``rate_tat``
-# (the theoretical arrival time) moves on by ``rate_period / rate_limit`` per
-# request; a bucket of ``rate_limit`` requests fills back at ``rate_limit`` per
-# ``rate_period``. One column, written only under the endpoint's row lock by the
-# claim, so it holds across processes and hosts. The epsilon absorbs float
-# rounding of the interval arithmetic.
-_RATE_ALLOWANCE = """CASE WHEN e.rate_limit IS NOT NULL THEN GREATEST(0, floor(
-        e.rate_limit - GREATEST(0, extract(epoch FROM e.rate_tat - now()))
-                       * e.rate_limit / e.rate_period + 0.000001))::int END"""
+# Requests endpoint ``e`` may start now under its rate limit (NULL: no limit), and
+# its rate state moved on by the ``s.n`` requests a claim took: GCRA
+# (fragments.rate_allowance), the same as the job queues'.
+_RATE_ALLOWANCE = rate_allowance("e")
+_RATE_TAT_AFTER = rate_tat_after("e", "s.n")
 
 # Claim up to ``limit`` deliveries in the claim's frame (fragments.py: materialized
 # sources with SKIP LOCKED, lapsed leases first, the picked ids joined back through
@@ -351,9 +348,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
 ), served AS (
     UPDATE {ENDPOINT_TABLE} AS e SET
         served_at = clock_timestamp(),
-        rate_tat = CASE WHEN e.rate_limit IS NOT NULL
-            THEN GREATEST(e.rate_tat, now())
-                 + make_interval(secs => s.n * e.rate_period::float8 / e.rate_limit) END
+        rate_tat = {_RATE_TAT_AFTER}
     FROM (SELECT endpoint_id, count(*) AS n FROM due GROUP BY endpoint_id) AS s
     WHERE e.id = s.endpoint_id
 ), {_PICKED_DELIVERIES}, claimed AS (

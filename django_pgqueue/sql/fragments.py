@@ -20,6 +20,7 @@ ATTEMPT_TABLE = "pgqueue_delivery_attempt"
 SCHEDULE_TABLE = "pgqueue_schedule"
 TICK_TABLE = "pgqueue_schedule_tick"
 WORKER_TABLE = "pgqueue_worker"
+QUEUE_TABLE = "pgqueue_queue"
 
 # The state sets of a queue row as SQL lists, from their one declaration
 # (states.py, which the partial indexes in the models' Meta are built from too):
@@ -133,6 +134,31 @@ def unnest_picked(column_names: Sequence[str]) -> str:
     arrays_sql = ", ".join(f"picked.{column}" for column in column_names)
     names_sql = ", ".join(column_names)
     return f"picked, unnest({arrays_sql})\n         AS p({names_sql})"
+
+
+# ---- Rate limits (GCRA) ----------------------------------------------------------
+#
+# The generic cell rate algorithm, a token bucket kept as one timestamp per limited
+# row (an endpoint, a queue): ``rate_tat`` (the theoretical arrival time) moves on
+# by ``rate_period / rate_limit`` per start; a bucket of ``rate_limit`` starts fills
+# back at ``rate_limit`` per ``rate_period``. One column, written only under the
+# row's lock by the claim, so it holds across processes and hosts. The epsilon
+# absorbs float rounding of the interval arithmetic.
+
+
+def rate_allowance(alias: str) -> str:
+    """How many starts row ``alias`` may make now under its rate limit (NULL: no limit)."""
+    return f"""CASE WHEN {alias}.rate_limit IS NOT NULL THEN GREATEST(0, floor(
+        {alias}.rate_limit - GREATEST(0, extract(epoch FROM {alias}.rate_tat - now()))
+                       * {alias}.rate_limit / {alias}.rate_period + 0.000001))::int END"""
+
+
+def rate_tat_after(alias: str, starts_sql: str) -> str:
+    """Row ``alias``'s new ``rate_tat`` once a claim took ``starts_sql`` starts of it."""
+    return f"""CASE WHEN {alias}.rate_limit IS NOT NULL
+            THEN GREATEST({alias}.rate_tat, now())
+                 + make_interval(secs => {starts_sql} * {alias}.rate_period::float8
+                                 / {alias}.rate_limit) END"""
 
 
 # ---- After the claim -------------------------------------------------------------

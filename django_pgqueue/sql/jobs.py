@@ -11,11 +11,14 @@ from .fragments import (
     PLAN_EACH_RUN_LIMIT,
     PLAN_EACH_RUN_QUEUES,
     PLAN_EACH_RUN_WORKER,
+    QUEUE_TABLE,
     TERMINAL_SQL,
     extend_leases,
     lapsed_source,
     lease_expired_error,
     picked,
+    rate_allowance,
+    rate_tat_after,
     read_outcomes,
     unnest_picked,
 )
@@ -101,16 +104,18 @@ VALUES ({_NEW_JOB_VALUES})
 RETURNING id, created_at
 """
 
-# Enqueue one unique or atomic job (Django cursor). INSERT_JOB's row plus the
-# unique key and the atomic flag. A live job of the same task with the same key
-# wins: ``ON CONFLICT`` names the partial unique index ``pgq_job_unique_live`` by
-# its columns and predicate (written as in the index so PostgreSQL infers it), a
-# concurrent enqueue of the same key waits for the first transaction and then
-# inserts nothing. No row back means "a live job holds the key" (LIVE_JOB_WITH_KEY
-# then reads it, with a fresh snapshot). Rows without a key never conflict.
+# Enqueue one unique, atomic or keyed job (Django cursor). INSERT_JOB's row plus
+# the unique key, the atomic flag and the concurrency key (flow control; a job
+# without these options goes through INSERT_JOB, which stays as it is). A live job
+# of the same task with the same unique key wins: ``ON CONFLICT`` names the partial
+# unique index ``pgq_job_unique_live`` by its columns and predicate (written as in
+# the index so PostgreSQL infers it), a concurrent enqueue of the same key waits
+# for the first transaction and then inserts nothing. No row back means "a live
+# job holds the key" (LIVE_JOB_WITH_KEY then reads it, with a fresh snapshot).
+# Rows without a unique key never conflict.
 INSERT_KEYED_JOB = f"""/* pgqueue:enqueue_keyed */
-INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES}, unique_key, atomic)
-VALUES ({_NEW_JOB_VALUES}, %s, %s)
+INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES}, unique_key, atomic, concurrency_key)
+VALUES ({_NEW_JOB_VALUES}, %s, %s, %s)
 ON CONFLICT (task_path, unique_key)
     WHERE unique_key IS NOT NULL AND status IN {LIVE_SQL}
 DO NOTHING
@@ -175,6 +180,39 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 #   its own kind: the flag is a filter here, not a condition of the shared due
 #   index, because atomic jobs are expected to be a small share of the due rows
 #   (they have their own partial index, ``pgq_job_atomic_due_idx``).
+#
+# Flow control (docs/flow-control.md), decided in the claim, from rows. Queues that
+# have a row in ``pgqueue_queue`` (paused, limited, or configured for the round
+# robin over keys alone) are claimed by their own statement, CLAIM_FLOW_JOBS,
+# which the job store runs only while some queue has a row (it asks once a
+# second): with none configured, the claim is today's statement and costs what it
+# did (planning the flow claim took three times the plain one's). CLAIM_JOBS
+# itself reads the rows (``flow``, a handful; none configured, none read) and
+# skips those queues' jobs, so a pause or a limit holds from the next claim
+# whatever the store last heard. In CLAIM_FLOW_JOBS:
+#
+# * ``flow``: the queues served here that have a row.
+# * ``held``: of those, the queues not paused, locked in name order (waiting,
+#   not skipping, as the delivery claim locks endpoints) and fenced by
+#   ``served_at``: the running jobs this statement counts are from its snapshot,
+#   and a claim that committed after that snapshot is invisible to it, so every
+#   claim stamps ``served_at`` on the queues it took from and a queue whose
+#   locked (newest) row no longer carries the snapshot's stamp drops out of this
+#   claim; the next takes it. The limit thus holds across processes and hosts
+#   without a counter that could drift. ``room``: the least of what the batch
+#   leaves, ``concurrency`` minus the queue's running jobs (counted from the
+#   rows, see _RUNNING_IN_QUEUE) and the GCRA rate allowance.
+# * ``keys``: each held queue's keys with waiting jobs, by a skip scan of
+#   ``pgq_job_flow_due_idx`` (one descent per key, however many jobs each holds;
+#   jobs without a key are key ''). ``flow_picks``: per key, its first jobs in
+#   priority order, at most the queue's room and, for a key, ``key_concurrency``
+#   minus the key's running jobs; each numbered within its key.
+# * ``flow_due``: per queue the picks in round robin over keys (each key's
+#   first, then each key's second...), at most its room, locked with SKIP LOCKED
+#   by primary key. A lone key fills the room (work-conserving); a flood of one
+#   key does not delay another key's first job past one claim.
+# * ``served``: the queues taken from get their stamp and their rate state moved
+#   on. Jobs over a limit are simply not picked: they stay pending, no attempt spent.
 _CLAIM_JOB_PICKED = ("id", "exhausted", "lapsed")
 _PICKED_JOBS = picked(
     _CLAIM_JOB_PICKED,
@@ -182,12 +220,37 @@ _PICKED_JOBS = picked(
         UNION ALL
         SELECT id, false, false FROM due""",
 )
+_PICKED_FLOW_JOBS = picked(
+    _CLAIM_JOB_PICKED, "SELECT id, false AS exhausted, false AS lapsed FROM flow_due"
+)
 _JOB_LEASE_EXPIRED = lease_expired_error("j.worker_id")
 _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
+# The running jobs of queue ``q`` (through the lease index: every running job, a
+# few per worker thread) and of key ``k`` (through pgq_job_flow_run_idx, which holds
+# only running keyed jobs, so jobs without a key never pay for it).
+_RUNNING_IN_QUEUE = f"""SELECT count(*) FROM {JOB_TABLE} AS r
+               WHERE r.queue_name = q.name AND r.status = 'in_progress'"""
+_RUNNING_OF_KEY = f"""SELECT count(*) FROM {JOB_TABLE} AS r
+                 WHERE r.queue_name = k.queue_name AND r.status = 'in_progress'
+                   AND r.concurrency_key IS NOT NULL AND r.concurrency_key = k.key"""
+# The first waiting key of queue ``{q}`` after ``{after}``, in the order of
+# pgq_job_flow_due_idx (so: one index descent).
+_NEXT_KEY = f"""(SELECT COALESCE(n.concurrency_key, '') FROM {JOB_TABLE} AS n
+             WHERE n.queue_name = {{q}}{{after}} AND n.status IN {CLAIMABLE_SQL}
+             ORDER BY n.queue_name, COALESCE(n.concurrency_key, '') LIMIT 1)"""
+# The plain ``due`` source skips the flow-controlled queues' jobs. Written as a bare
+# ``queue_name <> ALL(...)`` the planner estimates it from the column's statistics:
+# with one queue in use (``default`` only) "differs from any given name" is
+# estimated at no row, the LIMIT then looks unreachable through the ordered index
+# and it sorts a sequential scan of the whole backlog instead. Wrapped in
+# COALESCE (which changes nothing: the array and the name are never NULL) the
+# condition gets the planner's default estimate and the index stays the plan.
+_NOT_FLOW_CONTROLLED = "COALESCE(queue_name <> ALL (ARRAY(SELECT name FROM flow)), true)"
 
 
 def _claim_jobs(marker: str, kind_sql: str) -> str:
-    """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``)."""
+    """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``) in
+    queues without a row: today's claim, skipping the configured queues' jobs."""
     lapsed_sql = lapsed_source(
         "j.id, j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL AS exhausted",
         f"{JOB_TABLE} AS j",
@@ -195,15 +258,90 @@ def _claim_jobs(marker: str, kind_sql: str) -> str:
         f"{IN_QUEUES} AND {kind_sql}",
     )
     return f"""/* pgqueue:{marker} */
-WITH {lapsed_sql}, due AS MATERIALIZED (
+WITH {lapsed_sql}, flow AS (
+    SELECT q.name FROM {QUEUE_TABLE} AS q WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
+), due AS MATERIALIZED (
     SELECT id FROM {JOB_TABLE}
     WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
-      AND {IN_QUEUES}
+      AND {IN_QUEUES} AND {_NOT_FLOW_CONTROLLED}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
 ), {_PICKED_JOBS}
-UPDATE {JOB_TABLE} AS j SET
+{_claimed_jobs_update()}"""
+
+
+def _claim_flow_jobs(marker: str, kind_sql: str) -> str:
+    """The claim of the jobs ``kind_sql`` selects in the configured queues, under
+    their limits (the flow control above)."""
+    first_key = _NEXT_KEY.format(q="h.name", after="")
+    next_key = _NEXT_KEY.format(
+        q="k.queue_name", after="\n               AND COALESCE(n.concurrency_key, '') > k.key"
+    )
+    return f"""/* pgqueue:{marker} */
+WITH RECURSIVE flow AS (
+    SELECT q.name, q.served_at, q.paused_at IS NOT NULL AS paused
+    FROM {QUEUE_TABLE} AS q
+    WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
+), held AS MATERIALIZED (
+    SELECT q.name, q.key_concurrency,
+           GREATEST(0, LEAST(%(limit)s, q.concurrency - ({_RUNNING_IN_QUEUE}),
+                             {rate_allowance("q")})) AS room
+    FROM {QUEUE_TABLE} AS q JOIN flow AS f ON f.name = q.name
+    WHERE NOT f.paused AND q.paused_at IS NULL AND q.served_at IS NOT DISTINCT FROM f.served_at
+    ORDER BY q.name
+    FOR UPDATE OF q
+), keys(queue_name, key) AS (
+    SELECT h.name, {first_key}
+    FROM held AS h WHERE h.room > 0
+    UNION ALL
+    SELECT k.queue_name, {next_key}
+    FROM keys AS k WHERE k.key IS NOT NULL
+), flow_picks AS (
+    SELECT x.id, x.rank, x.priority, x.next_attempt_at, k.queue_name
+    FROM keys AS k JOIN held AS h ON h.name = k.queue_name
+    CROSS JOIN LATERAL (
+        SELECT c.id, c.priority, c.next_attempt_at,
+               row_number() OVER (ORDER BY c.priority DESC, c.next_attempt_at, c.id) AS rank
+        FROM {JOB_TABLE} AS c
+        WHERE c.queue_name = k.queue_name AND COALESCE(c.concurrency_key, '') = k.key
+          AND c.status IN {CLAIMABLE_SQL} AND c.next_attempt_at <= now() AND {kind_sql}
+        ORDER BY c.priority DESC, c.next_attempt_at, c.id
+        LIMIT CASE WHEN k.key = '' OR h.key_concurrency IS NULL THEN h.room
+                   ELSE GREATEST(0, LEAST(h.room, h.key_concurrency - ({_RUNNING_OF_KEY}))) END
+    ) AS x
+    WHERE k.key IS NOT NULL
+), flow_due AS MATERIALIZED (
+    SELECT j.id FROM {JOB_TABLE} AS j
+    WHERE j.id = ANY(ARRAY(
+        SELECT t.id FROM (
+            SELECT p.id, p.queue_name, p.rank, p.priority, p.next_attempt_at,
+                   row_number() OVER (PARTITION BY p.queue_name
+                                      ORDER BY p.rank, p.priority DESC, p.next_attempt_at, p.id)
+                       AS turn
+            FROM flow_picks AS p
+        ) AS t JOIN held AS h ON h.name = t.queue_name
+        WHERE t.turn <= h.room
+        ORDER BY t.turn, t.priority DESC, t.next_attempt_at, t.id
+        LIMIT %(limit)s))
+      AND j.status IN {CLAIMABLE_SQL} AND j.next_attempt_at <= now()
+    FOR UPDATE OF j SKIP LOCKED
+), served AS (
+    UPDATE {QUEUE_TABLE} AS q SET
+        served_at = clock_timestamp(),
+        rate_tat = {rate_tat_after("q", "s.n")}
+    FROM (SELECT p.queue_name, count(*) AS n
+          FROM flow_due AS d JOIN flow_picks AS p ON p.id = d.id
+          GROUP BY p.queue_name) AS s
+    WHERE q.name = s.queue_name
+), {_PICKED_FLOW_JOBS}
+{_claimed_jobs_update()}"""
+
+
+def _claimed_jobs_update() -> str:
+    """The UPDATE both claims end with: the picked rows taken (or finished, for a
+    lapsed row out of attempts) with a fresh token, and returned."""
+    return f"""UPDATE {JOB_TABLE} AS j SET
     status = CASE WHEN NOT p.exhausted THEN 'in_progress'
                   WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled'
                   ELSE 'dead' END,
@@ -230,11 +368,11 @@ UPDATE {JOB_TABLE} AS j SET
     updated_at = now()
 FROM {_UNNEST_PICKED_JOBS}
 WHERE j.id = p.id AND {PLAN_EACH_RUN_WORKER}
-RETURNING {_CLAIM_RETURNING}
-"""
+RETURNING {_CLAIM_RETURNING}"""
 
 
 CLAIM_JOBS = _claim_jobs("claim", "NOT atomic")
+CLAIM_FLOW_JOBS = _claim_flow_jobs("claim_flow", "NOT atomic")
 
 # ---- Atomic jobs (worker/atomic.py) ----------------------------------------------
 #
@@ -249,6 +387,13 @@ CLAIM_JOBS = _claim_jobs("claim", "NOT atomic")
 # token, as for every job). A worker killed mid-task leaves a lease that lapses,
 # and the lapsed row is claimed again with its attempts counted, or goes dead.
 CLAIM_ATOMIC_JOBS = _claim_jobs("claim_atomic", "atomic")
+CLAIM_FLOW_ATOMIC_JOBS = _claim_flow_jobs("claim_flow_atomic", "atomic")
+
+# Whether any queue has a row (flow control): the job store asks at most once a
+# second, and runs the flow claims only then (jobs/store.py, ``claim``).
+ANY_QUEUE_CONFIGURED = f"""/* pgqueue:any_queue_configured */
+SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE})
+"""
 
 # Bound the transaction. ``statement_timeout`` stops a statement that runs too
 # long and ``idle_in_transaction_session_timeout`` ends a session whose task sits
@@ -270,12 +415,17 @@ WHERE id = %(id)s AND locked_by = %(token)s AND locked_until IS NOT NULL
 RETURNING id
 """
 
+# A paused queue's waiting jobs are not waited for (``--until-empty`` would never
+# end), with the COALESCE of the claim's own exclusion (_NOT_FLOW_CONTROLLED).
+_NOT_PAUSED = f"""COALESCE(queue_name <> ALL (ARRAY(
+          SELECT q.name FROM {QUEUE_TABLE} AS q WHERE q.paused_at IS NOT NULL)), true)"""
+
 # Any atomic job waiting, due or not (``--until-empty``).
 ATOMIC_LEFT = f"""/* pgqueue:atomic_left */
 SELECT EXISTS (
     SELECT 1 FROM {JOB_TABLE}
     WHERE atomic AND status IN {CLAIMABLE_SQL}
-      AND {IN_QUEUES}
+      AND {IN_QUEUES} AND {_NOT_PAUSED}
       AND {PLAN_EACH_RUN_QUEUES}
 )
 """
@@ -397,11 +547,14 @@ EXTEND_JOB_LEASES = extend_leases(
 # that "stops at the first match", which reads every finished row when none
 # does. An ordered ``LIMIT 1`` is a sort of all matches for a scan and one index
 # descent for the index, whatever the statistics say.
+
+
 def _any_waiting(due_sql: str) -> str:
-    """Whether a waiting job (``due_sql``: and due now) or a held one exists."""
+    """Whether a waiting job (``due_sql``: and due now) of a queue not paused, or a
+    held one, exists."""
     return f"""(SELECT true FROM {JOB_TABLE}
     WHERE status IN {CLAIMABLE_SQL}{due_sql}
-      AND {IN_QUEUES}
+      AND {IN_QUEUES} AND {_NOT_PAUSED}
       AND {PLAN_EACH_RUN_QUEUES}
     ORDER BY priority DESC, next_attempt_at, id LIMIT 1) IS NOT NULL
 OR (SELECT true FROM {JOB_TABLE}

@@ -178,3 +178,18 @@ def fails_with_absurd_backoff() -> None:
 def fail_with_text(codepoints: list[int]) -> None:
     """Raises with a message built from code points (NUL and lone surrogates included)."""
     raise ValueError("".join(map(chr, codepoints)))
+
+
+@task()
+def record_interval(seconds: float, tag: str = "") -> None:
+    """Sleeps, then writes a TaskRun whose label is "tag start end" (wall clock, one
+    host): flow-control tests rebuild how many jobs ran at once from these."""
+    import os
+
+    from .models import TaskRun
+
+    start = time.time()
+    time.sleep(seconds)
+    TaskRun.objects.create(
+        job_id=0, attempt=0, pid=os.getpid(), label=f"{tag} {start:.6f} {time.time():.6f}"
+    )

@@ -1,0 +1,175 @@
+"""Flow control of job queues: the one writer of ``pgqueue_queue`` rows.
+
+A queue is a name on its jobs (``queue_name``) and needs no row: a queue without
+one has no limits and is never paused. :func:`configure` and :func:`pause` make
+the row on first use; enqueue never does (it is the hot path, and a lookup per
+enqueue would cost every job for the few queues that have limits). The claim
+(``sql.CLAIM_JOBS``) reads these rows and honours them in the same statement,
+counting running jobs from the rows (docs/flow-control.md).
+
+The admin, the ``pgqueue_queue`` command and any other door call these functions;
+none of them writes the rows itself. Bad input raises :class:`ValueError` naming
+the value, before any SQL: nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from django.db import connections, transaction
+
+from . import sql
+from .conf import get_settings
+from .contract import bounded_text, strict_int
+from .jobs import store
+from .models.flow import CONCURRENCY_KEY_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
+
+__all__ = [
+    "QueueState",
+    "configure",
+    "get",
+    "is_known",
+    "list_queues",
+    "pause",
+    "resume",
+    "validate_concurrency_key",
+    "validate_queue_name",
+]
+
+#: Largest limit or rate period accepted (PostgreSQL ``integer``).
+_INT_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueState:
+    """A configured queue as ``list_queues`` reads it: its limits, pause and running jobs."""
+
+    name: str
+    concurrency: int | None
+    key_concurrency: int | None
+    rate_limit: int | None
+    rate_period: int
+    paused_at: dt.datetime | None
+    running: int
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+
+_STATE_FIELDS = tuple(field.name for field in dataclasses.fields(QueueState))
+if tuple(name for name, _ in sql.QUEUE_STATE_COLUMNS) != _STATE_FIELDS:  # pragma: no cover
+    raise ImportError("sql.QUEUE_STATE_COLUMNS and queues.QueueState disagree")
+
+
+def validate_queue_name(name: Any) -> str:
+    """``name`` if it can name a queue: a non-empty string of at most 100 characters
+    that PostgreSQL's ``text`` holds; ValueError naming it otherwise."""
+    return bounded_text(name, "A queue name", max_length=QUEUE_NAME_MAX_LENGTH)
+
+
+def validate_concurrency_key(key: Any) -> str | None:
+    """``key`` if it is None or a storable concurrency key: a non-empty string of at
+    most 200 characters, no NUL character, no lone surrogate; ValueError otherwise."""
+    if key is None:
+        return None
+    return bounded_text(
+        key,
+        "concurrency_key",
+        max_length=CONCURRENCY_KEY_MAX_LENGTH,
+        hint=" Use a shorter key (a customer id, or a hash of a long one).",
+    )
+
+
+def _limit(value: Any, what: str) -> int | None:
+    """A limit: None (no limit) or a whole number of at least 1."""
+    if value is None:
+        return None
+    return strict_int(value, what, minimum=1, maximum=_INT_MAX)
+
+
+def configure(
+    name: str,
+    *,
+    concurrency: int | None = None,
+    key_concurrency: int | None = None,
+    rate_limit: int | None = None,
+    rate_period: int = 1,
+) -> None:
+    """Set the limits of queue ``name``, making its row if it has none.
+
+    ``concurrency``: most jobs of the queue running at once, across every worker and
+    host. ``key_concurrency``: most running at once per concurrency key
+    (``task.using(concurrency_key=...)``). ``rate_limit``: most jobs started per
+    ``rate_period`` seconds (GCRA, as for webhook endpoints). None means no limit;
+    every call sets all of them, so ``configure(name)`` clears a queue's limits
+    (its pause stays as it is). Workers apply a change at their next claim.
+    """
+    params = {
+        "name": validate_queue_name(name),
+        "concurrency": _limit(concurrency, "concurrency"),
+        "key_concurrency": _limit(key_concurrency, "key_concurrency"),
+        "rate_limit": _limit(rate_limit, "rate_limit"),
+        "rate_period": strict_int(
+            rate_period, "rate_period (seconds)", minimum=1, maximum=_INT_MAX
+        ),
+    }
+    _write(sql.CONFIGURE_QUEUE, params)
+
+
+def pause(name: str) -> None:
+    """Pause queue ``name``: no worker claims its jobs until :func:`resume`. Running
+    jobs finish; the claims stop within one poll (the next claim reads the pause)."""
+    _write(sql.PAUSE_QUEUE, {"name": validate_queue_name(name)})
+
+
+def resume(name: str) -> bool:
+    """Resume queue ``name``; False when it was not paused (nothing changed)."""
+    return _write(sql.RESUME_QUEUE, {"name": validate_queue_name(name)})
+
+
+def list_queues() -> list[QueueState]:
+    """Every queue that has a row, by name, with its running jobs counted from the rows."""
+    return _read(None)
+
+
+def get(name: str) -> QueueState | None:
+    """Queue ``name``'s row, or None when it has none (no limits, not paused)."""
+    found = _read(validate_queue_name(name))
+    return found[0] if found else None
+
+
+def is_known(name: str) -> bool:
+    """Whether ``name`` is a queue in use: it has a row, a live job, or a Tasks
+    backend of ours lists it in ``QUEUES`` (what the command accepts without
+    ``--create``, so a typo is an error rather than a new queue)."""
+    from .compat import task_backends
+
+    name = validate_queue_name(name)
+    if get(name) is not None:
+        return True
+    for backend in task_backends.all():
+        if name in (getattr(backend, "queues", None) or ()):
+            return True
+    db = get_settings().DATABASE
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.QUEUE_HAS_LIVE_JOBS, {"name": name})
+        return bool(cursor.fetchone()[0])
+
+
+def _write(statement: str, params: dict[str, Any]) -> bool:
+    db = get_settings().DATABASE
+    with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        cursor.execute(statement, params)
+        written = cursor.fetchone() is not None
+    store.forget_configured()
+    return written
+
+
+def _read(name: str | None) -> list[QueueState]:
+    db = get_settings().DATABASE
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.LIST_QUEUES, {"name": name})
+        return [QueueState(*row) for row in cursor.fetchall()]
