@@ -257,6 +257,7 @@ def _claim_jobs(marker: str, kind_sql: str) -> str:
         "j",
         f"{IN_QUEUES} AND {kind_sql}",
     )
+    update_sql = _claimed_jobs_update()
     return f"""/* pgqueue:{marker} */
 WITH {lapsed_sql}, flow AS (
     SELECT q.name FROM {QUEUE_TABLE} AS q WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
@@ -268,16 +269,19 @@ WITH {lapsed_sql}, flow AS (
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
 ), {_PICKED_JOBS}
-{_claimed_jobs_update()}"""
+{update_sql}"""
 
 
 def _claim_flow_jobs(marker: str, kind_sql: str) -> str:
     """The claim of the jobs ``kind_sql`` selects in the configured queues, under
     their limits (the flow control above)."""
-    first_key = _NEXT_KEY.format(q="h.name", after="")
-    next_key = _NEXT_KEY.format(
+    first_key_sql = _NEXT_KEY.format(q="h.name", after="")
+    next_key_sql = _NEXT_KEY.format(
         q="k.queue_name", after="\n               AND COALESCE(n.concurrency_key, '') > k.key"
     )
+    update_sql = _claimed_jobs_update()
+    allowance_sql = rate_allowance("q")
+    tat_sql = rate_tat_after("q", "s.n")
     return f"""/* pgqueue:{marker} */
 WITH RECURSIVE flow AS (
     SELECT q.name, q.served_at, q.paused_at IS NOT NULL AS paused
@@ -286,16 +290,16 @@ WITH RECURSIVE flow AS (
 ), held AS MATERIALIZED (
     SELECT q.name, q.key_concurrency,
            GREATEST(0, LEAST(%(limit)s, q.concurrency - ({_RUNNING_IN_QUEUE}),
-                             {rate_allowance("q")})) AS room
+                             {allowance_sql})) AS room
     FROM {QUEUE_TABLE} AS q JOIN flow AS f ON f.name = q.name
     WHERE NOT f.paused AND q.paused_at IS NULL AND q.served_at IS NOT DISTINCT FROM f.served_at
     ORDER BY q.name
     FOR UPDATE OF q
 ), keys(queue_name, key) AS (
-    SELECT h.name, {first_key}
+    SELECT h.name, {first_key_sql}
     FROM held AS h WHERE h.room > 0
     UNION ALL
-    SELECT k.queue_name, {next_key}
+    SELECT k.queue_name, {next_key_sql}
     FROM keys AS k WHERE k.key IS NOT NULL
 ), flow_picks AS (
     SELECT x.id, x.rank, x.priority, x.next_attempt_at, k.queue_name
@@ -329,13 +333,13 @@ WITH RECURSIVE flow AS (
 ), served AS (
     UPDATE {QUEUE_TABLE} AS q SET
         served_at = clock_timestamp(),
-        rate_tat = {rate_tat_after("q", "s.n")}
+        rate_tat = {tat_sql}
     FROM (SELECT p.queue_name, count(*) AS n
           FROM flow_due AS d JOIN flow_picks AS p ON p.id = d.id
           GROUP BY p.queue_name) AS s
     WHERE q.name = s.queue_name
 ), {_PICKED_FLOW_JOBS}
-{_claimed_jobs_update()}"""
+{update_sql}"""
 
 
 def _claimed_jobs_update() -> str:
