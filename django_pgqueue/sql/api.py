@@ -30,7 +30,7 @@ API_RATE_TABLE = "pgqueue_api_rate"
 #   costs no extra row version per request. Data-modifying CTEs always run.
 AUTHENTICATE = f"""/* pgqueue:api_authenticate */
 WITH relaxed AS (
-    SELECT set_config('synchronous_commit', 'off', true)
+    SELECT pg_catalog.set_config('synchronous_commit', 'off', true)
 ), found AS (
     SELECT k.id, k.key_hash, k.scopes, k.application_id, k.revoked_at,
            a.uid AS application_uid, a.is_active AS application_active,
@@ -43,12 +43,12 @@ WITH relaxed AS (
     WHERE f.key_hash = %(key_hash)s AND f.revoked_at IS NULL
 ), hit AS (
     INSERT INTO {API_RATE_TABLE} AS r (key_id, tat)
-    SELECT v.id, now() + make_interval(secs => v.cost) FROM valid AS v
+    SELECT v.id, now() + pg_catalog.make_interval(secs => v.cost) FROM valid AS v
     WHERE v.cost IS NOT NULL
     ON CONFLICT (key_id) DO UPDATE
         SET tat = GREATEST(r.tat, now()) + (EXCLUDED.tat - now())
         WHERE GREATEST(r.tat, now()) + (EXCLUDED.tat - now())
-              <= now() + make_interval(secs => %(window)s)
+              <= now() + pg_catalog.make_interval(secs => %(window)s)
     RETURNING r.key_id
 ), used AS (
     UPDATE {API_KEY_TABLE} AS k SET last_used_at = now()
@@ -62,8 +62,8 @@ SELECT f.id, f.key_hash, f.scopes, f.application_id, f.application_uid, f.revoke
        f.application_active,
        f.cost IS NULL OR EXISTS (SELECT 1 FROM hit) AS allowed,
        extract(epoch FROM (
-           SELECT GREATEST(r.tat, now()) + make_interval(secs => f.cost)
-                  - make_interval(secs => %(window)s) - now()
+           SELECT GREATEST(r.tat, now()) + pg_catalog.make_interval(secs => f.cost)
+                  - pg_catalog.make_interval(secs => %(window)s) - now()
            FROM {API_RATE_TABLE} AS r WHERE r.key_id = f.id
        ))::float8 AS retry_after
 FROM found AS f
@@ -78,9 +78,9 @@ FROM found AS f
 RATE_RETRY_AFTER = f"""/* pgqueue:api_retry_after */
 SELECT extract(epoch FROM (
            GREATEST(r.tat, now())
-           + make_interval(secs => %(window)s::float8
+           + pg_catalog.make_interval(secs => %(window)s::float8
                                    / COALESCE(k.rate_limit, %(default_limit)s))
-           - make_interval(secs => %(window)s) - now()
+           - pg_catalog.make_interval(secs => %(window)s) - now()
        ))::float8
 FROM {API_RATE_TABLE} AS r JOIN {API_KEY_TABLE} AS k ON k.id = r.key_id
 WHERE r.key_id = %(key_id)s

@@ -55,11 +55,11 @@ WITH size AS (
     WHERE s.schemaname = size.nspname AND s.tablename = '{table}'
       AND s.attname IN ('status', '{column}')
 )
-SELECT {column}, status::text, count(*),
-       min(next_attempt_at) FILTER (WHERE {due_sql}),
-       count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
+SELECT {column}, status::text, pg_catalog.count(*),
+       pg_catalog.min(next_attempt_at) FILTER (WHERE {due_sql}),
+       pg_catalog.count(*) FILTER (WHERE status = 'in_progress' AND locked_until < now()),
        now(),
-       count(*) FILTER (WHERE {due_sql}),
+       pg_catalog.count(*) FILTER (WHERE {due_sql}),
        false
 FROM (
     SELECT {column}, status, next_attempt_at, locked_until FROM {table}
@@ -70,13 +70,13 @@ FROM (
 ) AS live
 GROUP BY 1, 2
 UNION ALL
-SELECT {column}, status::text, count(*), NULL, 0, now(), 0, false
+SELECT {column}, status::text, pg_catalog.count(*), NULL, 0, now(), 0, false
 FROM {table}
 WHERE status IN {TERMINAL_SQL}
   AND (SELECT n FROM size) <= {EXACT_TERMINAL_ROWS}
 GROUP BY 1, 2
 UNION ALL
-SELECT g.val::{cast_sql}, st.val, round(size.n * st.freq * g.freq)::bigint,
+SELECT g.val::{cast_sql}, st.val, pg_catalog.round(size.n * st.freq * g.freq)::bigint,
        NULL, 0, now(), 0, true
 FROM size, col AS st, col AS g
 WHERE size.n > {EXACT_TERMINAL_ROWS}

@@ -100,7 +100,7 @@ WITH {{app}}event AS (
     WHERE e.is_active{{subscribed}}
     RETURNING 1
 )
-SELECT {{found}}, v.id, v.created_at, (SELECT count(*) FROM fanned)
+SELECT {{found}}, v.id, v.created_at, (SELECT pg_catalog.count(*) FROM fanned)
 FROM (VALUES (1)) AS one {{join_app}}LEFT JOIN event AS v ON true
 """
 _SUBSCRIBED = """
@@ -161,7 +161,7 @@ _FIFO_HEAD = f"""(d.ordering_key IS NULL OR NOT EXISTS (
 
 # Deliveries of endpoint ``e`` in flight (claimed, not yet completed), through the
 # small partial index ``pgq_dlv_flight_idx``: prefetched rows a worker holds count.
-_IN_FLIGHT = f"""SELECT count(*) FROM {DELIVERY_TABLE} AS f
+_IN_FLIGHT = f"""SELECT pg_catalog.count(*) FROM {DELIVERY_TABLE} AS f
                WHERE f.endpoint_id = e.id AND f.status = 'in_progress'"""
 
 # Requests endpoint ``e`` may start now under its rate limit (NULL: no limit), and
@@ -275,7 +275,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     SELECT e.id FROM {ENDPOINT_TABLE} AS e
     WHERE e.is_active AND e.breaker_state IN ('open', 'half_open') AND e.open_until <= now()
       AND {_HAS_DUE}
-    LIMIT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed))
+    LIMIT GREATEST(0, %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed))
     FOR UPDATE OF e SKIP LOCKED
 ), probes AS MATERIALIZED (
     SELECT x.id, pe.id AS endpoint_id
@@ -291,7 +291,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
 ), half_opened AS (
     UPDATE {ENDPOINT_TABLE} AS e SET
         breaker_state = 'half_open',
-        open_until = now() + make_interval(secs => %(lease)s),
+        open_until = now() + pg_catalog.make_interval(secs => %(lease)s),
         updated_at = now()
     FROM probes AS p WHERE e.id = p.endpoint_id
     RETURNING e.id
@@ -305,8 +305,8 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
             ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
     FROM walk AS w WHERE w.endpoint_id IS NOT NULL
 ), free AS MATERIALIZED (
-    SELECT GREATEST(0, %(limit)s - (SELECT count(*) FROM lapsed)
-                       - (SELECT count(*) FROM probes)) AS n
+    SELECT GREATEST(0, %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed)
+                       - (SELECT pg_catalog.count(*) FROM probes)) AS n
 ), candidates AS MATERIALIZED (
     SELECT e.id, e.served_at
     FROM walk AS w JOIN {ENDPOINT_TABLE} AS e ON e.id = w.endpoint_id
@@ -328,8 +328,9 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     ORDER BY e.id
     FOR UPDATE OF e
 ), rooms AS MATERIALIZED (
-    SELECT l.id, LEAST(l.room, ceil((SELECT n FROM free)::numeric
-                                   / GREATEST(1, (SELECT count(*) FROM locked)))::int) AS room
+    SELECT l.id, LEAST(l.room, pg_catalog.ceil((SELECT n FROM free)::numeric
+                                   / GREATEST(1, (SELECT pg_catalog.count(*) FROM locked)))::int)
+           AS room
     FROM locked AS l
 ), due AS MATERIALIZED (
     SELECT x.id, r.id AS endpoint_id
@@ -349,7 +350,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     UPDATE {ENDPOINT_TABLE} AS e SET
         served_at = clock_timestamp(),
         rate_tat = {_RATE_TAT_AFTER}
-    FROM (SELECT endpoint_id, count(*) AS n FROM due GROUP BY endpoint_id) AS s
+    FROM (SELECT endpoint_id, pg_catalog.count(*) AS n FROM due GROUP BY endpoint_id) AS s
     WHERE e.id = s.endpoint_id
 ), {_PICKED_DELIVERIES}, claimed AS (
     UPDATE {DELIVERY_TABLE} AS d SET
@@ -360,7 +361,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
         locked_by = CASE WHEN p.sendable AND NOT p.exhausted THEN gen_random_uuid()
                          ELSE d.locked_by END,
         locked_until = CASE WHEN p.sendable AND NOT p.exhausted
-                            THEN now() + make_interval(secs => %(lease)s) END,
+                            THEN now() + pg_catalog.make_interval(secs => %(lease)s) END,
         worker_id = CASE WHEN p.sendable AND NOT p.exhausted THEN %(worker_id)s
                          ELSE d.worker_id END,
         started_at = COALESCE(d.started_at, now()),
@@ -447,7 +448,8 @@ WITH v AS (
         finished_at = CASE WHEN v.status IN {TERMINAL_SQL} THEN now() END,
         next_attempt_at = CASE WHEN v.status NOT IN {CLAIMABLE_SQL}
                                    THEN d.next_attempt_at
-                               WHEN ep.is_active THEN now() + make_interval(secs => v.delay)
+                               WHEN ep.is_active
+                               THEN now() + pg_catalog.make_interval(secs => v.delay)
                                ELSE {PARKED} END,
         attempts = d.attempts - v.refund,
         last_error = COALESCE(v.last_error, d.last_error),
@@ -468,7 +470,7 @@ WITH v AS (
     SELECT done.endpoint_id,
            bool_or(v.verdict = 'gone') AS gone,
            bool_or(v.verdict = 'success') AS succeeded,
-           count(*) FILTER (WHERE v.verdict IN ('failure', 'gone')) AS failures
+           pg_catalog.count(*) FILTER (WHERE v.verdict IN ('failure', 'gone')) AS failures
     FROM v JOIN done ON done.id = v.id
     WHERE v.verdict IN ('success', 'failure', 'gone')
     GROUP BY done.endpoint_id
@@ -485,7 +487,7 @@ WITH v AS (
     -- moves on the first failure and on a success, so a stale read is harmless.
     SELECT s.*, old.breaker_state AS old_state, old.is_active AS was_active, s.gone OR (
                NOT s.succeeded AND COALESCE(
-                   old.failing_since <= now() - make_interval(secs => %(disable_after)s),
+                   old.failing_since <= now() - pg_catalog.make_interval(secs => %(disable_after)s),
                    false)) AS disable
     FROM verdicts AS s JOIN {ENDPOINT_TABLE} AS old ON old.id = s.endpoint_id
     JOIN ordered ON ordered.id = s.endpoint_id
@@ -518,9 +520,9 @@ WITH v AS (
         open_until = CASE
             WHEN s.succeeded THEN NULL
             WHEN e.breaker_state = 'half_open'
-                THEN now() + make_interval(secs => {_NEXT_COOLDOWN})
+                THEN now() + pg_catalog.make_interval(secs => {_NEXT_COOLDOWN})
             WHEN e.breaker_state = 'closed' AND {_TRIPS}
-                THEN now() + make_interval(secs => %(cooldown)s)
+                THEN now() + pg_catalog.make_interval(secs => %(cooldown)s)
             ELSE e.open_until END,
         updated_at = now()
     FROM decided AS s

@@ -71,5 +71,5 @@ WITH app AS MATERIALIZED (
 ), endpoints AS (
     DELETE FROM {ENDPOINT_TABLE} WHERE id IN (SELECT id FROM eps)
 )
-SELECT (SELECT count(*) FROM eps), (SELECT count(*) FROM evs)
+SELECT (SELECT pg_catalog.count(*) FROM eps), (SELECT pg_catalog.count(*) FROM evs)
 """

@@ -63,7 +63,9 @@ def lease_expired_error(worker_sql: str) -> str:
 #
 # PLAN_EACH_RUN: a condition that keeps a worker statement prepared but planned at
 # every run, for the table as it is (see "Plans and table growth" in jobs.py).
-_COSTLY_IN_A_GENERIC_PLAN = "(SELECT count(*) FROM generate_series(1, 1000000000)) > 0"
+_COSTLY_IN_A_GENERIC_PLAN = (
+    "(SELECT pg_catalog.count(*) FROM pg_catalog.generate_series(1, 1000000000)) > 0"
+)
 
 
 def plan_each_run(guard_sql: str) -> str:
@@ -119,7 +121,7 @@ def lapsed_source(columns_sql: str, rows_sql: str, alias: str, condition_sql: st
 def picked(column_names: Sequence[str], sources_sql: str) -> str:
     """The ``picked`` CTE: the rows of ``sources_sql`` (a UNION ALL of the claim's
     sources, one column per name) folded into one array per column."""
-    aggregates = [f"array_agg({column}) AS {column}" for column in column_names]
+    aggregates = [f"pg_catalog.array_agg({column}) AS {column}" for column in column_names]
     folded_sql = ",\n           ".join(aggregates)
     return f"""picked AS (
     SELECT {folded_sql}
@@ -148,7 +150,7 @@ def unnest_picked(column_names: Sequence[str]) -> str:
 
 def rate_allowance(alias: str) -> str:
     """How many starts row ``alias`` may make now under its rate limit (NULL: no limit)."""
-    return f"""CASE WHEN {alias}.rate_limit IS NOT NULL THEN GREATEST(0, floor(
+    return f"""CASE WHEN {alias}.rate_limit IS NOT NULL THEN GREATEST(0, pg_catalog.floor(
         {alias}.rate_limit - GREATEST(0, extract(epoch FROM {alias}.rate_tat - now()))
                        * {alias}.rate_limit / {alias}.rate_period + 0.000001))::int END"""
 
@@ -157,7 +159,7 @@ def rate_tat_after(alias: str, starts_sql: str) -> str:
     """Row ``alias``'s new ``rate_tat`` once a claim took ``starts_sql`` starts of it."""
     return f"""CASE WHEN {alias}.rate_limit IS NOT NULL
             THEN GREATEST({alias}.rate_tat, now())
-                 + make_interval(secs => {starts_sql} * {alias}.rate_period::float8
+                 + pg_catalog.make_interval(secs => {starts_sql} * {alias}.rate_period::float8
                                  / {alias}.rate_limit) END"""
 
 
@@ -185,7 +187,7 @@ def extend_leases(marker: str, table: str, *, also_return_sql: str = "") -> str:
     """
     return f"""/* pgqueue:{marker} */
 UPDATE {table} AS j SET
-    locked_until = now() + make_interval(secs => %(lease)s)
+    locked_until = now() + pg_catalog.make_interval(secs => %(lease)s)
 FROM unnest((SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[])) AS v(id, token)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
   AND {PLAN_EACH_RUN_IDS}

@@ -140,7 +140,7 @@ WHERE task_path = %s AND unique_key = %s AND status IN {LIVE_SQL}
 RESERVE_JOB_IDS = f"""/* pgqueue:reserve_ids */
 SELECT ARRAY(
     SELECT nextval((SELECT pg_get_serial_sequence('{JOB_TABLE}', 'id')::regclass))
-    FROM generate_series(1, %s) ORDER BY 1
+    FROM pg_catalog.generate_series(1, %s) ORDER BY 1
 ), now()
 """
 
@@ -228,9 +228,9 @@ _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
 # The running jobs of queue ``q`` (through the lease index: every running job, a
 # few per worker thread) and of key ``k`` (through pgq_job_flow_run_idx, which holds
 # only running keyed jobs, so jobs without a key never pay for it).
-_RUNNING_IN_QUEUE = f"""SELECT count(*) FROM {JOB_TABLE} AS r
+_RUNNING_IN_QUEUE = f"""SELECT pg_catalog.count(*) FROM {JOB_TABLE} AS r
                WHERE r.queue_name = q.name AND r.status = 'in_progress'"""
-_RUNNING_OF_KEY = f"""SELECT count(*) FROM {JOB_TABLE} AS r
+_RUNNING_OF_KEY = f"""SELECT pg_catalog.count(*) FROM {JOB_TABLE} AS r
                  WHERE r.queue_name = k.queue_name AND r.status = 'in_progress'
                    AND r.concurrency_key IS NOT NULL AND r.concurrency_key = k.key"""
 # The first waiting key of queue ``{q}`` after ``{after}``, in the order of
@@ -266,7 +266,7 @@ WITH {lapsed_sql}, flow AS (
     WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
       AND {IN_QUEUES} AND {_NOT_FLOW_CONTROLLED}
     ORDER BY priority DESC, next_attempt_at, id
-    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    LIMIT %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
 ), {_PICKED_JOBS}
 {update_sql}"""
@@ -334,7 +334,7 @@ WITH RECURSIVE flow AS (
     UPDATE {QUEUE_TABLE} AS q SET
         served_at = clock_timestamp(),
         rate_tat = {tat_sql}
-    FROM (SELECT p.queue_name, count(*) AS n
+    FROM (SELECT p.queue_name, pg_catalog.count(*) AS n
           FROM flow_due AS d JOIN flow_picks AS p ON p.id = d.id
           GROUP BY p.queue_name) AS s
     WHERE q.name = s.queue_name
@@ -352,14 +352,14 @@ def _claimed_jobs_update() -> str:
     attempts = CASE WHEN p.exhausted THEN j.attempts ELSE j.attempts + 1 END,
     locked_by = CASE WHEN p.exhausted THEN j.locked_by ELSE gen_random_uuid() END,
     locked_until = CASE WHEN p.exhausted THEN NULL
-                        ELSE now() + make_interval(secs => %(lease)s) END,
+                        ELSE now() + pg_catalog.make_interval(secs => %(lease)s) END,
     worker_id = CASE WHEN p.exhausted THEN j.worker_id ELSE %(worker_id)s END,
     worker_ids = CASE WHEN p.exhausted THEN j.worker_ids
-                      ELSE j.worker_ids || to_jsonb(%(worker_id)s::text) END,
+                      ELSE j.worker_ids || pg_catalog.to_jsonb(%(worker_id)s::text) END,
     started_at = COALESCE(j.started_at, now()),
     last_attempted_at = CASE WHEN p.exhausted THEN j.last_attempted_at ELSE now() END,
     finished_at = CASE WHEN p.exhausted THEN now() ELSE NULL END,
-    errors = CASE WHEN p.lapsed THEN j.errors || jsonb_build_object(
+    errors = CASE WHEN p.lapsed THEN j.errors || pg_catalog.jsonb_build_object(
                  'attempt', j.attempts,
                  'exception_class_path', 'django_pgqueue.exceptions.LeaseExpired',
                  'traceback', 'Lease expired: worker ' || j.worker_id
@@ -403,8 +403,8 @@ SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE})
 # long and ``idle_in_transaction_session_timeout`` ends a session whose task sits
 # between statements (sleeping, HTTP) too long; both only for this transaction.
 ATOMIC_TIMEOUTS = """/* pgqueue:atomic_timeouts */
-SELECT set_config('statement_timeout', %(ms)s, true),
-       set_config('idle_in_transaction_session_timeout', %(ms)s, true)
+SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
+       pg_catalog.set_config('idle_in_transaction_session_timeout', %(ms)s, true)
 """
 
 # Success, in the task's transaction: it commits with the task's own writes.
@@ -436,7 +436,7 @@ SELECT EXISTS (
 
 # Whether an atomic job is due (``--burst``; held ones are in ANY_DUE).
 ATOMIC_DUE = f"""/* pgqueue:atomic_due */
-SELECT count(*) FROM (
+SELECT pg_catalog.count(*) FROM (
     SELECT 1 FROM {JOB_TABLE}
     WHERE atomic AND status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()
       AND {IN_QUEUES}
@@ -513,11 +513,11 @@ UPDATE {JOB_TABLE} AS j SET
     finished_at = CASE WHEN v.status IN {TERMINAL_SQL} THEN now()
                        ELSE NULL END,
     next_attempt_at = CASE WHEN v.status IN {CLAIMABLE_SQL}
-                           THEN now() + make_interval(secs => v.delay)
+                           THEN now() + pg_catalog.make_interval(secs => v.delay)
                            ELSE j.next_attempt_at END,
     attempts = j.attempts - v.refund,
     worker_ids = CASE WHEN v.refund > 0
-                      THEN j.worker_ids - (jsonb_array_length(j.worker_ids) - 1)
+                      THEN j.worker_ids - (pg_catalog.jsonb_array_length(j.worker_ids) - 1)
                       ELSE j.worker_ids END,
     errors = CASE WHEN v.error IS NULL THEN j.errors ELSE j.errors || v.error::jsonb END,
     last_error = COALESCE(v.last_error, j.last_error),
@@ -613,7 +613,7 @@ FROM {JOB_TABLE} WHERE id = %s
 
 # Wake idle workers. ``pg_notify`` with a constant payload: PostgreSQL folds
 # identical notifications of one transaction into one.
-NOTIFY = "/* pgqueue:notify */ SELECT pg_notify(%s, '')"
+NOTIFY = "/* pgqueue:notify */ SELECT pg_catalog.pg_notify(%s, '')"
 
 # ---------------------------------------------------------------------------------
 # Tracing (``PGQUEUE["TRACING"]``: tracing.py, through jobs/store.py)

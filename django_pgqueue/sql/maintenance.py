@@ -19,7 +19,7 @@ from .fragments import ATTEMPT_TABLE, DELIVERY_TABLE, EVENT_TABLE, JOB_TABLE, QU
 _EXPIRED = """EXISTS (
     SELECT 1 FROM unnest(%(states)s::text[], %(ages)s::float8[]) AS r(status, age)
     WHERE t.status = r.status
-      AND COALESCE(t.finished_at, t.updated_at) < now() - make_interval(secs => r.age)
+      AND COALESCE(t.finished_at, t.updated_at) < now() - pg_catalog.make_interval(secs => r.age)
 )"""
 
 # The next ids to delete after ``after`` (at most ``limit``), and the id where the
@@ -31,7 +31,8 @@ WITH walk AS (
     ORDER BY t.id
     LIMIT %(scan)s
 )
-SELECT coalesce(array_agg(id) FILTER (WHERE expired), '{{}}'), max(id) FROM walk
+SELECT coalesce(pg_catalog.array_agg(id) FILTER (WHERE expired), '{{}}'), pg_catalog.max(id)
+FROM walk
 """
 
 # Delete one batch of jobs (the retention test again: see above).
@@ -62,7 +63,7 @@ PRUNE_EVENTS = f"""/* pgqueue:prune_events */
 DELETE FROM {EVENT_TABLE} AS e
 WHERE e.id IN (
     SELECT ev.id FROM {EVENT_TABLE} AS ev
-    WHERE ev.created_at < now() - make_interval(secs => %(age)s)
+    WHERE ev.created_at < now() - pg_catalog.make_interval(secs => %(age)s)
       AND NOT EXISTS (SELECT 1 FROM {DELIVERY_TABLE} AS d WHERE d.event_id = ev.id)
     ORDER BY ev.id
     LIMIT %(limit)s
@@ -72,13 +73,14 @@ WHERE e.id IN (
 
 # What a prune would delete, per state (``--dry-run``).
 PRUNE_COUNT = """/* pgqueue:prune_count */
-SELECT t.status, count(*) FROM {table} AS t WHERE {expired} GROUP BY t.status ORDER BY t.status
+SELECT t.status, pg_catalog.count(*) FROM {table} AS t WHERE {expired}
+GROUP BY t.status ORDER BY t.status
 """
 
 # Events a prune would delete (``--dry-run``): those already without deliveries.
 PRUNE_COUNT_EVENTS = f"""/* pgqueue:prune_count_events */
-SELECT count(*) FROM {EVENT_TABLE} AS ev
-WHERE ev.created_at < now() - make_interval(secs => %(age)s)
+SELECT pg_catalog.count(*) FROM {EVENT_TABLE} AS ev
+WHERE ev.created_at < now() - pg_catalog.make_interval(secs => %(age)s)
   AND NOT EXISTS (SELECT 1 FROM {DELIVERY_TABLE} AS d WHERE d.event_id = ev.id)
 """
 

@@ -47,7 +47,7 @@ QUEUE_STATE_COLUMNS: tuple[tuple[str, str], ...] = (
     # Counted from the rows, as the claim counts them.
     (
         "running",
-        f"""(SELECT count(*) FROM {JOB_TABLE} AS r
+        f"""(SELECT pg_catalog.count(*) FROM {JOB_TABLE} AS r
          WHERE r.queue_name = q.name AND r.status = 'in_progress')""",
     ),
 )

@@ -16,7 +16,8 @@ from .fragments import JOB_TABLE, WORKER_TABLE
 HEARTBEAT = f"""/* pgqueue:heartbeat */
 WITH pruned AS (
     DELETE FROM {WORKER_TABLE}
-    WHERE last_seen_at < now() - make_interval(secs => %(keep)s) AND worker_id <> %(worker_id)s
+    WHERE last_seen_at < now() - pg_catalog.make_interval(secs => %(keep)s)
+      AND worker_id <> %(worker_id)s
 )
 INSERT INTO {WORKER_TABLE} AS w (
     worker_id, host, pid, version, queues, concurrency, started_at, last_seen_at)
