@@ -20,6 +20,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -76,6 +77,9 @@ def portal_view(action: str) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                # Where every Django page sends a visitor who is not logged in.
+                return redirect_to_login(request.get_full_path())
             application = current_application(request)
             allowed = import_string(get_settings().WEBHOOKS["PORTAL_PERMISSION"])
             if not allowed(request, application, action):

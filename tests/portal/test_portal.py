@@ -8,6 +8,7 @@ import html
 import re
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -218,7 +219,10 @@ def test_a_form_cannot_move_an_endpoint_to_another_application(world):
 
 
 def test_no_application_or_no_login_is_refused(world):
-    assert Client().get(PORTAL).status_code == 404
+    # Not logged in: to the login page, as anywhere in Django, and back afterwards.
+    response = Client().get(PORTAL)
+    assert response.status_code == 302
+    assert response["Location"] == f"{settings.LOGIN_URL}?next={PORTAL}"
     assert login("someone_else").get(PORTAL).status_code == 404
     Application.objects.filter(uid="cust_a").update(is_active=False)
     assert login("cust_a").get(PORTAL).status_code == 404
