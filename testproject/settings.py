@@ -158,7 +158,9 @@ LOGGING = {
             "handlers": ["console"],
             "level": os.environ.get("PGQUEUE_LOG_LEVEL", "WARNING"),
         },
-        "django.tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
-        "django_tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        # The worker logs each attempt itself, a failure with its traceback; the Tasks
+        # framework's own record of the same failure would print every traceback twice.
+        "django.tasks": {"handlers": ["console"], "level": "CRITICAL", "propagate": False},
+        "django_tasks": {"handlers": ["console"], "level": "CRITICAL", "propagate": False},
     },
 }
