@@ -9,6 +9,8 @@ from django.utils.translation import gettext_lazy as _
 
 from ..authority import customer_fields
 from ..models.webhooks import Endpoint
+from ..webhooks.catalogue import catalogue
+from ..webhooks.routing import subscription_keys
 
 
 class ListField(forms.CharField):
@@ -58,3 +60,29 @@ class EndpointForm(forms.ModelForm):
         widgets = {"description": forms.TextInput()}
         # A bare host means https, as in the admin.
         field_classes = {"url": HttpsURLField}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        declared = sorted(catalogue())
+        if declared:
+            # With a catalogue the customer picks from what is sent, not from guesses.
+            self.fields["event_types"].help_text = _(
+                "One per line, or a wildcard such as order.* for several. Leave empty to "
+                "receive every event. The event types we send: %(types)s."
+            ) % {"types": ", ".join(declared)}
+
+    def clean_event_types(self) -> list[str]:
+        """With a declared catalogue, each line names a declared type or a wildcard that
+        covers one: a typo would subscribe to an event that never comes."""
+        wanted: list[str] = self.cleaned_data["event_types"]
+        declared = catalogue()
+        if not declared:
+            return wanted
+        covered = {key for name in declared for key in subscription_keys(name)}
+        unknown = [item for item in wanted if item not in covered]
+        if unknown:
+            raise forms.ValidationError(
+                _("We send no event of type %(unknown)s. The event types we send: %(types)s.")
+                % {"unknown": ", ".join(unknown), "types": ", ".join(sorted(declared))}
+            )
+        return wanted

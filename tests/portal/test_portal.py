@@ -118,6 +118,34 @@ def test_adding_an_endpoint_validates_it_in_customer_words(world):
     assert endpoint.channels == ["project-7"]
 
 
+def test_with_a_catalogue_the_form_names_the_types_and_refuses_a_typo(world, settings):
+    settings.PGQUEUE = {
+        **settings.PGQUEUE,
+        "WEBHOOKS": {
+            **settings.PGQUEUE["WEBHOOKS"],
+            "EVENT_TYPES": {"order.paid": {}, "order.refunded": {}, "invoice.sent": {}},
+        },
+    }
+    client = login("cust_a")
+    page = client.get(f"{PORTAL}endpoints/new/").content.decode()
+    assert "invoice.sent, order.paid, order.refunded" in page
+    typo = client.post(
+        f"{PORTAL}endpoints/new/", {"url": "https://93.184.216.34/t", "event_types": "order.piad"}
+    )
+    assert typo.status_code == 200
+    assert "We send no event of type order.piad" in typo.content.decode()
+    assert not Endpoint.objects.filter(url="https://93.184.216.34/t").exists()
+    created = client.post(
+        f"{PORTAL}endpoints/new/",
+        {"url": "https://93.184.216.34/t", "event_types": "order.*\ninvoice.sent"},
+    )
+    assert created.status_code == 302, created.context["form"].errors
+    assert Endpoint.objects.get(url="https://93.184.216.34/t").event_types == [
+        "order.*",
+        "invoice.sent",
+    ]
+
+
 def test_disable_enable_rotate_and_test_event(world):
     client = login("cust_a")
     endpoint = world["cust_a"]["endpoint"]
