@@ -110,7 +110,8 @@ def test_a_consumer_failing_the_same_way_prints_its_traceback_once(run_worker, c
     assert len(lines) == 4
     assert all(r.levelno == logging.WARNING for r in lines)
     assert sum("Traceback" in r.getMessage() for r in lines) == 1
-    assert "the same failure 4 times" in lines[-1].getMessage()
+    # Consumer threads log concurrently: the fourth count need not be the last record.
+    assert any("the same failure 4 times" in r.getMessage() for r in lines)
 
 
 @pytest.mark.django_db(transaction=True)
