@@ -17,10 +17,11 @@ import re
 import pytest
 
 from django_pgqueue import sql
-from django_pgqueue.db import connect
 from django_pgqueue.models import Job
 from django_pgqueue.testing import run_queued_jobs
 from testproject.demo import tasks
+
+from .support.planted import planted_functions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,28 +65,17 @@ def test_every_statement_qualifies_the_built_ins_it_passes_arguments_to():
 
 
 PLANTED = [
-    "public.make_interval(secs integer)",
-    "public.make_interval(secs numeric)",
-    "public.to_jsonb(text)",
+    ("public.make_interval(secs integer)", "interval"),
+    ("public.make_interval(secs numeric)", "interval"),
+    ("public.to_jsonb(text)", "jsonb"),
 ]
 
 
 @pytest.fixture
 def planted():
     """Functions in public that would win over the built-ins for an unqualified call."""
-    with connect("pgqueue-test-plant", prepare=False) as conn:
-        for signature in PLANTED:
-            returns = "interval" if "make_interval" in signature else "jsonb"
-            conn.execute(
-                f"CREATE FUNCTION {signature} RETURNS {returns} LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION 'planted function ran'; END $$"
-            )
-    try:
+    with planted_functions(PLANTED):
         yield
-    finally:
-        with connect("pgqueue-test-plant", prepare=False) as conn:
-            for signature in PLANTED:
-                conn.execute(f"DROP FUNCTION IF EXISTS {signature}")
 
 
 @pytest.mark.parametrize("prepared", [True, False], ids=["server-binding", "client-binding"])

@@ -10,6 +10,7 @@ from django_pgqueue import mq
 from django_pgqueue.db import connect
 from django_pgqueue.mq import store
 
+from ..support.planted import planted_functions
 from .test_sql_api import one
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,29 +87,18 @@ def test_sql_send_accepts_what_python_send_accepts_at_the_limits(sql_api):
 
 
 PLANTED = [
-    "public.make_interval(secs integer)",
-    "public.make_interval(secs numeric)",
-    "public.make_interval(secs double precision)",
-    "public.clock_timestamp(x integer DEFAULT 0)",
+    ("public.make_interval(secs integer)", "interval"),
+    ("public.make_interval(secs numeric)", "interval"),
+    ("public.make_interval(secs double precision)", "interval"),
+    ("public.clock_timestamp(x integer DEFAULT 0)", "timestamptz"),
 ]
 
 
 @pytest.fixture
 def planted():
     """Functions in public that would win over the built-ins for an unqualified call."""
-    with connect("mq-test-plant", prepare=False) as conn:
-        for signature in PLANTED:
-            returns = "interval" if "make_interval" in signature else "timestamptz"
-            conn.execute(
-                f"CREATE FUNCTION {signature} RETURNS {returns} LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION 'planted function ran'; END $$"
-            )
-    try:
+    with planted_functions(PLANTED):
         yield
-    finally:
-        with connect("mq-test-plant", prepare=False) as conn:
-            for signature in PLANTED:
-                conn.execute(f"DROP FUNCTION IF EXISTS {signature.replace(' DEFAULT 0', '')}")
 
 
 @pytest.mark.parametrize("prepared", [True, False], ids=["server-binding", "client-binding"])
