@@ -36,7 +36,7 @@ from .docs import check_hint
 from .exceptions import DuplicateJob, NotATask
 from .jobs import store
 from .models.queue import Status
-from .notify import wake_workers
+from .notify import WAKE_ATOMIC, WAKE_JOBS, wake_workers
 from .queues import validate_concurrency_key
 from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
@@ -326,7 +326,8 @@ class PgQueueBackend(BaseTaskBackend):
             )
         _written(result, job_id, created_at)
         if task.run_after is None:
-            wake_workers(db)  # deferred jobs are found by the poll when due
+            # Deferred jobs are found by the poll when due.
+            wake_workers(db, payload=WAKE_ATOMIC if atomic else WAKE_JOBS)
         if _enqueued_wanted():
             task_enqueued.send(type(self), task_result=result)
         return result
@@ -408,7 +409,7 @@ class PgQueueBackend(BaseTaskBackend):
         new = self._new_jobs(task)
         ids, created_at = store.insert_many(db, new, runs)
         if task.run_after is None:
-            wake_workers(db)
+            wake_workers(db, payload=WAKE_ATOMIC if getattr(task, "atomic", False) else WAKE_JOBS)
         # Results only for a caller or a receiver that will read them.
         wanted = _enqueued_wanted()
         if not (results or wanted):

@@ -107,7 +107,7 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFY": True,
     "NOTIFY_CHANNEL": "pgqueue",
     # At most one NOTIFY per channel per window per process (trailing edge kept).
-    "NOTIFY_COALESCE_SECONDS": 0.05,
+    "NOTIFY_COALESCE_SECONDS": 0.01,
     # libpq DSN for the LISTEN connection when the queue database is reached through
     # a transaction-pooling PgBouncer (LISTEN needs a session). None = same as DATABASE.
     "LISTEN_DSN": None,

@@ -9,6 +9,12 @@ a burst is not left waiting for the poll.
 The NOTIFY goes out on a small background thread with its own connection: the
 enqueueing request never pays a round trip for it, and a failing NOTIFY can
 never fail an enqueue.
+
+The payload names the worker source the work is for (:data:`WAKE_JOBS`,
+:data:`WAKE_ATOMIC`, :data:`WAKE_DELIVERIES`): a worker asks only that source
+again, and leaves the ones that came back empty quiet until their poll. An empty
+payload (:data:`WAKE_ALL`: ``pg_notify`` from SQL, an operator's retry, an older
+release) wakes every source. Requests are coalesced per channel and payload.
 """
 
 from __future__ import annotations
@@ -30,6 +36,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_pgqueue.notify")
 
+#: NOTIFY payloads: the name of the worker source that has new work
+#: (``Source.name``), or :data:`WAKE_ALL` for every source.
+WAKE_ALL = ""
+WAKE_JOBS = "jobs"
+WAKE_ATOMIC = "atomic"
+WAKE_DELIVERIES = "deliveries"
+
 
 class Notifier:
     """Per-process coalescing NOTIFY sender (one daemon thread, one connection)."""
@@ -38,17 +51,19 @@ class Notifier:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._sending = False
-        self._pending: set[str] = set()
+        #: (channel, payload) pairs waiting for their window.
+        self._pending: set[tuple[str, str]] = set()
         self._event = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._conn: psycopg.Connection | None = None
         self.sent = 0
 
-    def request(self, channel: str) -> None:
-        """Ask for one NOTIFY on ``channel`` soon (cheap; never raises)."""
+    def request(self, channel: str, payload: str = WAKE_ALL) -> None:
+        """Ask for one NOTIFY on ``channel`` with ``payload`` soon (cheap; never raises)."""
+        key = (channel, payload)
         thread = self._thread
-        if channel in self._pending and thread is not None and thread.is_alive():
+        if key in self._pending and thread is not None and thread.is_alive():
             # Waiting for its window: the NOTIFY that goes out is sent after this
             # call, hence after the caller's commit, and wakes workers for it too.
             # (A forked child inherits the set and the attribute, not the thread.)
@@ -56,7 +71,7 @@ class Notifier:
         with self._lock:
             if self._pid != os.getpid():  # forked: the thread did not survive
                 self._thread, self._conn, self._pid = None, None, os.getpid()
-            self._pending.add(channel)
+            self._pending.add(key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="pgqueue-notifier", daemon=True
@@ -72,8 +87,8 @@ class Notifier:
                 channels, self._pending = self._pending, set()
                 self._sending = True
             try:
-                for channel in channels:
-                    self._send(channel)
+                for channel, payload in channels:
+                    self._send(channel, payload)
             finally:
                 with self._lock:
                     self._sending = False
@@ -84,14 +99,14 @@ class Notifier:
             if window:
                 time.sleep(window)
 
-    def _send(self, channel: str, attempts: int = 2) -> None:
+    def _send(self, channel: str, payload: str, attempts: int = 2) -> None:
         from .db import connect
 
         for attempt in range(1, attempts + 1):
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = connect("notify", prepare=False)
-                self._conn.execute(sql.NOTIFY, (channel,))
+                self._conn.execute(sql.NOTIFY, (channel, payload))
                 self.sent += 1
                 return
             except Exception as exc:  # a NOTIFY must never break anything
@@ -115,8 +130,8 @@ class Notifier:
             while self._sending and time.monotonic() < deadline:
                 self._idle.wait(0.05)
             channels, self._pending = self._pending, set()
-        for channel in channels:
-            self._send(channel, attempts=1)
+        for channel, payload in channels:
+            self._send(channel, payload, attempts=1)
         with self._lock:
             self._close()
 
@@ -151,11 +166,14 @@ def abort_channel() -> str:
     return f"{get_settings().NOTIFY_CHANNEL}_abort"[:63]
 
 
-def wake_workers(alias: str | None = None, channel: str | None = None) -> None:
+def wake_workers(
+    alias: str | None = None, channel: str | None = None, payload: str = WAKE_ALL
+) -> None:
     """Schedule a NOTIFY for idle workers after the current transaction commits.
 
     Outside a transaction it is sent at once (after the implicit commit). ``channel``
     defaults to ``NOTIFY_CHANNEL`` (work is due); see also :func:`abort_channel`.
+    ``payload`` names the source the work is for (``WAKE_*``; default: every source).
     """
     conf = get_settings()
     if not conf.NOTIFY:
@@ -163,10 +181,10 @@ def wake_workers(alias: str | None = None, channel: str | None = None) -> None:
     channel = channel or conf.NOTIFY_CHANNEL
     connection = connections[alias or conf.DATABASE]
     if connection.in_atomic_block:
-        connection.on_commit(lambda: notifier.request(channel))
+        connection.on_commit(lambda: notifier.request(channel, payload))
     elif connection.get_autocommit():
         # Committed already (each enqueue of a ``for`` loop outside ``atomic``):
         # what ``on_commit`` would do, without building a callback per call.
-        notifier.request(channel)
+        notifier.request(channel, payload)
     else:
-        connection.on_commit(lambda: notifier.request(channel))  # raises, as Django does
+        connection.on_commit(lambda: notifier.request(channel, payload))  # raises, as Django does

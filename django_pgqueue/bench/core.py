@@ -14,7 +14,6 @@ same way an operator starts them.
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,9 @@ from psycopg import sql as pgsql
 from .. import sql
 from ..conf import get_settings
 from ..db import connect, connection_params
+from ..notify import WAKE_JOBS
 from .guard import check_scratch_database
+from .probes import read_latencies, stop, warm_up
 from .rows import Row, fmt, pctl
 from .server import children
 
@@ -42,6 +43,7 @@ WORKLOADS = (
     "enqueue",
     "drain",
     "latency",
+    "pickup",
     "webhooks",
     "fairness",
     "claim_cost",
@@ -139,6 +141,8 @@ class Bench:
         drain_concurrency: list[int] | None = None,
         latency_probes: int = 100,
         latency_interval: float = 0.1,
+        pickup_rate: float = 600.0,
+        pickup_seconds: float = 5.0,
         history_rows: int = 1_000_000,
         claim_samples: int = 50,
         producers: int = 8,
@@ -164,6 +168,8 @@ class Bench:
         self.drain_concurrency = drain_concurrency or [1, 4, 16]
         self.latency_probes = latency_probes
         self.latency_interval = latency_interval
+        self.pickup_rate = pickup_rate
+        self.pickup_seconds = pickup_seconds
         self.history_rows = history_rows
         self.claim_samples = claim_samples
         self.producers = producers
@@ -531,10 +537,7 @@ class Bench:
         probe = self.tasks().probe.using(backend=self.backend_alias)
         proc = subprocess.Popen(argv, env=self.child_env(), start_new_session=True)
         try:
-            probe.enqueue(path, -1, time.time())  # warm-up: the worker is up once it ran
-            deadline = time.monotonic() + 60
-            while not read_latencies(path) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            warm_up(probe, path)
             time.sleep(1.0)
             for seq in range(self.latency_probes):
                 probe.enqueue(path, seq, time.time())
@@ -579,6 +582,13 @@ class Bench:
                     f"   rep {rep + 1} {label}: p50 {pctl(values, 50):.1f} ms, "
                     f"p95 {pctl(values, 95):.1f} ms, max {values[-1]:.1f} ms"
                 )
+
+    # 4b. steady-rate pickup (bench/pickup.py) ---------------------------------------------
+
+    def bench_pickup(self) -> None:
+        from .pickup import bench_pickup
+
+        bench_pickup(self)
 
     # 5. webhooks ---------------------------------------------------------------------------
 
@@ -924,7 +934,7 @@ class Bench:
                         with transaction.atomic(using=self.alias):
                             noop.enqueue()
                             with connections[self.alias].cursor() as cur:
-                                cur.execute(sql.NOTIFY, [channel])
+                                cur.execute(sql.NOTIFY, [channel, WAKE_JOBS])
                     else:
                         noop.enqueue()
             except BaseException as exc:
@@ -1065,31 +1075,6 @@ def rss_kib(pid: int) -> int:
         except OSError:
             pass
     return total
-
-
-def read_latencies(path: str) -> dict[int, float]:
-    """``seq -> ms`` from a probe file."""
-    out: dict[int, float] = {}
-    try:
-        with open(path) as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) == 3:
-                    out[int(parts[0])] = (float(parts[2]) - float(parts[1])) * 1000
-    except FileNotFoundError:
-        pass
-    return out
-
-
-def stop(proc: subprocess.Popen[Any]) -> None:
-    """SIGTERM a child we started, then SIGKILL it if it does not exit."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def webhooks_unavailable() -> str:

@@ -611,9 +611,10 @@ SELECT {_JOB_ROW_NAMES}
 FROM {JOB_TABLE} WHERE id = %s
 """
 
-# Wake idle workers. ``pg_notify`` with a constant payload: PostgreSQL folds
-# identical notifications of one transaction into one.
-NOTIFY = "/* pgqueue:notify */ SELECT pg_catalog.pg_notify(%s, '')"
+# Wake idle workers: (channel, payload), the payload naming the worker source with
+# new work (notify.WAKE_*). PostgreSQL folds identical notifications of one
+# transaction into one.
+NOTIFY = "/* pgqueue:notify */ SELECT pg_catalog.pg_notify(%s, %s)"
 
 # ---------------------------------------------------------------------------------
 # Tracing (``PGQUEUE["TRACING"]``: tracing.py, through jobs/store.py)

@@ -27,6 +27,7 @@ from django.utils import timezone
 from ..conf import get_settings
 from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
+from ..notify import WAKE_DELIVERIES
 from ..outcomes import DeliveryOutcome
 from ..storable import LAST_ERROR_CAP, storable_headers, storable_text
 from ..tracing import outgoing_headers, traced_delivery
@@ -124,7 +125,7 @@ def _body_text(raw: bytes, cap: int) -> tuple[str, bool]:
 class DeliverySource(Source):
     """Webhook deliveries (the ``pgqueue_delivery`` table)."""
 
-    name = "deliveries"
+    name = WAKE_DELIVERIES  # also the NOTIFY payload that wakes it (notify.py)
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id

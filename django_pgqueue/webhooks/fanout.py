@@ -17,7 +17,7 @@ from django.db import transaction
 from ..conf import get_settings
 from ..contract import check_json_document
 from ..exceptions import IdempotencyKeyConflict, PayloadNotJSON, UnknownApplication
-from ..notify import wake_workers
+from ..notify import WAKE_DELIVERIES, wake_workers
 from ..routers import warn_if_outside_queue_transaction
 from .breaker import max_attempts
 from .catalogue import validate_event
@@ -207,5 +207,5 @@ def record_event(
     event._state.adding = False
     event._state.db = alias
     if queued:
-        wake_workers(alias)
+        wake_workers(alias, payload=WAKE_DELIVERIES)
     return event, queued

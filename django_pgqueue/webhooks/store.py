@@ -44,7 +44,7 @@ from django.utils import timezone
 from .. import sql
 from ..conf import get_settings
 from ..db import PositionalStatement, array_literal, run_lease_extension, text_array_literal
-from ..notify import wake_workers
+from ..notify import WAKE_DELIVERIES, wake_workers
 from ..outcomes import DeliveryOutcome
 from . import breaker
 
@@ -213,7 +213,7 @@ def send_test_event(endpoint: Endpoint) -> Delivery | None:
         )
         if not queued:
             return None
-        wake_workers(alias)
+        wake_workers(alias, payload=WAKE_DELIVERIES)
         return (
             Delivery.objects.using(alias)
             .select_related("event")
@@ -267,7 +267,7 @@ def retry_refused_deliveries(endpoint_id: int) -> int:
         cursor.execute(sql.REFUSED_DELIVERIES_DUE_NOW, [endpoint_id])
         count = cursor.rowcount
     if count:
-        wake_workers(alias)
+        wake_workers(alias, payload=WAKE_DELIVERIES)
     return count
 
 
@@ -399,7 +399,7 @@ def change_endpoints(
         if release and changed:
             # Deliveries kept while it was disabled or failing go out now.
             cursor.execute(sql.DELIVERIES_DUE_NOW, [list(changed)])
-            wake_workers(alias)
+            wake_workers(alias, payload=WAKE_DELIVERIES)
     return changed
 
 

@@ -44,6 +44,7 @@ from ..db import is_connection_error
 from ..jobs import store
 from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
+from ..notify import WAKE_ATOMIC
 from ..outcomes import JobOutcome
 from .attempt import current_attempt
 from .runner import TaskRunner, _error_entry, _exception_path
@@ -63,7 +64,7 @@ class AtomicJobSource(JobSource):
     transaction, so a success is written by the time :meth:`run` returns.
     """
 
-    name = "atomic"
+    name = WAKE_ATOMIC  # also the NOTIFY payload that wakes it (notify.py)
     timeout_settled_by_thread = True
 
     def __init__(self, worker_id: str, *, manage_connections: bool = True) -> None:

@@ -2,7 +2,9 @@
 
 A notification only reaches sessions that are listening at that moment, so
 after every (re)connect the listener wakes the claim loop once: the sweep that
-picks up whatever was enqueued while it was away. A periodic health query on
+picks up whatever was enqueued while it was away. What each NOTIFY named (its
+payload on the main channel, or its channel for the others) is kept for the
+claim loop, which asks only those sources again (``take_heard``). A periodic health query on
 the same session detects a half-open connection that would otherwise stay
 silent forever; keepalives back it up at the TCP level.
 """
@@ -19,6 +21,7 @@ from typing import Any
 from psycopg import sql as pgsql
 
 from ..db import connect
+from ..notify import WAKE_ALL
 from . import hooks
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -62,6 +65,21 @@ class Listener(threading.Thread):
         #: every source again when it changes (see Worker._claim_loop).
         self.wakeups = 0
         self.reconnects = 0
+        #: What the NOTIFYs since the last ``take_heard`` named (WAKE_ALL: everything).
+        self._heard: set[str] = set()
+        self._heard_lock = threading.Lock()
+
+    def take_heard(self) -> set[str]:
+        """Payloads (main channel) and channels (the others) heard since the last call."""
+        with self._heard_lock:
+            heard, self._heard = self._heard, set()
+        return heard
+
+    def _hear(self, what: str) -> None:
+        with self._heard_lock:
+            self._heard.add(what)
+        self.wakeups += 1
+        self.wake.set()
 
     def run(self) -> None:
         delay = 0.2
@@ -82,8 +100,7 @@ class Listener(threading.Thread):
                 delay = 0.2
                 self.connected.set()
                 # Sweep: anything enqueued while we were not listening.
-                self.wakeups += 1
-                self.wake.set()
+                self._hear(WAKE_ALL)
                 self._listen(conn)
             except Exception as exc:
                 self.connected.clear()
@@ -109,8 +126,7 @@ class Listener(threading.Thread):
                 if self.on_abort is not None and notice.channel == self.abort_channel:
                     self.on_abort()
                     continue
-                self.wakeups += 1
-                self.wake.set()
+                self._hear(notice.payload if notice.channel == self.channel else notice.channel)
             if time.monotonic() >= next_health:
                 self._health_check(conn)
                 next_health = time.monotonic() + self.health_interval

@@ -21,6 +21,7 @@ from django.utils import timezone
 from ..jobs import store
 from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
+from ..notify import WAKE_JOBS
 from ..outcomes import JobOutcome, Outcome
 from .runner import TaskRunner
 
@@ -138,7 +139,7 @@ class Source(ABC):
 class JobSource(Source):
     """Jobs of Django's Tasks framework (the ``pgqueue_job`` table, ``jobs/store.py``)."""
 
-    name = "jobs"
+    name = WAKE_JOBS  # also the NOTIFY payload that wakes it (notify.py)
 
     def __init__(self, runner: TaskRunner) -> None:
         self.runner = runner

@@ -325,7 +325,7 @@ class Worker:
             "lease": self.lease_seconds,
             "worker_id": self.worker_id,
         }
-        quiet = QuietSources(self.poll_interval, len(self.sources))
+        quiet = QuietSources(self.poll_interval, self.sources)
         failures = 0
         deadline = None if self.max_time is None else time.monotonic() + self.max_time
         while not self.stopping.is_set():
@@ -346,7 +346,7 @@ class Worker:
                 self.wake.wait(PARKED_RETRY_SECONDS)
                 continue
             self.wake.clear()
-            heard = self.listener.wakeups if self.listener is not None else 0
+            heard = self.listener.take_heard() if self.listener is not None else set()
             quiet.refresh(heard, self._recheck)
             try:
                 result = self._claim_pass(params, quiet)

@@ -51,7 +51,7 @@ def test_a_slot_freed_as_the_pass_looks_cannot_make_the_claim_negative():
     worker._inflight_lock = FreesSlotsWhenReleased(worker, 2)  # type: ignore[assignment]
     params = {"all_queues": True, "queues": [], "lease": 30.0, "worker_id": worker.worker_id}
     try:
-        result = worker._claim_pass(params, QuietSources(1.0, 1))
+        result = worker._claim_pass(params, QuietSources(1.0, worker.sources))
     finally:
         worker._drop_claim_connection()
     assert result is PassResult.FULL  # this pass saw no room; the freed slots wake the next

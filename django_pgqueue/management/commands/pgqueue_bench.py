@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_pgqueue.bench.core import WORKLOADS, Bench
 from django_pgqueue.bench.guard import WrongDatabase
-from django_pgqueue.management.argtypes import positive_int
+from django_pgqueue.management.argtypes import positive_float, positive_int
 
 
 def workload_list(value: str) -> list[str]:
@@ -90,6 +90,18 @@ class Command(BaseCommand):
             help="Latency probes per run (default 100, 100 ms apart).",
         )
         parser.add_argument(
+            "--pickup-rate",
+            type=positive_float,
+            default=600.0,
+            help="Jobs per second offered by the steady-rate pickup workload (default 600).",
+        )
+        parser.add_argument(
+            "--pickup-seconds",
+            type=positive_float,
+            default=5.0,
+            help="How long the steady-rate pickup workload offers jobs (default 5).",
+        )
+        parser.add_argument(
             "--history",
             type=positive_int,
             default=1_000_000,
@@ -159,6 +171,8 @@ class Command(BaseCommand):
             n_drain=options["n_drain"],
             drain_concurrency=options["concurrency"],
             latency_probes=options["probes"],
+            pickup_rate=options["pickup_rate"],
+            pickup_seconds=options["pickup_seconds"],
             history_rows=options["history"],
             claim_samples=options["claims"],
             producers=options["producers"],
