@@ -392,15 +392,22 @@ def _executor(name: str) -> Execute:
 
 
 def _decoded(
-    rows: list[Any], info: QueueInfo, execute: Execute, *, popped: bool = False
+    rows: list[Any],
+    info: QueueInfo,
+    execute: Execute,
+    *,
+    popped: bool = False,
+    keep_order: bool = False,
 ) -> list[Message]:
-    """The Messages of the rows a read returned, in ``msg_id`` order.
+    """The Messages of the rows a read returned, in ``msg_id`` order (in the order the
+    statement returned them with ``keep_order``: the grouped reads).
 
     A row Python cannot decode is quarantined (``quarantine``) and left out: the
     read has already hidden and counted the whole batch, so raising here would
     cost every message beside it a read, and a consumer would fail every claim.
     """
-    rows.sort()
+    if not keep_order:
+        rows.sort()
     messages: list[Message] = []
     bad: list[tuple[Any, str]] = []
     for row in rows:
