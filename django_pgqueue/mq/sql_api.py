@@ -827,6 +827,9 @@ CREATE FUNCTION {api}.send_topic(routing_key text, msg jsonb) RETURNS integer
 LANGUAGE sql AS $$ SELECT {api}.send_topic(routing_key, msg, NULL, 0) $$;
 CREATE FUNCTION {api}.send_topic(routing_key text, msg jsonb, delay integer) RETURNS integer
 LANGUAGE sql AS $$ SELECT {api}.send_topic(routing_key, msg, NULL, delay) $$;
+-- Not in pgmq's SQL, but the pgmq client (1.1.4) calls it for headers without a delay.
+CREATE FUNCTION {api}.send_topic(routing_key text, msg jsonb, headers jsonb) RETURNS integer
+LANGUAGE sql AS $$ SELECT {api}.send_topic(routing_key, msg, headers, 0) $$;
 
 CREATE FUNCTION {api}.send_batch_topic(
     routing_key text, msgs jsonb[], headers jsonb[], delay timestamptz

@@ -185,11 +185,19 @@ def test_sql_api_surface(sql_api):
     assert one(
         "SELECT pgmq_test.send_topic('e.b', '{\"a\": 2}'::jsonb, '{\"h\": 1}'::jsonb, 0)"
     ) == [(1,)]
+    # The three-argument form with headers, which the pgmq client calls.
+    assert one("SELECT pgmq_test.send_topic('e.b', '{\"a\": 3}'::jsonb, '{}'::jsonb)") == [(1,)]
     rows = one(
         "SELECT * FROM pgmq_test.send_batch_topic("
         "'e.c', ARRAY['{\"b\": 1}', '{\"b\": 2}']::jsonb[])"
     )
     assert [q for q, _ in rows] == ["s1", "s1"]
-    assert [m.message for m in mq.read("s1", qty=10)] == [{"a": 1}, {"a": 2}, {"b": 1}, {"b": 2}]
+    assert [m.message for m in mq.read("s1", qty=10)] == [
+        {"a": 1},
+        {"a": 2},
+        {"a": 3},
+        {"b": 1},
+        {"b": 2},
+    ]
     assert one("SELECT pgmq_test.unbind_topic('e.*', 's1')") == [(True,)]
     assert one("SELECT pgmq_test.unbind_topic('e.*', 's1')") == [(False,)]
