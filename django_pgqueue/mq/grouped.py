@@ -34,7 +34,9 @@ def _read(kind: str, name: str, vt: float, qty: int) -> list[Message]:
             "(dead letters by read count); read it with read() or use a queue without max_reads"
         )
     with _cursor(name) as cursor:
-        cursor.execute(sql.statement(kind, name), [qty, qty, vt])
+        # The second qty bounds the messages looked at per group: one for the heads.
+        per_group = 1 if kind == "read_grouped_head" else qty
+        cursor.execute(sql.statement(kind, name), [qty, per_group, qty, vt])
         rows = cursor.fetchall()
     return _decoded(rows, info, _executor(name), keep_order=True)
 

@@ -375,10 +375,12 @@ RETURNING msg_id""",
 #   new row version and leaves the group. So two readers never split a group (pgmq
 #   takes an advisory lock per group for this; the row lock needs no hash and is
 #   released with the row's own transaction);
-# * ``ranked``: the visible messages of each eligible group from its head on, numbered
-#   within the group; the three reads differ only in how these are ordered
-#   (``ORDER BY``): the oldest group first and all it has (``read_grouped``, SQS-style),
-#   layers across groups (``read_grouped_rr``), or heads only (``read_grouped_head``);
+# * ``ranked``: the visible messages of each eligible group from its head on, at most
+#   qty of them (no read takes more from one group; one for the heads), numbered
+#   within the group: a range of the FIFO index per group when the queue has one. The
+#   three reads differ only in how these are ordered (``ORDER BY``): the oldest group
+#   first and all it has (``read_grouped``, SQS-style), layers across groups
+#   (``read_grouped_rr``), or heads only (``read_grouped_head``);
 # * ``picked``: the first qty of them, locked; ``vt`` is tested again on the locked row
 #   (the recheck runs at this level only), then the UPDATE of "read".
 #
@@ -398,12 +400,15 @@ def _grouped(order_sql: str, where_sql: str = "") -> str:
     LIMIT %s
     FOR UPDATE OF q SKIP LOCKED
 ), ranked AS (
-    SELECT m.msg_id, eligible.head,
-           pg_catalog.row_number() OVER (PARTITION BY eligible.head ORDER BY m.msg_id) AS n
-    FROM eligible JOIN {{q}} m
-      ON {GROUP_KEY_SQL.replace("headers", "m.headers")} = eligible.grp
-     AND m.msg_id >= eligible.head
-    WHERE m.vt <= pg_catalog.clock_timestamp()
+    SELECT m.msg_id, eligible.head, m.n
+    FROM eligible CROSS JOIN LATERAL (
+        SELECT g.msg_id, pg_catalog.row_number() OVER (ORDER BY g.msg_id) AS n
+        FROM {{q}} g
+        WHERE {GROUP_KEY_SQL.replace("headers", "g.headers")} = eligible.grp
+          AND g.msg_id >= eligible.head AND g.vt <= pg_catalog.clock_timestamp()
+        ORDER BY g.msg_id
+        LIMIT %s
+    ) m
 ), ordered AS (
     SELECT msg_id, pg_catalog.row_number() OVER (ORDER BY {order_sql}) AS ord
     FROM ranked{where_sql}

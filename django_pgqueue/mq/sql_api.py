@@ -664,8 +664,9 @@ REFUSED = [
 ]
 
 # FIFO group reads: the statements of mq.grouped ({read_grouped}, {read_grouped_rr},
-# {read_grouped_head}, via for_plpgsql: $1 and $2 qty, $3 vt), so both doors hand out
-# a group's messages by one rule. A queue with max_reads is refused, as in Python.
+# {read_grouped_head}, via for_plpgsql: $1 and $3 qty, $2 the messages looked at per
+# group, $4 vt), so both doors hand out a group's messages by one rule. A queue with
+# max_reads is refused, as in Python.
 # The FIFO index is mq.create_fifo_index's statement ({create_fifo_index}).
 _GROUPED_DDL = """
 CREATE FUNCTION {api}._read_grouped(queue_name text, vt integer, qty integer, kind text)
@@ -690,7 +691,8 @@ BEGIN
     RETURN QUERY EXECUTE format(CASE kind
         WHEN 'read_grouped' THEN {read_grouped}
         WHEN 'read_grouped_rr' THEN {read_grouped_rr}
-        ELSE {read_grouped_head} END, {api}._rel(queue_name, 'q')) USING qty, qty, vt;
+        ELSE {read_grouped_head} END, {api}._rel(queue_name, 'q'))
+        USING qty, CASE kind WHEN 'read_grouped_head' THEN 1 ELSE qty END, qty, vt;
 END $$;
 
 CREATE FUNCTION {api}.create_fifo_index(queue_name text) RETURNS void
