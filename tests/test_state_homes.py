@@ -35,6 +35,7 @@ QUEUE_MODELS = {
     "Schedule": "pgqueue_schedule",
     "ScheduleTick": "pgqueue_schedule_tick",
     "MessageQueue": "pgqueue_mq_queue",
+    "TopicBinding": "pgqueue_mq_topic_binding",
     "Queue": "pgqueue_queue",
 }
 QUEUE_TABLES = set(QUEUE_MODELS.values())
@@ -52,7 +53,7 @@ STORES: dict[str, set[str]] = {
         "pgqueue_event",
     },
     "operations.py": {"pgqueue_job", "pgqueue_delivery", "pgqueue_endpoint"},
-    "mq/": {"pgqueue_mq_queue"},
+    "mq/": {"pgqueue_mq_queue", "pgqueue_mq_topic_binding"},
     "periodic/": {"pgqueue_schedule", "pgqueue_schedule_tick"},
     "maintenance.py": {
         "pgqueue_job",

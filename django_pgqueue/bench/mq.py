@@ -154,6 +154,7 @@ def bench_message_queues(bench: Bench) -> None:
                 )
             )
         _archive_growth(bench, n_read)
+        _grouped_reads(bench, n_read)
         wake = {
             p: bench.add(
                 Row(
@@ -185,7 +186,7 @@ def bench_message_queues(bench: Bench) -> None:
                     row.ref_values.append(pctl(theirs, int(p[1:])))
             bench.out(f"   wake-up p50 {pctl(ours, 50):.1f} ms, p95 {pctl(ours, 95):.1f} ms")
     finally:
-        for name in (QUEUE, HISTORY_QUEUE):
+        for name in (QUEUE, HISTORY_QUEUE, GROUPED_QUEUE):
             try:
                 mq.drop(name)
             except mq.QueueError:
@@ -394,23 +395,12 @@ def _archive_growth(bench: Bench, n_read: int) -> None:
         connections[bench.alias].close()
         bench.checkpoint()
 
-        def round_of(name: str) -> Callable[[int], int]:
-            def run(k: int) -> int:
-                done = 0
-                for _ in range(k):
-                    got = [m.msg_id for m in mq.read(name, 30, 100)]
-                    mq.archive(name, got)
-                    done += len(got)
-                return done
-
-            return run
-
         order = ["empty", "full"] if rep % 2 == 0 else ["full", "empty"]
         rates = _interleaved(
             order,
             max(1, n_read // 100),
             5,
-            {"empty": round_of(QUEUE), "full": round_of(HISTORY_QUEUE)},
+            {"empty": _read_archive(QUEUE), "full": _read_archive(HISTORY_QUEUE)},
         )
         row.values.append(rates["full"])
         row.ref_values.append(rates["empty"])
@@ -418,6 +408,81 @@ def _archive_growth(bench: Bench, n_read: int) -> None:
             f"   archive growth: {rates['full']:,.0f}/s with {bench.history_rows:,} archived, "
             f"{rates['empty']:,.0f}/s with none"
         )
+    connections.close_all()
+
+
+def _read_archive(
+    name: str, read: Callable[[str, float, int], list[Any]] = mq.read
+) -> Callable[[int], int]:
+    """k rounds of ``read(qty=100)`` + archive on queue ``name``; the messages handled."""
+
+    def run(k: int) -> int:
+        done = 0
+        for _ in range(k):
+            got = [m.msg_id for m in read(name, 30, 100)]
+            mq.archive(name, got)
+            done += len(got)
+        return done
+
+    return run
+
+
+# -- FIFO group reads ---------------------------------------------------------------------
+
+GROUPED_QUEUE = "bench_grouped"
+#: Groups the grouped-read workload spreads its messages over (x-pgmq-group).
+GROUPS = 100
+
+
+def _grouped_reads(bench: Bench, n_read: int) -> None:
+    """read_grouped / read_grouped_rr (qty=100) + archive on a queue with the FIFO index,
+    next to read(qty=100) + archive of the same messages (same groups, same headers) on
+    another queue, interleaved. pgmq 1.5.1 has no grouped reads: the reference is our
+    own plain read, so the row shows what keeping groups in order costs."""
+    from .rows import Row
+
+    kinds = {"read_grouped": mq.read_grouped, "read_grouped_rr": mq.read_grouped_rr}
+    rows = {
+        kind: bench.add(
+            Row(
+                "message queues",
+                f"{kind}(qty=100) + archive, {GROUPS} groups, FIFO index (n={n_read:,})",
+                "msgs/s",
+                reference="read(qty=100) + archive, same messages",
+                target="≥ 0.5x",
+                goal=0.5,
+            )
+        )
+        for kind in kinds
+    }
+    headers = [{"x-pgmq-group": f"g{i % GROUPS}"} for i in range(BATCH)]
+    for rep in range(bench.repeat):
+        for kind, read_grouped in kinds.items():
+            for name in (QUEUE, GROUPED_QUEUE):
+                try:
+                    mq.drop(name)
+                except mq.QueueError:
+                    pass
+                mq.create(name)
+                for _ in range(0, n_read, BATCH):
+                    mq.send_batch(name, [MESSAGE] * BATCH, headers=headers)
+            mq.create_fifo_index(GROUPED_QUEUE)
+            connections[bench.alias].close()
+            bench.checkpoint()
+
+            order = ["plain", "grouped"] if rep % 2 == 0 else ["grouped", "plain"]
+            rates = _interleaved(
+                order,
+                max(1, n_read // 100),
+                5,
+                {
+                    "plain": _read_archive(QUEUE),
+                    "grouped": _read_archive(GROUPED_QUEUE, read_grouped),
+                },
+            )
+            rows[kind].values.append(rates["grouped"])
+            rows[kind].ref_values.append(rates["plain"])
+            bench.out(f"   {kind}: {rates['grouped']:,.0f}/s, read {rates['plain']:,.0f}/s")
     connections.close_all()
 
 

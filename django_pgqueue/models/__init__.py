@@ -17,7 +17,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
 
 from .api import ApiKey, ApiRateLimit, ApiScope
 from .flow import Queue
-from .mq import MessageQueue
+from .mq import MessageQueue, TopicBinding
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
 from .webhooks import (
@@ -52,5 +52,6 @@ __all__ = [
     "Schedule",
     "ScheduleTick",
     "Status",
+    "TopicBinding",
     "WorkerHeartbeat",
 ]

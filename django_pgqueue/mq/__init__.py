@@ -34,6 +34,14 @@ from .exceptions import (
     QueueInUse,
     QueueNotFound,
 )
+from .grouped import (
+    GROUP_HEADER,
+    create_fifo_index,
+    create_fifo_indexes_all,
+    read_grouped,
+    read_grouped_head,
+    read_grouped_rr,
+)
 from .store import (
     Message,
     QueueInfo,
@@ -54,9 +62,20 @@ from .store import (
     send_batch,
     set_vt,
 )
+from .topics import (
+    RoutingMatch,
+    TopicBinding,
+    bind_topic,
+    list_topic_bindings,
+    send_batch_topic,
+    send_topic,
+    test_routing,
+    unbind_topic,
+)
 from .validation import MAX_POLL_SECONDS, MAX_QTY, MAX_VT_SECONDS, check_count, check_seconds
 
 __all__ = [
+    "GROUP_HEADER",
     "Consumer",
     "InvalidMessage",
     "InvalidQueueName",
@@ -67,6 +86,8 @@ __all__ = [
     "QueueInfo",
     "QueueMetrics",
     "QueueNotFound",
+    "RoutingMatch",
+    "TopicBinding",
     "aarchive",
     "acreate",
     "adelete",
@@ -78,27 +99,45 @@ __all__ = [
     "apurge",
     "archive",
     "aread",
+    "aread_grouped",
+    "aread_grouped_head",
+    "aread_grouped_rr",
     "aread_with_poll",
     "asend",
     "asend_batch",
+    "asend_topic",
     "aset_vt",
+    "bind_topic",
     "consumer",
     "consumers",
     "create",
+    "create_fifo_index",
+    "create_fifo_indexes_all",
     "delete",
     "drop",
     "get_queue",
     "list_queues",
+    "list_topic_bindings",
     "metrics",
     "metrics_all",
     "move",
     "pop",
     "purge",
     "read",
+    "read_grouped",
+    "read_grouped_head",
+    "read_grouped_head_with_poll",
+    "read_grouped_rr",
+    "read_grouped_rr_with_poll",
+    "read_grouped_with_poll",
     "read_with_poll",
     "send",
     "send_batch",
+    "send_batch_topic",
+    "send_topic",
     "set_vt",
+    "test_routing",
+    "unbind_topic",
 ]
 
 
@@ -117,6 +156,42 @@ def read_with_poll(
     bounds each sleep, for messages that become visible by time (a delay, a lapsed
     visibility timeout) and for lost notifications.
     """
+    return _poll(read, name, vt, qty, max_poll_seconds, poll_interval)
+
+
+def _with_poll(read: Callable[[str, float, int], list[Message]]) -> Callable[..., list[Message]]:
+    """``read`` with ``read_with_poll``'s wait (a grouped read)."""
+
+    def with_poll(
+        name: str,
+        vt: float = 30,
+        qty: int = 1,
+        *,
+        max_poll_seconds: float = 5,
+        poll_interval: float | None = None,
+    ) -> list[Message]:
+        return _poll(read, name, vt, qty, max_poll_seconds, poll_interval)
+
+    with_poll.__name__ = f"{read.__name__}_with_poll"
+    with_poll.__qualname__ = with_poll.__name__
+    with_poll.__doc__ = f"``{read.__name__}``, waiting as ``read_with_poll`` does."
+    return with_poll
+
+
+read_grouped_with_poll = _with_poll(read_grouped)
+read_grouped_rr_with_poll = _with_poll(read_grouped_rr)
+read_grouped_head_with_poll = _with_poll(read_grouped_head)
+
+
+def _poll(
+    read: Callable[[str, float, int], list[Message]],
+    name: str,
+    vt: float,
+    qty: int,
+    max_poll_seconds: float,
+    poll_interval: float | None,
+) -> list[Message]:
+    """Call ``read`` until it returns messages or ``max_poll_seconds`` have passed."""
     check_seconds("vt", vt, MAX_VT_SECONDS)
     check_count("qty", qty, MAX_QTY)
     check_seconds("max_poll_seconds", max_poll_seconds, MAX_POLL_SECONDS)
@@ -167,6 +242,10 @@ asend = _async(send)
 asend_batch = _async(send_batch)
 aread = _async(read)
 aread_with_poll = _async(read_with_poll)
+aread_grouped = _async(read_grouped)
+aread_grouped_rr = _async(read_grouped_rr)
+aread_grouped_head = _async(read_grouped_head)
+asend_topic = _async(send_topic)
 apop = _async(pop)
 aset_vt = _async(set_vt)
 aarchive = _async(archive)

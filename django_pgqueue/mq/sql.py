@@ -41,6 +41,11 @@ REGISTRY = "pgqueue_mq_queue"
 QUEUE_PREFIX = "pgqueue_mq_q_"
 ARCHIVE_PREFIX = "pgqueue_mq_a_"
 SEQUENCE_PREFIX = "pgqueue_mq_s_"
+#: The FIFO index of one queue (``create_fifo_index``): ``pgqueue_mq_g_<name>`` fits
+#: PostgreSQL's 63 bytes for every valid name, where ``..._q_<name>_group`` would not.
+GROUP_INDEX_PREFIX = "pgqueue_mq_g_"
+#: The table of topic bindings (``bind_topic``; migration 0023 creates it).
+TOPIC_TABLE = "pgqueue_mq_topic_binding"
 #: NOTIFY channel of one queue; the SQL API's ``send`` uses the same.
 CHANNEL_PREFIX = "pgqueue_mq_"
 
@@ -58,6 +63,7 @@ def identifiers(name: str) -> dict[str, pgsql.Identifier]:
         "seq": pgsql.Identifier(SEQUENCE_PREFIX + name),
         "q_vt": pgsql.Identifier(QUEUE_PREFIX + name + "_vt"),
         "a_id": pgsql.Identifier(ARCHIVE_PREFIX + name + "_id"),
+        "g": pgsql.Identifier(GROUP_INDEX_PREFIX + name),
     }
 
 
@@ -349,6 +355,135 @@ RETURNING msg_id""",
 }
 
 
+# -- FIFO groups (pgmq 1.8+) --------------------------------------------------------------
+#
+# A message's group is its ``x-pgmq-group`` header (text), or one default group for the
+# messages without it: pgmq's rule, so a message sent by a pgmq client lands in the
+# same group here. Within a group messages are handed out in msg_id order and never
+# past one still in flight: a group is eligible only while its head (its oldest
+# message, whatever its visibility) is visible. A delayed head holds its group back,
+# as in pgmq.
+#
+# Shape of the three reads (one statement each, like "read"):
+#
+# * ``heads``: the head of every group (DISTINCT ON walks the FIFO index when the
+#   queue has one, else one scan of the queue table);
+# * ``eligible``: the visible heads, oldest first, at most qty of them (no read can use
+#   more groups than messages), each LOCKED with SKIP LOCKED. The lock on the head is
+#   the group's lock: a concurrent grouped read skips a group whose head another holds,
+#   and a read that finds the head already read and committed re-checks ``vt`` on the
+#   new row version and leaves the group. So two readers never split a group (pgmq
+#   takes an advisory lock per group for this; the row lock needs no hash and is
+#   released with the row's own transaction);
+# * ``ranked``: the visible messages of each eligible group from its head on, at most
+#   qty of them (no read takes more from one group; one for the heads), numbered
+#   within the group: a range of the FIFO index per group when the queue has one. The
+#   three reads differ only in how these are ordered (``ORDER BY``): the oldest group
+#   first and all it has (``read_grouped``, SQS-style), layers across groups
+#   (``read_grouped_rr``), or heads only (``read_grouped_head``);
+# * ``picked``: the first qty of them, locked; ``vt`` is tested again on the locked row
+#   (the recheck runs at this level only), then the UPDATE of "read".
+#
+# The answer comes out in that order. ``{doc}`` is ``::text`` for Python (store.py
+# decodes the documents) and empty for the SQL API, which returns jsonb.
+GROUP_KEY_SQL = "COALESCE(headers ->> 'x-pgmq-group'::text, '_default_fifo_group'::text)"
+
+
+def _grouped(order_sql: str, where_sql: str = "") -> str:
+    return f"""WITH heads AS (
+    SELECT DISTINCT ON ({GROUP_KEY_SQL}) msg_id, {GROUP_KEY_SQL} AS grp
+    FROM {{q}} ORDER BY {GROUP_KEY_SQL}, msg_id
+), eligible AS MATERIALIZED (
+    SELECT q.msg_id AS head, heads.grp FROM heads JOIN {{q}} q ON q.msg_id = heads.msg_id
+    WHERE q.vt <= pg_catalog.clock_timestamp()
+    ORDER BY q.msg_id
+    LIMIT %s
+    FOR UPDATE OF q SKIP LOCKED
+), ranked AS (
+    SELECT m.msg_id, eligible.head, m.n
+    FROM eligible CROSS JOIN LATERAL (
+        SELECT g.msg_id, pg_catalog.row_number() OVER (ORDER BY g.msg_id) AS n
+        FROM {{q}} g
+        WHERE {GROUP_KEY_SQL.replace("headers", "g.headers")} = eligible.grp
+          AND g.msg_id >= eligible.head AND g.vt <= pg_catalog.clock_timestamp()
+        ORDER BY g.msg_id
+        LIMIT %s
+    ) m
+), ordered AS (
+    SELECT msg_id, pg_catalog.row_number() OVER (ORDER BY {order_sql}) AS ord
+    FROM ranked{where_sql}
+), picked AS MATERIALIZED (
+    SELECT m.msg_id, ordered.ord FROM ordered JOIN {{q}} m ON m.msg_id = ordered.msg_id
+    WHERE ordered.ord <= %s AND m.vt <= pg_catalog.clock_timestamp()
+    ORDER BY ordered.ord
+    FOR UPDATE OF m SKIP LOCKED
+), done AS (
+    UPDATE {{q}} m
+    SET vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => %s),
+        read_ct = m.read_ct + 1,
+        last_read_at = pg_catalog.clock_timestamp()
+    FROM picked
+    WHERE m.msg_id = picked.msg_id
+    RETURNING {_RETURNING}, picked.ord
+)
+SELECT msg_id, read_ct, enqueued_at, vt, message{{doc}}, headers{{doc}}, last_read_at
+FROM done ORDER BY ord"""
+
+
+_TEMPLATES.update(
+    {
+        "read_grouped": "/* pgqueue:mq_read_grouped */\n" + _grouped("head, n"),
+        "read_grouped_rr": "/* pgqueue:mq_read_grouped_rr */\n" + _grouped("n, head"),
+        "read_grouped_head": "/* pgqueue:mq_read_grouped_head */\n"
+        + _grouped("head", " WHERE n = 1"),
+        # pgmq's create_fifo_index makes a GIN index on headers; the reads above look a
+        # group up by its key and walk it in msg_id order, which a btree on exactly
+        # that expression serves (DISTINCT ON for the heads, the join for the rest).
+        # IF NOT EXISTS: calling it twice is harmless, as in pgmq.
+        "create_fifo_index": f"""/* pgqueue:mq_create_fifo_index */
+CREATE INDEX IF NOT EXISTS {{g}} ON {{q}} (({GROUP_KEY_SQL}), msg_id)""",
+    }
+)
+
+# -- topic routing (pgmq 1.11+) -----------------------------------------------------------
+#
+# Templates over the bindings table ({b}: unqualified for Python, schema-qualified
+# for the SQL API). The queue's name comes out as text (the registry's column is a
+# varchar), the type of pgmq's records. The routing rule is the bindings table's ``compiled_regex``
+# column, generated by PostgreSQL from the pattern (migration 0023: ``.`` escaped,
+# ``*`` one segment ``[^.]+``, ``#`` any run ``.*``, anchored, as pgmq compiles
+# it), and ``TOPIC_ROUTE`` below: both doors run that one statement.
+_TOPIC = {
+    # ON CONFLICT DO NOTHING: binding twice is a no-op, as in pgmq. The foreign key to
+    # the registry (ON DELETE CASCADE) drops a queue's bindings with the queue.
+    "bind": """/* pgqueue:mq_bind_topic */
+INSERT INTO {b} (pattern, queue_name, bound_at)
+VALUES (%s, %s, pg_catalog.clock_timestamp())
+ON CONFLICT (pattern, queue_name) DO NOTHING""",
+    "unbind": """/* pgqueue:mq_unbind_topic */
+DELETE FROM {b} WHERE pattern = %s AND queue_name = %s RETURNING queue_name::text""",
+    # The queues a routing key reaches: each once, however many of its patterns match,
+    # by name (the order sends happen in, so concurrent fan-outs lock alike).
+    "route": """/* pgqueue:mq_route */
+SELECT DISTINCT queue_name::text FROM {b}
+WHERE %s::text OPERATOR(pg_catalog.~) compiled_regex ORDER BY queue_name""",
+    "test_routing": """/* pgqueue:mq_test_routing */
+SELECT pattern, queue_name::text, compiled_regex FROM {b}
+WHERE %s::text OPERATOR(pg_catalog.~) compiled_regex ORDER BY pattern, queue_name""",
+    # Every binding, or one queue's (NULL: all), newest first as in pgmq.
+    "list": """/* pgqueue:mq_list_topic_bindings */
+SELECT pattern, queue_name::text, bound_at, compiled_regex FROM {b}
+WHERE %s::text IS NULL OR queue_name = %s
+ORDER BY bound_at DESC, pattern, queue_name""",
+}
+
+
+@lru_cache(maxsize=16)
+def topic_statement(kind: str) -> str:
+    """The text of topic statement ``kind`` for Python (the bindings table unqualified)."""
+    return pgsql.SQL(_TOPIC[kind]).format(b=pgsql.Identifier(TOPIC_TABLE)).as_string(None)
+
+
 # -- quarantine: rows Python cannot decode (store.py) -----------------------------------
 #
 # A quarantined row goes where the queue's dead letters go: the dead-letter queue when
@@ -400,16 +535,22 @@ for _target, _insert in _INTO.items():
     )
 
 
-def for_plpgsql(kind: str) -> str:
+def for_plpgsql(kind: str, **ids: pgsql.Composable) -> str:
     """Statement ``kind`` as a string literal for plpgsql's ``format()``: the queue table
-    as ``%1$s``, the archive as ``%2$s``, parameters as ``$1``, ``$2``, ... (for
-    ``EXECUTE ... USING``). The SQL API runs the very statements of this module this
-    way where a rule must not drift between the two doors (the fenced settle)."""
-    parts = _TEMPLATES[kind].split("%s")
+    as ``%1$s``, the archive as ``%2$s``, the FIFO index as ``%3$s``, parameters as
+    ``$1``, ``$2``, ... (for ``EXECUTE ... USING``); ``ids`` fills the other
+    placeholders (a topic statement's ``{b}``). The SQL API runs the very statements
+    of this module this way where a rule must not drift between the two doors (the
+    fenced settle, the grouped reads, topic routing)."""
+    parts = (_TEMPLATES.get(kind) or _TOPIC[kind]).split("%s")
     text = "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
     if "%" in text:
         raise ValueError(f"statement {kind!r} holds a % that format() would read")
-    rendered = pgsql.SQL(text).format(q=pgsql.SQL("%1$s"), a=pgsql.SQL("%2$s"))
+    rendered = pgsql.SQL(text).format(
+        **{"q": pgsql.SQL("%1$s"), "a": pgsql.SQL("%2$s"), "g": pgsql.SQL("%3$s")},
+        doc=pgsql.SQL(""),
+        **ids,
+    )
     return pgsql.Literal(rendered.as_string(None)).as_string(None)
 
 
@@ -424,4 +565,5 @@ def statement(kind: str, name: str, dead_letter: str | None = None, unlogged: bo
     if dead_letter is not None:
         ids["dead"] = ids["target"] = pgsql.Identifier(QUEUE_PREFIX + dead_letter)
     ids["persistence"] = pgsql.SQL("UNLOGGED" if unlogged else "")
+    ids["doc"] = pgsql.SQL("::text")
     return pgsql.SQL(_TEMPLATES[kind]).format(**ids).as_string(None)

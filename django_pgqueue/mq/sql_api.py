@@ -15,7 +15,9 @@ schema of our tables is written into them at install time with
 ``psycopg.sql.Literal``. Everything is recreated by a new install, so upgrading
 the package means running the command again.
 
-Partitioned queues (which need pg_partman), FIFO group reads and topic routing are
+FIFO group reads (``read_grouped*``) and topic routing (``bind_topic``,
+``send_topic``, ...) run the statements and rules of the Python door
+(``mq.grouped``, ``mq.topics``). Partitioned queues (which need pg_partman) are
 not offered: their functions exist with pgmq's signatures and raise an error naming
 themselves (``REFUSED``). Beyond pgmq, ``archive`` and ``delete`` take a ``read_ct``
 to match only the read that is still current.
@@ -28,17 +30,27 @@ from typing import Any
 from psycopg import sql as pgsql
 
 from ..conf import get_settings
+from .grouped import KINDS as GROUPED_KINDS
 from .sql import (
     ARCHIVE_PREFIX,
     CHANNEL_PREFIX,
+    GROUP_INDEX_PREFIX,
     MESSAGE_COLUMNS,
     QUEUE_COLUMNS,
     QUEUE_PREFIX,
     REGISTRY,
     SEQUENCE_PREFIX,
+    TOPIC_TABLE,
     for_plpgsql,
 )
-from .validation import MAX_BATCH, MAX_NAME_LENGTH, NAME_PATTERN
+from .validation import (
+    MAX_BATCH,
+    MAX_NAME_LENGTH,
+    MAX_TOPIC_LENGTH,
+    NAME_PATTERN,
+    ROUTING_KEY_RULES,
+    TOPIC_PATTERN_RULES,
+)
 
 #: Every function of the API runs with this search_path: built-ins resolve in
 #: pg_catalog only (PostgreSQL picks the best match on the whole path, so a planted
@@ -345,28 +357,33 @@ BEGIN
 END $$;
 
 -- A function cannot LISTEN, so the SQL read_with_poll sleeps between reads like
--- pgmq's (Python readers are woken by NOTIFY instead).
-CREATE FUNCTION {api}.read_with_poll(
-    queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5,
-    poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{{}}'
+-- pgmq's (Python readers are woken by NOTIFY instead). One loop for read_with_poll and
+-- the grouped reads' _with_poll forms (kind: 'read' or a grouped read's name).
+CREATE FUNCTION {api}._poll(
+    queue_name text, vt integer, qty integer, max_poll_seconds integer,
+    poll_interval_ms integer, conditional jsonb, kind text
 ) RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
 DECLARE
     stop_at timestamptz := clock_timestamp() + make_interval(secs => max_poll_seconds);
-    found_any boolean;
-    r {api}.message_record;
 BEGIN
     LOOP
-        found_any := false;
-        FOR r IN SELECT * FROM {api}.read(queue_name, vt, qty, conditional) LOOP
-            found_any := true;
-            RETURN NEXT r;
-        END LOOP;
-        IF found_any OR clock_timestamp() >= stop_at THEN
+        IF kind = 'read' THEN
+            RETURN QUERY SELECT * FROM {api}.read(queue_name, vt, qty, conditional);
+        ELSE
+            RETURN QUERY SELECT * FROM {api}._read_grouped(queue_name, vt, qty, kind);
+        END IF;
+        IF FOUND OR clock_timestamp() >= stop_at THEN
             RETURN;
         END IF;
         PERFORM pg_sleep(poll_interval_ms / 1000.0);
     END LOOP;
 END $$;
+CREATE FUNCTION {api}.read_with_poll(
+    queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5,
+    poll_interval_ms integer DEFAULT 100, conditional jsonb DEFAULT '{{}}'
+) RETURNS SETOF {api}.message_record LANGUAGE sql AS $$
+    SELECT * FROM {api}._poll(queue_name, vt, qty, max_poll_seconds, poll_interval_ms, conditional, 'read')
+$$;
 
 CREATE FUNCTION {api}.pop(queue_name text, qty integer DEFAULT 1)
 RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
@@ -638,66 +655,6 @@ $$;
 #: rather than leaving the client with "function does not exist": (signature,
 #: result, why).
 REFUSED = [
-    *(
-        (
-            f"{name}(queue_name text, vt integer, qty integer{poll})",
-            "SETOF {api}.message_record",
-            "FIFO group reads are not offered; read() in msg_id order, or one queue per group",
-        )
-        for name, poll in [
-            (f"read_grouped{kind}{suffix}", extra)
-            for kind in ("", "_rr", "_head")
-            for suffix, extra in (
-                ("", ""),
-                (
-                    "_with_poll",
-                    ", max_poll_seconds integer DEFAULT 5, poll_interval_ms integer DEFAULT 100",
-                ),
-            )
-        ]
-    ),
-    *(
-        (sig, result, "topic routing is not offered; send() to each queue")
-        for sig, result in [
-            ("bind_topic(pattern text, queue_name text)", "void"),
-            ("unbind_topic(pattern text, queue_name text)", "boolean"),
-            (
-                "send_topic(routing_key text, msg jsonb, headers jsonb DEFAULT NULL, delay integer DEFAULT 0)",
-                "integer",
-            ),
-            *(
-                (
-                    f"send_batch_topic(routing_key text, msgs jsonb[]{rest})",
-                    "TABLE (queue_name text, msg_id bigint)",
-                )
-                # pgmq's own overloads: none has a default, so no call is ambiguous.
-                for rest in (
-                    "",
-                    ", headers jsonb[]",
-                    ", delay integer",
-                    ", delay timestamptz",
-                    ", headers jsonb[], delay integer",
-                    ", headers jsonb[], delay timestamptz",
-                )
-            ),
-            (
-                "test_routing(routing_key text)",
-                "TABLE (pattern text, queue_name text, compiled_regex text)",
-            ),
-            (
-                "list_topic_bindings()",
-                "TABLE (pattern text, queue_name text, bound_at timestamptz, compiled_regex text)",
-            ),
-            (
-                "list_topic_bindings(queue_name text)",
-                "TABLE (pattern text, queue_name text, bound_at timestamptz, compiled_regex text)",
-            ),
-            ("validate_routing_key(routing_key text)", "boolean"),
-            ("validate_topic_pattern(pattern text)", "boolean"),
-        ]
-    ),
-    ("create_fifo_index(queue_name text)", "void", "FIFO group reads are not offered"),
-    ("create_fifo_indexes_all()", "void", "FIFO group reads are not offered"),
     (
         "convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000', "
         "retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10)",
@@ -705,6 +662,230 @@ REFUSED = [
         "partitioned queues and archives are not offered (they need pg_partman)",
     ),
 ]
+
+# FIFO group reads: the statements of mq.grouped ({read_grouped}, {read_grouped_rr},
+# {read_grouped_head}, via for_plpgsql: $1 and $3 qty, $2 the messages looked at per
+# group, $4 vt), so both doors hand out a group's messages by one rule. A queue with
+# max_reads is refused, as in Python.
+# The FIFO index is mq.create_fifo_index's statement ({create_fifo_index}).
+_GROUPED_DDL = """
+CREATE FUNCTION {api}._read_grouped(queue_name text, vt integer, qty integer, kind text)
+RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
+DECLARE
+    cfg record;
+BEGIN
+    PERFORM {api}.validate_queue_name(queue_name);
+    SELECT max_reads INTO cfg FROM {reg} WHERE name = queue_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message queue % does not exist', quote_literal(queue_name)
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    IF cfg.max_reads IS NOT NULL THEN
+        RAISE EXCEPTION '% is not offered on queue %: it has max_reads (dead letters by read count); read it with read() or use a queue without max_reads',
+            kind, quote_literal(queue_name) USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF qty IS NULL OR qty < 1 OR vt IS NULL OR vt < 0 THEN
+        RAISE EXCEPTION 'qty must be at least 1 and vt at least 0, got qty % and vt %', qty, vt
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY EXECUTE format(CASE kind
+        WHEN 'read_grouped' THEN {read_grouped}
+        WHEN 'read_grouped_rr' THEN {read_grouped_rr}
+        ELSE {read_grouped_head} END, {api}._rel(queue_name, 'q'))
+        USING qty, CASE kind WHEN 'read_grouped_head' THEN 1 ELSE qty END, qty, vt;
+END $$;
+
+CREATE FUNCTION {api}.create_fifo_index(queue_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {api}.validate_queue_name(queue_name);
+    IF NOT EXISTS (SELECT 1 FROM {reg} r WHERE r.name = queue_name) THEN
+        RAISE EXCEPTION 'message queue % does not exist', quote_literal(queue_name)
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    EXECUTE format({create_fifo_index}, {api}._rel(queue_name, 'q'), '',
+                   format('%I', {group_prefix} || queue_name));
+END $$;
+
+CREATE FUNCTION {api}.create_fifo_indexes_all() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    queue text;
+BEGIN
+    FOR queue IN SELECT name FROM {reg} ORDER BY name LOOP
+        PERFORM {api}.create_fifo_index(queue);
+    END LOOP;
+END $$;
+""" + "".join(  # noqa: S608 - module constants
+    f"""
+CREATE FUNCTION {{api}}.{kind}(queue_name text, vt integer, qty integer)
+RETURNS SETOF {{api}}.message_record LANGUAGE sql AS $$
+    SELECT * FROM {{api}}._read_grouped(queue_name, vt, qty, '{kind}')
+$$;
+CREATE FUNCTION {{api}}.{kind}_with_poll(
+    queue_name text, vt integer, qty integer, max_poll_seconds integer DEFAULT 5,
+    poll_interval_ms integer DEFAULT 100
+) RETURNS SETOF {{api}}.message_record LANGUAGE sql AS $$
+    SELECT * FROM {{api}}._poll(
+        queue_name, vt, qty, max_poll_seconds, poll_interval_ms, NULL, '{kind}')
+$$;
+"""  # noqa: S608 - module constants
+    for kind in GROUPED_KINDS
+)
+
+# Topic routing: the rules of routing keys and patterns are mq.validation's lists
+# ({key_rules}, {pattern_rules}: generated from them by _rules_plpgsql), and the
+# statements are mq.sql's ({bind}, {unbind}, {route}, {test_routing}, {list}), over
+# the one bindings table the Python door uses. send_topic sends with this API's own
+# send, so each copy is checked and wakes its readers like any other send.
+_TOPIC_DDL = """
+CREATE FUNCTION {api}._check_topic(value text, what text, is_pattern boolean) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF value IS NULL OR value = '' THEN
+        RAISE EXCEPTION '% cannot be empty', what USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF length(value) > {max_topic} THEN
+        RAISE EXCEPTION '% is too long, maximum length is {max_topic} characters, got %',
+            what, length(value) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF is_pattern THEN
+{pattern_rules}
+    ELSE
+{key_rules}
+    END IF;
+    RETURN true;
+END $$;
+CREATE FUNCTION {api}.validate_routing_key(routing_key text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$ SELECT {api}._check_topic(routing_key, 'routing_key', false) $$;
+CREATE FUNCTION {api}.validate_topic_pattern(pattern text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$ SELECT {api}._check_topic(pattern, 'pattern', true) $$;
+
+CREATE FUNCTION {api}.bind_topic(pattern text, queue_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {api}.validate_topic_pattern(pattern);
+    PERFORM {api}.validate_queue_name(queue_name);
+    IF queue_name IS NULL OR NOT EXISTS (SELECT 1 FROM {reg} r WHERE r.name = queue_name) THEN
+        RAISE EXCEPTION 'message queue % does not exist', quote_nullable(queue_name)
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    EXECUTE format({bind}) USING pattern, queue_name;
+END $$;
+
+CREATE FUNCTION {api}.unbind_topic(pattern text, queue_name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    gone text;
+BEGIN
+    PERFORM {api}.validate_topic_pattern(pattern);
+    PERFORM {api}.validate_queue_name(queue_name);
+    EXECUTE format({unbind}) INTO gone USING pattern, queue_name;
+    RETURN gone IS NOT NULL;
+END $$;
+
+CREATE FUNCTION {api}.test_routing(routing_key text)
+RETURNS TABLE (pattern text, queue_name text, compiled_regex text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM {api}.validate_routing_key(routing_key);
+    RETURN QUERY EXECUTE format({test_routing}) USING routing_key;
+END $$;
+
+CREATE FUNCTION {api}._list_topic_bindings(p_queue text)
+RETURNS TABLE (b_pattern text, b_queue_name text, b_bound_at timestamptz, b_compiled_regex text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY EXECUTE format({list}) USING p_queue, p_queue;
+END $$;
+-- SQL, not plpgsql: the parameter shares the name of an output column, as in pgmq.
+CREATE FUNCTION {api}.list_topic_bindings()
+RETURNS TABLE (pattern text, queue_name text, bound_at timestamptz, compiled_regex text)
+LANGUAGE sql STABLE AS $$ SELECT * FROM {api}._list_topic_bindings(NULL) $$;
+CREATE FUNCTION {api}.list_topic_bindings(queue_name text)
+RETURNS TABLE (pattern text, queue_name text, bound_at timestamptz, compiled_regex text)
+LANGUAGE sql STABLE AS $$ SELECT * FROM {api}._list_topic_bindings(queue_name) $$;
+
+CREATE FUNCTION {api}.send_topic(routing_key text, msg jsonb, headers jsonb, delay integer)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    queue text;
+    sent integer := 0;
+BEGIN
+    PERFORM {api}.validate_routing_key(routing_key);
+    PERFORM {api}._check_document(msg, 'message', false);
+    PERFORM {api}._check_document(headers, 'headers', true);
+    IF delay IS NULL OR delay < 0 THEN
+        RAISE EXCEPTION 'delay must be a number of seconds, at least 0, got %', delay
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR queue IN EXECUTE format({route}) USING routing_key LOOP
+        PERFORM {api}.send(queue, msg, headers, delay);
+        sent := sent + 1;
+    END LOOP;
+    RETURN sent;
+END $$;
+CREATE FUNCTION {api}.send_topic(routing_key text, msg jsonb) RETURNS integer
+LANGUAGE sql AS $$ SELECT {api}.send_topic(routing_key, msg, NULL, 0) $$;
+CREATE FUNCTION {api}.send_topic(routing_key text, msg jsonb, delay integer) RETURNS integer
+LANGUAGE sql AS $$ SELECT {api}.send_topic(routing_key, msg, NULL, delay) $$;
+-- Not in pgmq's SQL, but the pgmq client (1.1.4) calls it for headers without a delay.
+CREATE FUNCTION {api}.send_topic(routing_key text, msg jsonb, headers jsonb) RETURNS integer
+LANGUAGE sql AS $$ SELECT {api}.send_topic(routing_key, msg, headers, 0) $$;
+
+CREATE FUNCTION {api}.send_batch_topic(
+    routing_key text, msgs jsonb[], headers jsonb[], delay timestamptz
+) RETURNS TABLE (queue_name text, msg_id bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    queue text;
+BEGIN
+    PERFORM {api}.validate_routing_key(routing_key);
+    IF delay IS NULL THEN
+        RAISE EXCEPTION 'delay is NULL: give seconds from now or a timestamp'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1..coalesce(cardinality(msgs), 0) LOOP
+        PERFORM {api}._check_document(msgs[i], format('msgs[%s]', i), false);
+    END LOOP;
+    FOR queue IN EXECUTE format({route}) USING routing_key LOOP
+        RETURN QUERY SELECT queue, s.id FROM {api}.send_batch(queue, msgs, headers, delay) AS s(id);
+    END LOOP;
+END $$;
+""" + "".join(  # noqa: S608 - module constants
+    f"""CREATE FUNCTION {{api}}.send_batch_topic(routing_key text, msgs jsonb[]{params})
+RETURNS TABLE (queue_name text, msg_id bigint) LANGUAGE sql AS $$
+    SELECT * FROM {{api}}.send_batch_topic(routing_key, msgs, {args})
+$$;
+"""  # noqa: S608 - module constants
+    for params, args in [
+        ("", "NULL, clock_timestamp()"),
+        (", headers jsonb[]", "headers, clock_timestamp()"),
+        (", delay integer", "NULL, clock_timestamp() + make_interval(secs => delay)"),
+        (", delay timestamptz", "NULL, delay"),
+        (
+            ", headers jsonb[], delay integer",
+            "headers, clock_timestamp() + make_interval(secs => delay)",
+        ),
+    ]
+)
+
+
+def _rules_plpgsql(rules: list[tuple[str, str]]) -> str:
+    """The plpgsql checks of a list of ``mq.validation`` rules (expression, problem)."""
+    return "\n".join(
+        f"        IF value ~ {pgsql.Literal(expression).as_string(None)} THEN\n"
+        f"            RAISE EXCEPTION '%', format('%s %s: %L', what, "
+        f"{pgsql.Literal(problem).as_string(None)}, value)\n"
+        "                USING ERRCODE = 'invalid_parameter_value';\n"
+        "        END IF;"
+        for expression, problem in rules
+    )
+
+
+def _embedded(kind: str, **ids: Any) -> pgsql.Composable:
+    """Statement ``kind`` of mq.sql as a literal inside this DDL (braces doubled for
+    the DDL's own format())."""
+    return pgsql.SQL(for_plpgsql(kind, **ids).replace("{", "{{").replace("}", "}}"))
 
 
 def _refusals() -> str:
@@ -732,7 +913,7 @@ def _refusals() -> str:
     return "".join(parts)
 
 
-_DDL += _FENCED_DDL + _NOTIFY_DDL + _refusals()
+_DDL += _FENCED_DDL + _NOTIFY_DDL + _GROUPED_DDL + _TOPIC_DDL + _refusals()
 
 
 def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
@@ -794,7 +975,16 @@ def ddl(schema: str, data_schema: str) -> str:
             # Inside a quoted format() string: the column list has no quote or brace.
             columns=pgsql.SQL(QUEUE_COLUMNS),
             message_columns=pgsql.SQL(MESSAGE_COLUMNS),
-            settle=pgsql.SQL(for_plpgsql("settle").replace("{", "{{").replace("}", "}}")),
+            settle=_embedded("settle"),
+            **{kind: _embedded(kind) for kind in (*GROUPED_KINDS, "create_fifo_index")},
+            **{
+                kind: _embedded(kind, b=pgsql.Identifier(data_schema, TOPIC_TABLE))
+                for kind in ("bind", "unbind", "route", "test_routing", "list")
+            },
+            group_prefix=pgsql.Literal(GROUP_INDEX_PREFIX),
+            max_topic=pgsql.SQL(str(MAX_TOPIC_LENGTH)),
+            key_rules=pgsql.SQL(_rules_plpgsql(ROUTING_KEY_RULES)),
+            pattern_rules=pgsql.SQL(_rules_plpgsql(TOPIC_PATTERN_RULES)),
             max_bytes=pgsql.SQL(str(int(conf.MAX_ARGS_BYTES))),
             max_depth=pgsql.SQL(str(int(conf.MAX_JSON_DEPTH))),
             max_batch=pgsql.SQL(str(MAX_BATCH)),

@@ -144,3 +144,54 @@ def _serialize(value: dict[str, Any] | list[Any], what: str) -> str:
         )
     except PayloadTooLarge as exc:
         raise InvalidMessage(str(exc)) from exc
+
+
+# -- topic routing ----------------------------------------------------------------------
+
+#: Longest routing key or topic pattern (pgmq's limit).
+MAX_TOPIC_LENGTH = 255
+
+#: pgmq's rules for routing keys, in order: (a POSIX regular expression the key must
+#: not match, the error). One list for both doors: ``check_routing_key`` applies it in
+#: Python and the SQL API's ``validate_routing_key`` is generated from it
+#: (``sql_api.py``), so the two cannot drift. The expressions mean the same in Python's
+#: ``re`` and PostgreSQL's ``~``.
+ROUTING_KEY_RULES = [
+    ("[^A-Za-z0-9._-]", "may hold only letters, digits, '.', '_' and '-'"),
+    ("^[.]", "cannot start with a dot"),
+    ("[.]$", "cannot end with a dot"),
+    ("[.][.]", "cannot contain consecutive dots"),
+]
+#: The rules of topic patterns: those of routing keys with the wildcards ``*`` (exactly
+#: one segment) and ``#`` (any run of characters, dots included, as pgmq compiles it),
+#: never two wildcards side by side.
+TOPIC_PATTERN_RULES = [
+    ("[^A-Za-z0-9._*#-]", "may hold only letters, digits, '.', '_', '-', '*' and '#'"),
+    *ROUTING_KEY_RULES[1:],
+    ("[*#][*#]", "cannot contain adjacent wildcards (**, ##, *# or #*)"),
+]
+
+
+def _check_topic(value: object, what: str, rules: list[tuple[str, str]]) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} cannot be empty")
+    if len(value) > MAX_TOPIC_LENGTH:
+        raise ValueError(
+            f"{what} is too long, maximum length is {MAX_TOPIC_LENGTH} characters, got {len(value)}"
+        )
+    for expression, problem in rules:
+        if re.search(expression, value):
+            raise ValueError(f"{what} {problem}: {value!r}")
+    return value
+
+
+def check_routing_key(value: object) -> str:
+    """A routing key of ``send_topic`` (dot-separated segments, no wildcard)."""
+    return _check_topic(value, "routing_key", ROUTING_KEY_RULES)
+
+
+def check_topic_pattern(value: object) -> str:
+    """A pattern of ``bind_topic`` (a routing key that may hold ``*`` and ``#``)."""
+    return _check_topic(value, "pattern", TOPIC_PATTERN_RULES)

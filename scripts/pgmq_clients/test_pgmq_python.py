@@ -7,8 +7,8 @@ client's own virtualenv (the project does not depend on the client):
     PG_DATABASE=<db> python -m pytest -q scripts/pgmq_clients/test_pgmq_python.py
 
 The database must hold the SQL API in schema ``pgmq`` (``pgqueue_install_sql_api``).
-What the API refuses (topic routing, FIFO group reads, partitioned queues) is
-checked to be refused by name, never left as "function does not exist".
+What the API refuses (partitioned queues) is checked to be refused by name, never
+left as "function does not exist".
 """
 
 from __future__ import annotations
@@ -192,36 +192,72 @@ def test_insert_notification(client, name):
         client.update_notify(name, 10)
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda c, q: c.read_grouped(q),
-        lambda c, q: c.read_grouped_with_poll(q, max_poll_seconds=1),
-        lambda c, q: c.read_grouped_rr(q),
-        lambda c, q: c.read_grouped_rr_with_poll(q, max_poll_seconds=1),
-        lambda c, q: c.send_topic("a.b", {}),
-        lambda c, q: c.send_topic("a.b", {}, headers={}, delay=1),
-        lambda c, q: c.send_batch_topic("a.b", [{}]),
-        lambda c, q: c.send_batch_topic("a.b", [{}], delay=dt.datetime.now(dt.UTC)),
-        lambda c, q: c.bind_topic("a.*", q),
-        lambda c, q: c.unbind_topic("a.*", q),
-        lambda c, q: c.list_topic_bindings(),
-        lambda c, q: c.list_topic_bindings(q),
-        lambda c, q: c.test_routing("a.b"),
-        lambda c, q: c.create_fifo_index(q),
-        lambda c, q: c.create_fifo_indexes_all(),
-        lambda c, q: c.convert_archive_partitioned(q),
-    ],
-)
-def test_what_is_not_offered_is_refused_by_name(client, name, call):
+def test_what_is_not_offered_is_refused_by_name(client, name):
     with pytest.raises(psycopg.Error, match=REFUSED):
-        call(client, name)
+        client.convert_archive_partitioned(name)
 
 
-def test_routing_key_validation_reports_unsupported_as_invalid(client):
-    # The client turns any error into False.
-    assert client.validate_routing_key("a.b") is False
-    assert client.validate_topic_pattern("a.*") is False
+def _grouped(client, name):
+    """Groups A (A1, A2) and B (B1), sent A1, B1, A2 with the client's own send."""
+    for label, group in [("A1", "A"), ("B1", "B"), ("A2", "A")]:
+        client.send(name, {"label": label}, headers={"x-pgmq-group": group})
+
+
+def _labels(messages):
+    return [m.message["label"] for m in messages]
+
+
+def test_grouped_reads_keep_each_group_in_order(client, name):
+    _grouped(client, name)
+    assert _labels(client.read_grouped(name, vt=30, qty=5)) == ["A1", "A2", "B1"]
+    assert client.read_grouped(name, vt=30, qty=5) == []
+    other = name + "_rr"
+    client.create_queue(other)
+    try:
+        _grouped(client, other)
+        assert _labels(client.read_grouped_rr(other, vt=30, qty=1)) == ["A1"]
+        # A1 is in flight: A2 waits, B1 is handed out.
+        assert _labels(
+            client.read_grouped_rr_with_poll(other, vt=30, qty=5, max_poll_seconds=1)
+        ) == ["B1"]
+        assert client.read_grouped_with_poll(other, vt=30, qty=5, max_poll_seconds=1) == []
+        client.create_fifo_index(other)
+        client.create_fifo_indexes_all()
+    finally:
+        client.drop_queue(other)
+
+
+def test_topic_routing(client, name):
+    other = name + "_t"
+    client.create_queue(other)
+    try:
+        assert client.validate_routing_key("a.b") is True
+        assert client.validate_routing_key("a..b") is False
+        assert client.validate_topic_pattern("a.*") is True
+        assert client.validate_topic_pattern("a.**") is False
+        client.bind_topic("a.*", name)
+        client.bind_topic("a.#", other)
+        assert sorted(b.pattern for b in client.list_topic_bindings()) == ["a.#", "a.*"]
+        assert [b.queue_name for b in client.list_topic_bindings(other)] == [other]
+        assert sorted(r.queue_name for r in client.test_routing("a.b")) == sorted([name, other])
+        assert client.send_topic("a.b", {"n": 1}) == 2
+        assert client.send_topic("a.b.c", {"n": 2}, headers={"h": 1}) == 1
+        assert client.send_topic("a.b", {"n": 3}, delay=0) == 2
+        assert client.send_topic("a.b", {"n": 4}, headers={"h": 2}, delay=0) == 2
+        sent = client.send_batch_topic("a.x", [{"n": 5}, {"n": 6}])
+        assert len(sent) == 4
+        assert len(client.send_batch_topic("a.x", [{"n": 7}], headers=[{"h": 3}])) == 2
+        assert len(client.send_batch_topic("a.x", [{"n": 8}], delay=0)) == 2
+        now = dt.datetime.now(dt.UTC)
+        assert len(client.send_batch_topic("a.x", [{"n": 9}], delay=now)) == 2
+        assert len(client.send_batch_topic("a.x", [{"n": 10}], headers=[{}], delay=now)) == 2
+        assert [m.message["n"] for m in client.read_batch(other, vt=30, batch_size=20)] == list(
+            range(1, 11)
+        )
+        assert client.unbind_topic("a.#", other) is True
+        assert client.unbind_topic("a.#", other) is False
+    finally:
+        client.drop_queue(other)
 
 
 def test_transactions_of_the_client(client, name):
@@ -260,6 +296,14 @@ def test_the_async_client():
             await queue.enable_notify(name, 0)
             await queue.disable_notify(name)
             assert await queue.purge(name) == 0
+            await queue.bind_topic("as.#", name)
+            assert await queue.send_topic("as.x", {"a": 4}, headers={"x-pgmq-group": "g"}) == 1
+            assert len(await queue.send_batch_topic("as.y", [{"a": 5}])) == 1
+            assert [r.queue_name for r in await queue.test_routing("as.z")] == [name]
+            assert [m.message["a"] for m in await queue.read_grouped(name, vt=30, qty=1)] == [4]
+            assert [m.message["a"] for m in await queue.read_grouped_rr(name, vt=30, qty=5)] == [5]
+            await queue.create_fifo_index(name)
+            assert await queue.unbind_topic("as.#", name) is True
         finally:
             await queue.drop_queue(name)
             await queue.close()

@@ -281,3 +281,18 @@ def test_async_fenced_archive():
     (held,) = mq.read("afence", vt=30)
     assert async_to_sync(mq.aarchive)("afence", mid, read_ct=held.read_ct + 1) == []
     assert async_to_sync(mq.adelete)("afence", mid, read_ct=held.read_ct) == [mid]
+
+
+def test_timestamps_come_back_aware_in_utc_as_django_returns_them():
+    """Our cursors parse timestamps with psycopg's own loader (store._TIMESTAMPTZ_LOADER):
+    the values and their tzinfo are those of Django's loader."""
+    mq.create("ts")
+    msg_id = mq.send("ts", {"a": 1})
+    (msg,) = mq.read("ts", vt=30)
+    with connection.cursor() as cursor:
+        cursor.execute('SELECT enqueued_at, vt, last_read_at FROM "pgqueue_mq_q_ts"')
+        django_values = cursor.fetchone()
+    assert msg.msg_id == msg_id
+    assert (msg.enqueued_at, msg.vt, msg.last_read_at) == django_values
+    assert all(value.tzinfo is dt.UTC for value in (msg.enqueued_at, msg.vt, msg.last_read_at))
+    assert all(value.tzinfo is dt.UTC for value in django_values)

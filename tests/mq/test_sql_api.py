@@ -208,18 +208,6 @@ def test_a_reinstall_keeps_insert_notification(sql_api):
 @pytest.mark.parametrize(
     "query",
     [
-        "SELECT * FROM pgmq_test.read_grouped('q', 30, 1)",
-        "SELECT * FROM pgmq_test.read_grouped_rr('q', 30, 1)",
-        "SELECT * FROM pgmq_test.read_grouped_head('q', 30, 1)",
-        "SELECT * FROM pgmq_test.read_grouped_with_poll('q', 30, 1, 1, 100)",
-        "SELECT * FROM pgmq_test.read_grouped_rr_with_poll('q', 30, 1, 1, 100)",
-        "SELECT pgmq_test.bind_topic('a.*', 'q')",
-        "SELECT pgmq_test.unbind_topic('a.*', 'q')",
-        "SELECT pgmq_test.send_topic('a.b', '{}'::jsonb)",
-        "SELECT * FROM pgmq_test.send_batch_topic('a.b', ARRAY['{}']::jsonb[])",
-        "SELECT * FROM pgmq_test.test_routing('a.b')",
-        "SELECT * FROM pgmq_test.list_topic_bindings()",
-        "SELECT pgmq_test.create_fifo_index('q')",
         "SELECT pgmq_test.convert_archive_partitioned('q')",
     ],
 )
