@@ -142,6 +142,12 @@ def _schemas() -> dict[str, Any]:
             "started_at": DATETIME,
             "duration_ms": {"type": "integer"},
             "status_code": _nullable({"type": "integer"}),
+            "request_headers": {
+                "type": "object",
+                "additionalProperties": STRING,
+                "description": "The headers the attempt sent (HTTP request or broker "
+                'message); values of credential headers are "[redacted]".',
+            },
             "response_headers": {"type": "object"},
             "response_body": STRING,
             "response_truncated": {"type": "boolean"},

@@ -611,6 +611,11 @@ class DeliveryAttempt(models.Model):
     started_at = models.DateTimeField()
     duration_ms = models.PositiveIntegerField(default=0)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    #: What the attempt sent (HTTP request or broker message headers), with the
+    #: values of credential headers redacted (webhooks/redaction.py).
+    request_headers = models.JSONField(
+        default=dict, db_default=models.Value({}, output_field=models.JSONField()), blank=True
+    )
     response_headers = models.JSONField(default=dict, blank=True)
     response_body = models.TextField(blank=True, default="")
     response_truncated = models.BooleanField(default=False)

@@ -438,9 +438,9 @@ WITH v AS (
         (SELECT %(durations)s::int[]), (SELECT %(codes)s::int[]),
         (SELECT %(headers)s::text[]), (SELECT %(bodies)s::text[]),
         (SELECT %(truncated)s::bool[]), (SELECT %(errors)s::text[]),
-        (SELECT %(verdicts)s::text[])
+        (SELECT %(verdicts)s::text[]), (SELECT %(request_headers)s::text[])
     ) AS v(id, token, status, delay, last_error, refund, attempt, started_at, duration_ms,
-           status_code, headers, body, truncated, error, verdict)
+           status_code, headers, body, truncated, error, verdict, request_headers)
 ), done AS (
     UPDATE {DELIVERY_TABLE} AS d SET
         status = v.status,
@@ -460,10 +460,11 @@ WITH v AS (
     RETURNING d.id, d.endpoint_id, d.status
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (
-        delivery_id, attempt, started_at, duration_ms, status_code, response_headers,
-        response_body, response_truncated, error, worker_id, created_at)
-    SELECT v.id, v.attempt, v.started_at, v.duration_ms, v.status_code, v.headers::jsonb,
-           v.body, v.truncated, v.error, %(worker_id)s, now()
+        delivery_id, attempt, started_at, duration_ms, status_code, request_headers,
+        response_headers, response_body, response_truncated, error, worker_id, created_at)
+    SELECT v.id, v.attempt, v.started_at, v.duration_ms, v.status_code,
+           v.request_headers::jsonb, v.headers::jsonb, v.body, v.truncated, v.error,
+           %(worker_id)s, now()
     FROM v JOIN done ON done.id = v.id
     WHERE v.verdict <> 'none'
 ), verdicts AS (

@@ -109,6 +109,7 @@ def complete(
         "durations": array_literal([str(int(o.duration_ms)) for o in outcomes]),
         "codes": array_literal([_literal(o.status_code) for o in outcomes]),
         "headers": text_array_literal([o.headers for o in outcomes]),
+        "request_headers": text_array_literal([o.request_headers for o in outcomes]),
         "bodies": text_array_literal([o.body for o in outcomes]),
         "truncated": array_literal(["true" if o.truncated else "false" for o in outcomes]),
         "errors": text_array_literal([o.error for o in outcomes]),

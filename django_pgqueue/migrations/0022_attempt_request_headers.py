@@ -1,0 +1,28 @@
+"""The attempt log records the request headers each attempt sent.
+
+``request_headers`` holds the HTTP request's (or the broker message's) headers, with
+credential headers redacted (``webhooks/redaction.py``). Existing attempts get ``{}``:
+what they sent was not recorded. A database default, so adding the column to a large
+attempt log rewrites nothing (PostgreSQL 11+ stores a constant default in the catalog)
+and every writer that does not name the column (the lapse log) writes ``{}``.
+"""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("django_pgqueue", "0017_queues"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="deliveryattempt",
+            name="request_headers",
+            field=models.JSONField(
+                blank=True,
+                db_default=models.Value({}, output_field=models.JSONField()),
+                default=dict,
+            ),
+        ),
+    ]
