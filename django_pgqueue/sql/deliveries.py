@@ -550,14 +550,19 @@ EXTEND_DELIVERY_LEASES = extend_leases("extend_delivery_leases", DELIVERY_TABLE)
 
 # Anything a claim could take now, or held by a worker (``--burst``'s exit test).
 # Deliveries of an open circuit count only once a probe is due; FIFO deliveries
-# behind a head that waits for its retry do not count. A delivery held back only
-# by its endpoint's rate limit counts: a burst run waits for it.
+# behind a head that waits for its retry do not count, nor a relay endpoint's
+# behind its oldest live delivery (the relay sends nothing past it, sql/relay.py).
+# A delivery held back only by its endpoint's rate limit counts: a burst run waits
+# for it.
 ANY_DUE_DELIVERIES = f"""/* pgqueue:any_due_deliveries */
 SELECT EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
     WHERE d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at <= now()
       AND e.is_active AND (e.breaker_state = 'closed' OR e.open_until <= now())
       AND {_FIFO_HEAD}
+      AND (NOT e.relay OR NOT EXISTS (
+          SELECT 1 FROM {DELIVERY_TABLE} AS o
+          WHERE o.endpoint_id = d.endpoint_id AND o.status IN {LIVE_SQL} AND o.id < d.id))
 ) OR EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
 )

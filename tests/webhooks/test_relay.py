@@ -96,18 +96,23 @@ def test_a_failing_head_holds_back_the_rest_of_its_batch(
     stream,  # noqa: F811
     make_endpoint,
     run_worker,
+    webhooks_conf,
 ):
     # A subject no stream stores: every publish fails (no responders). The first
-    # delivery's failure ends each batch; the rest are given back unsent, unlogged.
+    # delivery's failure ends the batch; the rest are given back unsent, unlogged.
+    # Its retry is a minute away: a burst worker sees nothing it could send (the rest
+    # wait behind the head) and exits instead of polling until then.
+    webhooks_conf(RETRY_SCHEDULE=[60])
     make_endpoint("nats://127.0.0.1:4222?subject=pgq.relay.nowhere", relay=True)
     events = [send_event("order.updated", {"n": n}) for n in range(5)]
-    run_worker(burst=True, max_tasks=1)
+    run_worker(burst=True, timeout=30)
     attempts = list(DeliveryAttempt.objects.order_by("id"))
     assert [a.delivery.event_id for a in attempts] == [events[0].pk]
     assert "no JetStream stream" in attempts[0].error
     waiting = Delivery.objects.exclude(event=events[0])
     assert {d.attempts for d in waiting} == {0}
     assert {d.status for d in waiting} == {"pending"}
+    assert Delivery.objects.get(event=events[0]).status == "failed"
 
 
 def test_a_rabbitmq_relay_publishes_in_event_order(
