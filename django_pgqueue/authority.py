@@ -60,8 +60,9 @@ SCOPE_PERMISSIONS: dict[str, tuple[str, ...]] = {
 OPERATOR_FIELDS: dict[type[models.Model], tuple[str, ...]] = {
     # Whether the customer is served, and the operator's own notes about them.
     Application: ("is_active", "metadata"),
-    # What the operator lets this customer cost: concurrency and rate limits.
-    Endpoint: ("max_in_flight", "rate_limit", "rate_period"),
+    # What the operator lets this customer cost: concurrency and rate limits; and how
+    # the endpoint is served (relay mode: batches to the operator's broker).
+    Endpoint: ("max_in_flight", "rate_limit", "rate_period", "relay"),
 }
 
 

@@ -44,6 +44,11 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     "ALLOW_NETWORKS": [],
     "ALLOW_HOSTS": [],
     "ALLOWED_PORTS": None,
+    # Request header names (any case) recorded redacted in the attempt log, on top of
+    # the built-in rule of webhooks/redaction.py (Authorization, *token*, *secret*, ...).
+    "REDACT_HEADERS": [],
+    # Most deliveries one relay batch hands to the broker (docs/scaling.md).
+    "RELAY_BATCH_SIZE": 100,
     "BREAKER_THRESHOLD": 5,
     "BREAKER_COOLDOWN": 30.0,
     "BREAKER_MAX_COOLDOWN": 3600.0,
@@ -277,7 +282,7 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
         "SECRET_ROTATION_GRACE",
     ):
         merged[key] = _positive_number(f"{prefix}[{key!r}]", merged[key])
-    for key in ("RESPONSE_CAP", "MAX_PAYLOAD_BYTES", "BREAKER_THRESHOLD"):
+    for key in ("RESPONSE_CAP", "MAX_PAYLOAD_BYTES", "BREAKER_THRESHOLD", "RELAY_BATCH_SIZE"):
         merged[key] = _positive_int(f"{prefix}[{key!r}]", merged[key])
     merged["ALLOW_HTTP"] = _bool(f"{prefix}['ALLOW_HTTP']", merged["ALLOW_HTTP"])
     networks = merged["ALLOW_NETWORKS"]
@@ -296,6 +301,12 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
             f"{prefix}['ALLOW_HOSTS'] must be a list of host names, got {hosts!r}"
         )
     merged["ALLOW_HOSTS"] = list(hosts)
+    redact = merged["REDACT_HEADERS"]
+    if not isinstance(redact, list | tuple) or not all(isinstance(h, str) and h for h in redact):
+        raise ImproperlyConfigured(
+            f"{prefix}['REDACT_HEADERS'] must be a list of header names, got {redact!r}"
+        )
+    merged["REDACT_HEADERS"] = [h.lower() for h in redact]
     ports = merged["ALLOWED_PORTS"]
     if ports is not None and (
         not isinstance(ports, list | tuple | set)

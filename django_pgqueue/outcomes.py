@@ -72,6 +72,9 @@ class DeliveryOutcome(Outcome):
     headers: str = "{}"
     body: str = ""
     truncated: bool = False
+    #: The request headers the attempt sent, as a JSON object, redacted by
+    #: ``webhooks/redaction.py``'s rule and made storable.
+    request_headers: str = "{}"
     #: What went wrong on the wire, for the attempt log ('' when nothing did).
     error: str = ""
     source: str = "deliveries"

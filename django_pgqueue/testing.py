@@ -119,8 +119,10 @@ def _sources(webhooks: bool, worker_id: str) -> list[Source]:
     ]
     if webhooks:
         from .webhooks.delivery_source import DeliverySource
+        from .webhooks.relay_source import RelaySource
 
         sources.append(DeliverySource(worker_id))
+        sources.append(RelaySource(worker_id))
     return sources
 
 

@@ -145,6 +145,8 @@ PGQUEUE = {
         else None,
         # The customer portal at /webhooks/: who the logged-in customer is.
         "PORTAL_APPLICATION": "testproject.demo.portal.current_application",
+        # Delivery settings a test hands its worker processes (retries, breaker).
+        **json.loads(os.environ.get("PGQUEUE_TEST_WEBHOOKS", "{}")),
     },
 }
 

@@ -40,6 +40,7 @@ class DeliveryAttemptInline(WhenDatesMixin, admin.TabularInline):
         "duration_ms",
         "status_code",
         "error_display",
+        "request",
         "response",
         "worker_id",
     )
@@ -80,6 +81,11 @@ class DeliveryAttemptInline(WhenDatesMixin, admin.TabularInline):
             _("Checked now:"),
             details[url],
         )
+
+    @admin.display(description=_("request headers"))
+    def request(self, obj: DeliveryAttempt):
+        # As sent, credential values already redacted when the attempt was recorded.
+        return pretty_json(obj.request_headers or None)
 
     @admin.display(description=_("response"))
     def response(self, obj: DeliveryAttempt):

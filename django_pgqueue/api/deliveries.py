@@ -70,6 +70,7 @@ def get_delivery(request: HttpRequest, principal: Principal, pk: str) -> HttpRes
             "started_at": a.started_at,
             "duration_ms": a.duration_ms,
             "status_code": a.status_code,
+            "request_headers": a.request_headers,
             "response_headers": a.response_headers,
             "response_body": a.response_body,
             "response_truncated": a.response_truncated,

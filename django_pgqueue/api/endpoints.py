@@ -41,6 +41,7 @@ EDITABLE: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "rate_limit": (int, True),
     "rate_period": (int, False),
     "ordering": (str, False),
+    "relay": (bool, False),
 }
 CREATE_ONLY = ("application", "secret")
 
@@ -65,6 +66,7 @@ def render(endpoint: Endpoint) -> dict[str, Any]:
         "rate_limit": endpoint.rate_limit,
         "rate_period": endpoint.rate_period,
         "ordering": endpoint.ordering,
+        "relay": endpoint.relay,
         "created_at": endpoint.created_at,
         "updated_at": endpoint.updated_at,
     }
@@ -79,7 +81,9 @@ def _apply(endpoint: Endpoint, body: dict[str, Any]) -> None:
             continue
         value = body[name]
         if (value is None and not nullable) or (
-            value is not None and (isinstance(value, bool) or not isinstance(value, types))
+            value is not None
+            # JSON true/false are bool, which is also an int: only a bool field takes one.
+            and (isinstance(value, bool) != (types is bool) or not isinstance(value, types))
         ):
             errors[name] = [f"Expected {_type_name(types)}{' or null' if nullable else ''}."]
             continue
@@ -97,7 +101,13 @@ def _apply(endpoint: Endpoint, body: dict[str, Any]) -> None:
 
 
 def _type_name(types: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        list: "a list",
+        dict: "an object",
+        bool: "true or false",
+    }
     return " or ".join(names[t] for t in (types if isinstance(types, tuple) else (types,)))
 
 

@@ -97,6 +97,10 @@ def _schemas() -> dict[str, Any]:
         "rate_limit": LIMIT,
         "rate_period": {"type": "integer", "enum": [p.value for p in RatePeriod]},
         "ordering": {"type": "string", "enum": [o.value for o in Ordering]},
+        "relay": {
+            "type": "boolean",
+            "description": "Relay mode (broker destinations only): batches in event order.",
+        },
     }
     endpoint = _obj(
         {
@@ -115,6 +119,7 @@ def _schemas() -> dict[str, Any]:
             "rate_limit": _nullable({"type": "integer"}),
             "rate_period": {"type": "integer"},
             "ordering": STRING,
+            "relay": {"type": "boolean"},
             "created_at": DATETIME,
             "updated_at": DATETIME,
         },
@@ -142,6 +147,12 @@ def _schemas() -> dict[str, Any]:
             "started_at": DATETIME,
             "duration_ms": {"type": "integer"},
             "status_code": _nullable({"type": "integer"}),
+            "request_headers": {
+                "type": "object",
+                "additionalProperties": STRING,
+                "description": "The headers the attempt sent (HTTP request or broker "
+                'message); values of credential headers are "[redacted]".',
+            },
             "response_headers": {"type": "object"},
             "response_body": STRING,
             "response_truncated": {"type": "boolean"},

@@ -36,7 +36,7 @@ from ..db import connect, connection_params
 from ..notify import WAKE_JOBS
 from .guard import check_scratch_database
 from .probes import read_latencies, stop, warm_up
-from .rows import Row, fmt, pctl
+from .rows import DRAIN_SPAN, Row, fmt, pctl
 from .server import children
 
 WORKLOADS = (
@@ -51,6 +51,7 @@ WORKLOADS = (
     "mq",
     "tenant_fanout",
     "ingest",
+    "relay",
 )
 
 #: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
@@ -110,11 +111,6 @@ RAW_COMPLETE = f"""UPDATE {sql.JOB_TABLE} SET status = 'succeeded', locked_until
     finished_at = now()
 WHERE id = ANY(%s)"""  # noqa: S608 - identifiers are module constants
 
-#: How many jobs finished, and over how long (first claim to last completion).
-DRAIN_SPAN = (
-    "SELECT count(*), extract(epoch FROM max(finished_at) - min(last_attempted_at)) "
-    "FROM {table} WHERE status = 'succeeded'"
-)
 
 #: 1,000,000 finished jobs in one statement (claim cost with history).
 HISTORY_ROWS = f"""INSERT INTO {sql.JOB_TABLE} (
@@ -1002,6 +998,13 @@ class Bench:
         from .ingest import bench_ingest
 
         bench_ingest(self)
+
+    # 10. fan-out from PostgreSQL against the relay to a broker (bench/relay.py) ------------
+
+    def bench_relay(self) -> None:
+        from .relay import bench_relay
+
+        bench_relay(self, webhooks_unavailable())
 
     # -- output ------------------------------------------------------------------------------
 

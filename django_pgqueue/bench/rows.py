@@ -12,6 +12,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+#: How many rows finished, and over how long (first claim to last completion).
+DRAIN_SPAN = (
+    "SELECT count(*), extract(epoch FROM max(finished_at) - min(last_attempted_at)) "
+    "FROM {table} WHERE status = 'succeeded'"
+)
+
 
 @dataclass
 class Row:

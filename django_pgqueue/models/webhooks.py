@@ -220,6 +220,14 @@ class Endpoint(models.Model):
             "per ordering key. Applies to events sent after the change."
         ),
     )
+    relay = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=_(
+            "Relay mode (broker destinations only): events go to the broker in batches, "
+            "in event order, one batch in flight; consumers fan out from the broker."
+        ),
+    )
     served_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -253,6 +261,7 @@ class Endpoint(models.Model):
         "rate_limit",
         "rate_period",
         "ordering",
+        "relay",
         "updated_at",
     )
 
@@ -461,6 +470,13 @@ class Endpoint(models.Model):
             check_channels(self.channels, name="channels")
         except ValueError as exc:
             errors["channels"] = str(exc)
+        from ..webhooks.brokers.urls import is_broker_url
+
+        if self.relay and "url" not in errors and not is_broker_url(self.url):
+            errors["relay"] = (
+                "Relay mode needs a broker destination (amqp:// or nats://): an HTTP "
+                "receiver is sent one delivery at a time."
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -611,6 +627,11 @@ class DeliveryAttempt(models.Model):
     started_at = models.DateTimeField()
     duration_ms = models.PositiveIntegerField(default=0)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    #: What the attempt sent (HTTP request or broker message headers), with the
+    #: values of credential headers redacted (webhooks/redaction.py).
+    request_headers = models.JSONField(
+        default=dict, db_default=models.Value({}, output_field=models.JSONField()), blank=True
+    )
     response_headers = models.JSONField(default=dict, blank=True)
     response_body = models.TextField(blank=True, default="")
     response_truncated = models.BooleanField(default=False)

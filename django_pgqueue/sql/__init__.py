@@ -4,10 +4,11 @@ One module per concern: ``jobs`` (enqueue, claim, complete, leases, atomic jobs)
 ``deliveries`` (events, fan-out, the deliveries' claim, completion and breaker),
 ``endpoints`` (the webhook store's secrets and deletes),
 ``operators`` (admin and CLI actions), ``maintenance`` (retention, checks),
-``periodic`` (the scheduler), ``workers`` (heartbeats), ``dashboard`` (the admin's
-and ``pgqueue_status``'s reads), ``api`` (the HTTP API's authentication and rate
-limit), and ``fragments``: the pieces several statements share (table names, the
-claim's frame, the LeaseExpired text), each built once.
+``periodic`` (the scheduler), ``relay`` (the relay's batch claim), ``workers``
+(heartbeats), ``dashboard`` (the admin's and ``pgqueue_status``'s reads), ``api``
+(the HTTP API's authentication and rate limit), and ``fragments``: the pieces
+several statements share (table names, the claim's frame, the LeaseExpired text),
+each built once.
 Every name is also importable from this package (``sql.CLAIM_JOBS``).
 
 Rules kept by every statement here:
@@ -152,6 +153,7 @@ from .queues import (
     QUEUE_STATE_COLUMNS,
     RESUME_QUEUE,
 )
+from .relay import CLAIM_RELAY_BATCHES
 from .workers import (
     HEARTBEAT,
     HEARTBEAT_STOP,
@@ -184,6 +186,7 @@ __all__ = [
     "CLAIM_FLOW_ATOMIC_JOBS",
     "CLAIM_FLOW_JOBS",
     "CLAIM_JOBS",
+    "CLAIM_RELAY_BATCHES",
     "COMPLETE_ATOMIC_JOB",
     "COMPLETE_DELIVERIES",
     "COMPLETE_JOBS",

@@ -14,6 +14,7 @@ from .fragments import (
     APPLICATION_TABLE,
     ATTEMPT_TABLE,
     CLAIMABLE_SQL,
+    CLAIMED_FOR_SENDING_SQL,
     DELIVERY_TABLE,
     ENDPOINT_TABLE,
     EVENT_TABLE,
@@ -208,6 +209,9 @@ _RATE_TAT_AFTER = rate_tat_after("e", "s.n")
 #   one timestamp per endpoint, and an endpoint's limits bound its share anyway.
 #   In-flight deliveries are counted through ``pgq_dlv_flight_idx`` (in_progress
 #   rows only: a few per endpoint at most).
+# * Relay endpoints (``e.relay``) are the relay's (sql/relay.py): never candidates
+#   or probes here. A lapsed relay delivery is put back to wait (not sendable: it
+#   comes back 'failed', with its LeaseExpired entry) for the relay to send in order.
 # * ``locked``: the candidates' endpoint rows are locked in id order (waiting,
 #   not skipping: a completion's breaker update holds a row for a moment, and
 #   skipping it would make a one-endpoint claim come back empty). The count of
@@ -239,7 +243,7 @@ _CLAIM_DELIVERY_PICKED = (
 )
 _LAPSED_DELIVERIES = lapsed_source(
     """d.id, d.attempts >= d.max_attempts AS exhausted,
-           (e.is_active AND e.breaker_state = 'closed') AS sendable,
+           (e.is_active AND e.breaker_state = 'closed' AND NOT e.relay) AS sendable,
            d.attempts AS old_attempt, d.worker_id AS old_worker,
            d.last_attempted_at AS old_started""",
     f"{DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id",
@@ -274,7 +278,7 @@ CLAIM_DELIVERIES = f"""/* pgqueue:claim_deliveries */
 WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     SELECT e.id FROM {ENDPOINT_TABLE} AS e
     WHERE e.is_active AND e.breaker_state IN ('open', 'half_open') AND e.open_until <= now()
-      AND {_HAS_DUE}
+      AND NOT e.relay AND {_HAS_DUE}
     LIMIT GREATEST(0, %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed))
     FOR UPDATE OF e SKIP LOCKED
 ), probes AS MATERIALIZED (
@@ -310,7 +314,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
 ), candidates AS MATERIALIZED (
     SELECT e.id, e.served_at
     FROM walk AS w JOIN {ENDPOINT_TABLE} AS e ON e.id = w.endpoint_id
-    WHERE e.is_active AND e.breaker_state = 'closed'
+    WHERE e.is_active AND e.breaker_state = 'closed' AND NOT e.relay
       AND COALESCE({_RATE_ALLOWANCE}, 1) > 0
       AND (COALESCE(e.max_in_flight, %(max_in_flight)s::int) IS NULL
            OR COALESCE(e.max_in_flight, %(max_in_flight)s::int) > ({_IN_FLIGHT}))
@@ -387,12 +391,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
            || 'have got this attempt', c.old_worker, now()
     FROM claimed AS c WHERE c.lapsed AND c.old_attempt >= 1
 )
-SELECT c.id, c.status, c.locked_by, c.attempts, c.max_attempts, c.endpoint_id, e.url,
-       e.secret, e.previous_secrets, e.headers, ev.msg_id, ev.event_type, ev.body,
-       ev.created_at
-FROM claimed AS c
-JOIN {ENDPOINT_TABLE} AS e ON e.id = c.endpoint_id
-JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id
+{CLAIMED_FOR_SENDING_SQL}
 ORDER BY row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.id), c.endpoint_id
 """
 
@@ -438,9 +437,9 @@ WITH v AS (
         (SELECT %(durations)s::int[]), (SELECT %(codes)s::int[]),
         (SELECT %(headers)s::text[]), (SELECT %(bodies)s::text[]),
         (SELECT %(truncated)s::bool[]), (SELECT %(errors)s::text[]),
-        (SELECT %(verdicts)s::text[])
+        (SELECT %(verdicts)s::text[]), (SELECT %(request_headers)s::text[])
     ) AS v(id, token, status, delay, last_error, refund, attempt, started_at, duration_ms,
-           status_code, headers, body, truncated, error, verdict)
+           status_code, headers, body, truncated, error, verdict, request_headers)
 ), done AS (
     UPDATE {DELIVERY_TABLE} AS d SET
         status = v.status,
@@ -460,10 +459,11 @@ WITH v AS (
     RETURNING d.id, d.endpoint_id, d.status
 ), logged AS (
     INSERT INTO {ATTEMPT_TABLE} (
-        delivery_id, attempt, started_at, duration_ms, status_code, response_headers,
-        response_body, response_truncated, error, worker_id, created_at)
-    SELECT v.id, v.attempt, v.started_at, v.duration_ms, v.status_code, v.headers::jsonb,
-           v.body, v.truncated, v.error, %(worker_id)s, now()
+        delivery_id, attempt, started_at, duration_ms, status_code, request_headers,
+        response_headers, response_body, response_truncated, error, worker_id, created_at)
+    SELECT v.id, v.attempt, v.started_at, v.duration_ms, v.status_code,
+           v.request_headers::jsonb, v.headers::jsonb, v.body, v.truncated, v.error,
+           %(worker_id)s, now()
     FROM v JOIN done ON done.id = v.id
     WHERE v.verdict <> 'none'
 ), verdicts AS (
@@ -550,14 +550,19 @@ EXTEND_DELIVERY_LEASES = extend_leases("extend_delivery_leases", DELIVERY_TABLE)
 
 # Anything a claim could take now, or held by a worker (``--burst``'s exit test).
 # Deliveries of an open circuit count only once a probe is due; FIFO deliveries
-# behind a head that waits for its retry do not count. A delivery held back only
-# by its endpoint's rate limit counts: a burst run waits for it.
+# behind a head that waits for its retry do not count, nor a relay endpoint's
+# behind its oldest live delivery (the relay sends nothing past it, sql/relay.py).
+# A delivery held back only by its endpoint's rate limit counts: a burst run waits
+# for it.
 ANY_DUE_DELIVERIES = f"""/* pgqueue:any_due_deliveries */
 SELECT EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id
     WHERE d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at <= now()
       AND e.is_active AND (e.breaker_state = 'closed' OR e.open_until <= now())
       AND {_FIFO_HEAD}
+      AND (NOT e.relay OR NOT EXISTS (
+          SELECT 1 FROM {DELIVERY_TABLE} AS o
+          WHERE o.endpoint_id = d.endpoint_id AND o.status IN {LIVE_SQL} AND o.id < d.id))
 ) OR EXISTS (
     SELECT 1 FROM {DELIVERY_TABLE} WHERE status = 'in_progress'
 )

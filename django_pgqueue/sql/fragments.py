@@ -73,6 +73,16 @@ def plan_each_run(guard_sql: str) -> str:
     return f"({guard_sql} IS NOT NULL OR {_COSTLY_IN_A_GENERIC_PLAN})"
 
 
+# What sending a claimed delivery needs (webhooks/delivery_source.ClaimedDelivery's
+# fields, in order), read from a ``claimed`` CTE of delivery rows: the deliveries'
+# claim and the relay's end with it, each with its own ORDER BY.
+CLAIMED_FOR_SENDING_SQL = f"""SELECT c.id, c.status, c.locked_by, c.attempts, c.max_attempts,
+       c.endpoint_id, e.url, e.secret, e.previous_secrets, e.headers, ev.msg_id,
+       ev.event_type, ev.body, ev.created_at
+FROM claimed AS c
+JOIN {ENDPOINT_TABLE} AS e ON e.id = c.endpoint_id
+JOIN {EVENT_TABLE} AS ev ON ev.id = c.event_id"""
+
 # The conditions, by the parameter each statement carries anyway.
 PLAN_EACH_RUN_WORKER = plan_each_run("%(worker_id)s::text")
 PLAN_EACH_RUN_IDS = plan_each_run("%(ids)s::bigint[]")

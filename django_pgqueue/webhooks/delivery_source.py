@@ -37,6 +37,7 @@ from ..worker.sources import Source
 from . import breaker, operational, store
 from .crypto import SecretDecryptionError, decrypt_active_secrets
 from .envelope import envelope_body
+from .redaction import redact_headers
 from .signing import build_headers
 from .transport import TransportResult, WebhookTransport
 
@@ -252,6 +253,10 @@ class DeliverySource(Source):
             # Whatever the receiver sent, escaped and bounded (storable.py): one
             # hostile header must not fail the batch of outcomes it is written in.
             headers=storable_headers(result.headers),
+            # Never a credential: redacted by the one declared rule (redaction.py).
+            request_headers=storable_headers(
+                redact_headers(result.request_headers, conf["REDACT_HEADERS"])
+            ),
             body=body,
             truncated=result.truncated or cut,
             error=storable_text(result.log_text, LAST_ERROR_CAP),
@@ -294,6 +299,7 @@ class DeliverySource(Source):
             status_code=code if isinstance(code, int) and 100 <= code <= 999 else None,
             duration_ms=min(max(int(outcome.duration_ms or 0), 0), 2**31 - 1),
             headers="{}",
+            request_headers="{}",
             body="",
             truncated=False,
             error=reason,

@@ -56,6 +56,7 @@ logger = logging.getLogger("django_pgqueue.operations")
 # Both are longer than psycopg's 4 KiB query cache (see PositionalStatement).
 _CLAIM = PositionalStatement(sql.CLAIM_DELIVERIES)
 _COMPLETE = PositionalStatement(sql.COMPLETE_DELIVERIES)
+_CLAIM_RELAY = PositionalStatement(sql.CLAIM_RELAY_BATCHES)
 
 
 def claim(conn: Any, params: dict[str, Any], max_in_flight: int | None) -> list[tuple[Any, ...]]:
@@ -68,6 +69,16 @@ def claim(conn: Any, params: dict[str, Any], max_in_flight: int | None) -> list[
     ``failed`` (a lapsed delivery whose endpoint is not sendable, put back to wait).
     """
     return _CLAIM.fetchall(conn, {**params, "max_in_flight": max_in_flight})
+
+
+def claim_relay(conn: Any, params: dict[str, Any], batch_size: int) -> list[tuple[Any, ...]]:
+    """Claim the next batch of each relay endpoint (``sql.CLAIM_RELAY_BATCHES``): its
+    oldest deliveries in event order, at most ``batch_size``, one token per batch; at
+    most ``params['limit']`` endpoints. Rows as :func:`claim` returns them, ordered by
+    endpoint and id. Completed by :func:`complete`, like every delivery."""
+    return _CLAIM_RELAY.fetchall(
+        conn, {**params, "endpoints": max(1, int(params["limit"])), "limit": batch_size}
+    )
 
 
 @dataclass(slots=True)
@@ -109,6 +120,7 @@ def complete(
         "durations": array_literal([str(int(o.duration_ms)) for o in outcomes]),
         "codes": array_literal([_literal(o.status_code) for o in outcomes]),
         "headers": text_array_literal([o.headers for o in outcomes]),
+        "request_headers": text_array_literal([o.request_headers for o in outcomes]),
         "bodies": text_array_literal([o.body for o in outcomes]),
         "truncated": array_literal(["true" if o.truncated else "false" for o in outcomes]),
         "errors": text_array_literal([o.error for o in outcomes]),

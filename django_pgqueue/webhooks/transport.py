@@ -498,6 +498,9 @@ class WebhookTransport:
             _current.deadline = None
             if response is not None:
                 response.close()
+        if not (result.error or "").startswith("refused"):
+            # As sent: the adapter added Host to these very headers.
+            result.request_headers = {str(k): str(v) for k, v in send_headers.items()}
         if deadline.fired and (result.error is None or not result.error.startswith("refused")):
             # Whatever exception the cut socket produced, the cause is the deadline.
             result.error = f"total deadline of {self.total_timeout:g} s exceeded"

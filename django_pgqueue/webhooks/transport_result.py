@@ -27,6 +27,11 @@ class TransportResult:
     #: How the POST went out when that is worth knowing (a stale kept-alive connection
     #: replaced by a fresh one), whether it succeeded or not.
     note: str | None = None
+    #: The headers the attempt sent, or tried to send before the connection failed, as
+    #: they go on the wire: the HTTP request's, or the broker message's. Empty when the
+    #: attempt was refused or not built. Not yet redacted: the attempt log applies
+    #: ``webhooks/redaction.py``'s rule.
+    request_headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

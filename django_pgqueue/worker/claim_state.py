@@ -58,8 +58,12 @@ class QuietSources:
     def __init__(self, poll_interval: float, sources: Sequence[Any]) -> None:
         self.poll_interval = poll_interval
         self.several = len(sources) > 1  # a lone source is always asked
-        #: What wakes each source: its name (a payload) and its own channels.
-        self._woken_by = {s.name: {s.name, *getattr(s, "channels", ())} for s in sources}
+        #: What wakes each source: its name and the other payloads it declares
+        #: (``wakes_on``), and its own channels.
+        self._woken_by = {
+            s.name: {s.name, *getattr(s, "wakes_on", ()), *getattr(s, "channels", ())}
+            for s in sources
+        }
         self._until: dict[str, float] = {}
 
     def refresh(self, heard: set[str], recheck: set[str]) -> None:

@@ -847,9 +847,10 @@ def _stack_of(thread: threading.Thread) -> str:
 
 
 def default_sources(worker_id: str) -> list[Source]:
-    """Jobs, atomic jobs, webhook deliveries and the message queues of registered consumers."""
+    """Jobs, atomic jobs, webhook deliveries, relay batches and registered consumers' queues."""
     from ..mq.source import message_sources
     from ..webhooks.delivery_source import DeliverySource
+    from ..webhooks.relay_source import RelaySource
     from .atomic import AtomicJobSource
 
     conf = get_settings()
@@ -857,5 +858,6 @@ def default_sources(worker_id: str) -> list[Source]:
         JobSource(TaskRunner(worker_id, conf.UNKNOWN_TASK_DELAY)),
         AtomicJobSource(worker_id),
         DeliverySource(worker_id),
+        RelaySource(worker_id),
         *message_sources(worker_id, conf.LEASE_SECONDS),
     ]

@@ -4,8 +4,8 @@ Delivered means confirmed by the broker; what arrives is exactly what would have
 POSTed, signed the same way; refusals and dead brokers are failed attempts that the
 breaker counts; a replay is the same message id, which JetStream de-duplicates.
 
-Restarting a broker mid-run is not tested here: the brokers are the machine's, shared
-with other test runs.
+Restarting a broker mid-run is tested in test_broker_restart.py, on brokers of its own:
+these are the machine's, shared with other test runs.
 """
 
 from __future__ import annotations

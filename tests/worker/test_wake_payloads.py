@@ -145,6 +145,18 @@ def test_a_notify_for_one_source_leaves_the_quiet_others_quiet():
     assert not quiet.skip(WAKE_ATOMIC)
 
 
+def test_the_relay_is_woken_by_the_deliveries_a_fan_out_writes():
+    from django_pgqueue.webhooks.relay_source import RelaySource
+
+    relay = SimpleNamespace(name=RelaySource.name, wakes_on=RelaySource.wakes_on, channels=())
+    quiet = QuietSources(60.0, [_source(WAKE_JOBS), relay])
+    quiet.claimed(RelaySource.name, 0)
+    quiet.refresh({WAKE_JOBS}, set())
+    assert quiet.skip(RelaySource.name)
+    quiet.refresh({WAKE_DELIVERIES}, set())
+    assert not quiet.skip(RelaySource.name)
+
+
 def test_a_quiet_source_is_asked_again_after_its_poll_interval():
     sources = [_source(WAKE_JOBS), _source(WAKE_DELIVERIES)]
     quiet = QuietSources(0.05, sources)

@@ -93,6 +93,12 @@ class AmqpClient:
             raise
         return connection, channel
 
+    @staticmethod
+    def message_headers(headers: Mapping[str, str]) -> dict[str, str]:
+        """The message's headers table: the webhook headers, names lower-cased (AMQP
+        header names are case-sensitive; consumers look up ``webhook-id``)."""
+        return {name.lower(): str(value) for name, value in headers.items()}
+
     def publish(
         self, target: BrokerURL, address: str, body: bytes, headers: Mapping[str, str]
     ) -> str:
@@ -139,7 +145,7 @@ class AmqpClient:
             self._channels[key] = self._open(target, address)
         connection, channel = self._channels[key]
         deadline.attach(_Socket(connection))  # type: ignore[arg-type]  # it reads .sock only
-        lowered = {name.lower(): value for name, value in headers.items()}
+        lowered = self.message_headers(headers)
         properties = pika.BasicProperties(
             content_type=lowered.get("content-type", "application/json"),
             delivery_mode=pika.DeliveryMode.Persistent,

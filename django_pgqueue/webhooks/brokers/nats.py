@@ -83,6 +83,16 @@ class NatsClient:
     def close(self) -> None:
         """Nothing to release: the connections are the process's, shared by threads."""
 
+    @staticmethod
+    def message_headers(headers: Mapping[str, str]) -> dict[str, str]:
+        """The message's headers: the webhook headers, lower-cased, and ``Nats-Msg-Id``
+        (the ``webhook-id``), which JetStream de-duplicates on."""
+        send = {name.lower(): str(value) for name, value in headers.items()}
+        msg_id = send.get("webhook-id")
+        if msg_id:
+            send["Nats-Msg-Id"] = msg_id
+        return send
+
     def publish(
         self, target: BrokerURL, address: str, body: bytes, headers: Mapping[str, str]
     ) -> str:
@@ -161,10 +171,7 @@ class NatsClient:
         self, target: BrokerURL, address: str, body: bytes, headers: Mapping[str, str]
     ) -> Any:
         connection = await self._connection(target, address)
-        send = {name.lower(): str(value) for name, value in headers.items()}
-        msg_id = send.get("webhook-id")
-        if msg_id:
-            send["Nats-Msg-Id"] = msg_id
+        send = self.message_headers(headers)
         return await connection.jetstream().publish(
             target.subject, body, timeout=self.total_timeout, headers=send
         )

@@ -24,6 +24,8 @@ class _Client(Protocol):
 
     def close(self) -> None: ...
 
+    def message_headers(self, headers: Mapping[str, str]) -> dict[str, str]: ...
+
 
 @dataclass
 class BrokerResult(TransportResult):
@@ -100,8 +102,10 @@ class BrokerPublisher:
             return BrokerResult(error=f"refused: {exc}")
         # Connect to the address that was checked, never to the name again (rebinding).
         address = str(addresses[0])
+        client: _Client | None = None
         try:
-            ack = self._client(target.scheme).publish(target, address, body, headers)
+            client = self._client(target.scheme)
+            ack = client.publish(target, address, body, headers)
             result = BrokerResult(confirmed=True, body=ack.encode())
         except BrokerError as exc:
             result = BrokerResult(error=_scrub(str(exc), target))
@@ -110,6 +114,8 @@ class BrokerPublisher:
                 error=_scrub(f"unexpected error: {type(exc).__name__}: {exc}", target)
             )
         result.address = address
+        if client is not None:
+            result.request_headers = client.message_headers(headers)
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
 
