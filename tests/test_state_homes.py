@@ -36,6 +36,7 @@ QUEUE_MODELS = {
     "ScheduleTick": "pgqueue_schedule_tick",
     "MessageQueue": "pgqueue_mq_queue",
     "Queue": "pgqueue_queue",
+    "Rollup": "pgqueue_rollup",
 }
 QUEUE_TABLES = set(QUEUE_MODELS.values())
 
@@ -54,6 +55,7 @@ STORES: dict[str, set[str]] = {
     "operations.py": {"pgqueue_job", "pgqueue_delivery", "pgqueue_endpoint"},
     "mq/": {"pgqueue_mq_queue"},
     "periodic/": {"pgqueue_schedule", "pgqueue_schedule_tick"},
+    "rollup/": {"pgqueue_rollup"},
     "maintenance.py": {
         "pgqueue_job",
         "pgqueue_delivery",

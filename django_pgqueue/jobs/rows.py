@@ -83,6 +83,8 @@ class ClaimedJob:
     # short tasks spent a visible share of its claim loop decoding them for nobody.
     errors: list[dict[str, Any]] | str
     worker_ids: list[str] | str
+    #: Seconds from when the job was due to this claim (the rollup's wait).
+    wait: float
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ClaimedJob:

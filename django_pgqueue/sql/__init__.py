@@ -5,9 +5,10 @@ One module per concern: ``jobs`` (enqueue, claim, complete, leases, atomic jobs)
 ``endpoints`` (the webhook store's secrets and deletes),
 ``operators`` (admin and CLI actions), ``maintenance`` (retention, checks),
 ``periodic`` (the scheduler), ``workers`` (heartbeats), ``dashboard`` (the admin's
-and ``pgqueue_status``'s reads), ``api`` (the HTTP API's authentication and rate
-limit), and ``fragments``: the pieces several statements share (table names, the
-claim's frame, the LeaseExpired text), each built once.
+and ``pgqueue_status``'s reads), ``rollup`` (the console's per-minute counts),
+``api`` (the HTTP API's authentication and rate limit), and ``fragments``: the
+pieces several statements share (table names, the claim's frame, the LeaseExpired
+text), each built once.
 Every name is also importable from this package (``sql.CLAIM_JOBS``).
 
 Rules kept by every statement here:
@@ -152,6 +153,13 @@ from .queues import (
     QUEUE_STATE_COLUMNS,
     RESUME_QUEUE,
 )
+from .rollup import (
+    ROLLUP_PRUNE,
+    ROLLUP_READ,
+    ROLLUP_RECORD,
+    ROLLUP_SAMPLE_DEPTH,
+    ROLLUP_TABLE,
+)
 from .workers import (
     HEARTBEAT,
     HEARTBEAT_STOP,
@@ -253,6 +261,11 @@ __all__ = [
     "RESUME_QUEUE",
     "RETRIES_DUE_NOW",
     "RETRY_NOW_SET",
+    "ROLLUP_PRUNE",
+    "ROLLUP_READ",
+    "ROLLUP_RECORD",
+    "ROLLUP_SAMPLE_DEPTH",
+    "ROLLUP_TABLE",
     "SCHEDULE_STATE",
     "SCHEDULE_TABLE",
     "SET_TICK_JOB",

@@ -45,6 +45,9 @@ CLAIMED_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("last_attempted_at", "j.last_attempted_at"),
     ("errors", "j.errors::text"),
     ("worker_ids", "j.worker_ids::text"),
+    # Seconds from due to this claim, for the console's rollup (the claim leaves
+    # next_attempt_at as it was, so RETURNING still reads when the job was due).
+    ("wait", "pg_catalog.date_part('epoch', now() - j.next_attempt_at)"),
 )
 _CLAIM_RETURNING = ", ".join(expression for _, expression in CLAIMED_JOB_COLUMNS)
 
