@@ -1,4 +1,5 @@
-"""The queue dashboard: every queue's backlog, lag, in-flight, stuck and dead rows."""
+"""The queue dashboard: every queue's backlog, lag, in-flight, stuck and dead rows, and
+charts of the last hour or day from the rollup (``history.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import get_settings
 from ..models.queue import Status
 from ..stats import delivery_overview, job_queue_overview, worker_overview
+from . import history
+
+#: The longest queue name (``Job.queue_name``): a longer chart filter is refused.
+QUEUE_NAME_MAX = 100
 
 #: Columns of the per-queue table, in lifecycle order.
 STATUS_COLUMNS = (
@@ -91,8 +97,22 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         from .mq import dashboard_rows
 
         message_queues = dashboard_rows(model_admin.admin_site.name)
+    window = history.window_of(request.GET.get("window"))
+    queue = request.GET.get("queue") or None
+    refused_queue = None
+    if queue is not None and (len(queue) > QUEUE_NAME_MAX or "\x00" in queue):
+        refused_queue, queue = _("not a queue name (at most 100 characters, no NUL)"), None
     context = {
         **model_admin.admin_site.each_context(request),
+        "window": window,
+        "windows": [
+            (name, label, f"?{urlencode({'window': name})}")
+            for name, label in (("hour", _("Last hour")), ("day", _("Last day")))
+        ],
+        "chart_queue": queue,
+        "refused_queue": refused_queue,
+        "queue_charts": history.queue_charts(window, queue),
+        "rollup_on": get_settings().ROLLUP,
         "title": _("Queue dashboard"),
         "message_queues": message_queues,
         "opts": opts,
