@@ -79,6 +79,8 @@ class DeliveryOutcome(Outcome):
     #: What went wrong on the wire, for the attempt log ('' when nothing did).
     error: str = ""
     source: str = "deliveries"
+    #: The delivery's endpoint, for the console's rollup.
+    endpoint_id: int = 0
 
 
 @dataclass(slots=True)

@@ -160,3 +160,30 @@ class WhenDatesMixin:
             (title, {**options, "fields": tuple(swap(n) for n in options["fields"])})
             for title, options in super().get_fieldsets(request, obj)  # type: ignore[misc]
         ]
+
+
+def endpoint_label(endpoint_id: int, url: str, application: str | None) -> str:
+    """How the admin names an endpoint wherever it lists one: id, URL and application,
+    so two endpoints with one URL (say, of two customers) never look the same."""
+    return f"#{endpoint_id} {url} · {application or _('global')}"
+
+
+def progress_html(fraction: float | None, message: str | None, *, cut: int | None = None) -> str:
+    """A job's progress as a ``<progress>`` bar, its percentage in words and its
+    message (cut to ``cut`` characters in lists, whole in its title); "-" before the
+    task reports any."""
+    if fraction is None:
+        return format_html('<span class="pgq-muted">{}</span>', "-")
+    percent = f"{fraction * 100:.0f} %"
+    text = message or ""
+    shown = text if cut is None or len(text) <= cut else text[: cut - 1] + "…"
+    return format_html(
+        '<span class="pgq-progress" title="{}"><progress value="{}" max="1" aria-label="{}">'
+        "{}</progress> {}{}</span>",
+        text,
+        f"{fraction:.3f}",
+        percent,
+        percent,
+        percent,
+        f" · {shown}" if shown else "",
+    )

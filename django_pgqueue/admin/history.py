@@ -20,6 +20,7 @@ from ..rollup import histogram
 from ..rollup import store as rollup_store
 from ..rollup.store import RollupMinute
 from .charts import MAX_SERIES, Series, line_chart
+from .display import endpoint_label
 
 #: Window name -> (seconds shown, seconds per bucket).
 WINDOWS: dict[str, tuple[int, int]] = {"hour": (3600, 60), "day": (86400, 600)}
@@ -88,16 +89,18 @@ def charts_of(
     metrics: Sequence[tuple[Any, str, Callable[[list[RollupMinute]], float | None]]],
     *,
     names: Sequence[str] | None = None,
-    label: Callable[[str], str] = str,
+    labels: Callable[[Sequence[str]], dict[str, str]] | None = None,
     now: dt.datetime | None = None,
 ) -> list[Chart]:
     """One chart per metric (title, unit, value of a bucket), a line per name (the
-    busiest MAX_SERIES of the window, or ``names``)."""
+    busiest MAX_SERIES of the window, or of ``names``); ``labels`` names the lines
+    shown (default: their names)."""
     seconds, step = WINDOWS[window_of(window)]
     now = now or timezone.now()
     rows = rollup_store.read(kind, seconds, names)
     by_name, start = _buckets(rows, seconds, step, now)
     shown = _busiest(by_name)
+    label = labels(shown) if labels else {}
     last = start + dt.timedelta(seconds=step * (seconds // step - 1))
     fmt = "%H:%M" if window_of(window) == "hour" else "%a %H:%M"
     start_label = timezone.localtime(start).strftime(fmt)
@@ -106,7 +109,9 @@ def charts_of(
     charts = []
     for title, unit, value in metrics:
         full_title = f"{title} ({per})" if unit == "" else str(title)
-        series = [Series(label(name), [value(b) for b in by_name[name]]) for name in shown]
+        series = [
+            Series(label.get(name, name), [value(b) for b in by_name[name]]) for name in shown
+        ]
         svg = line_chart(
             full_title, series, start_label=start_label, end_label=end_label, unit=unit
         )
@@ -139,3 +144,28 @@ DELIVERY_METRICS: tuple[tuple[Any, str, Callable[[list[RollupMinute]], float | N
     (_("Failure rate"), "%", _failure_rate),
     (_("p95 latency"), "s", lambda b: _p95(b, lambda r: r.run_hist)),
 )
+
+
+def _endpoint_labels(names: Sequence[str]) -> dict[str, str]:
+    from ..models.webhooks import Endpoint
+
+    ids = [int(n) for n in names if n.isdigit()]
+    rows = Endpoint.objects.filter(id__in=ids).values_list("id", "url", "application__uid")
+    return {str(i): endpoint_label(i, url, uid) for i, url, uid in rows}
+
+
+def endpoint_charts(window: str, application: str | None = None) -> list[Chart]:
+    """The endpoints' charts (only ``application``'s endpoints when given)."""
+    names = None
+    if application is not None:
+        from ..models.webhooks import Endpoint
+
+        ids = Endpoint.objects.filter(application__uid=application).values_list("id", flat=True)
+        names = [str(i) for i in ids] or ["-"]  # "-": no endpoint, so no line
+    return charts_of("endpoint", window, DELIVERY_METRICS, names=names, labels=_endpoint_labels)
+
+
+def application_charts(window: str, application: str | None = None) -> list[Chart]:
+    """The applications' charts (by uid; one application when given)."""
+    names = [application] if application is not None else None
+    return charts_of("application", window, DELIVERY_METRICS, names=names)

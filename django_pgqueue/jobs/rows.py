@@ -113,6 +113,9 @@ class JobRow:
     errors: Any
     worker_ids: Any
     result: Any
+    progress: float | None
+    progress_message: str | None
+    progress_at: dt.datetime | None
 
 
 CLAIMED_JOB: RowDecoder[ClaimedJob] = RowDecoder(

@@ -109,6 +109,7 @@ from .jobs import (
     READ_TRACE_CONTEXTS,
     RESERVE_JOB_IDS,
     RETRIES_DUE_NOW,
+    SET_PROGRESS,
     STORE_TRACE_CONTEXT,
     copy_tail,
 )
@@ -154,6 +155,7 @@ from .queues import (
     RESUME_QUEUE,
 )
 from .rollup import (
+    ROLLUP_ENDPOINT_APPLICATIONS,
     ROLLUP_PRUNE,
     ROLLUP_READ,
     ROLLUP_RECORD,
@@ -261,6 +263,7 @@ __all__ = [
     "RESUME_QUEUE",
     "RETRIES_DUE_NOW",
     "RETRY_NOW_SET",
+    "ROLLUP_ENDPOINT_APPLICATIONS",
     "ROLLUP_PRUNE",
     "ROLLUP_READ",
     "ROLLUP_RECORD",
@@ -268,6 +271,7 @@ __all__ = [
     "ROLLUP_TABLE",
     "SCHEDULE_STATE",
     "SCHEDULE_TABLE",
+    "SET_PROGRESS",
     "SET_TICK_JOB",
     "STORE_TRACE_CONTEXT",
     "TERMINAL_SQL",

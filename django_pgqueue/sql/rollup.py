@@ -3,7 +3,7 @@ name, minute), written with the completions it counts, read by the admin's chart
 
 from __future__ import annotations
 
-from .fragments import CLAIMABLE_SQL, JOB_TABLE
+from .fragments import APPLICATION_TABLE, CLAIMABLE_SQL, ENDPOINT_TABLE, JOB_TABLE
 
 ROLLUP_TABLE = "pgqueue_rollup"
 
@@ -77,4 +77,13 @@ ORDER BY name, minute
 ROLLUP_PRUNE = f"""/* pgqueue:rollup_prune */
 DELETE FROM {ROLLUP_TABLE}
 WHERE minute < now() - pg_catalog.make_interval(secs => %(age)s)
+"""
+
+# The application (its uid) of each endpoint a batch of deliveries went to, for the
+# rollup's per-application rows; the store caches the answer, so this runs when a
+# completer first meets an endpoint, not per batch.
+ROLLUP_ENDPOINT_APPLICATIONS = f"""/* pgqueue:rollup_endpoint_applications */
+SELECT e.id, a.uid
+FROM {ENDPOINT_TABLE} AS e LEFT JOIN {APPLICATION_TABLE} AS a ON a.id = e.application_id
+WHERE e.id = ANY(%(ids)s::bigint[])
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -19,16 +18,12 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
-from ..conf import get_settings
-from ..db import is_connection_error
 from ..jobs import store
 from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..outcomes import JobOutcome, Outcome
 from ..rollup import store as rollup_store
 from .runner import TaskRunner
-
-logger = logging.getLogger("django_pgqueue.worker")
 
 
 class Claimed(Protocol):
@@ -141,10 +136,6 @@ class Source(ABC):
         return dataclasses.replace(outcome, last_error=f"OutcomeNotStored: {reason}")
 
 
-class _RollupRefused(Exception):
-    """The rollup's statement failed (not the connection): roll back, write without."""
-
-
 def tagged(item: ClaimedJob, outcome: JobOutcome) -> JobOutcome:
     """``outcome`` with its job's queue and wait, which the rollup counts it by."""
     outcome.queue_name = item.queue_name
@@ -211,23 +202,11 @@ class JobSource(Source):
         """Complete the batch and, in the same transaction, count what was written
         into the console's rollup (one more statement per batch, not per job): the
         counts commit exactly when the completions do."""
-        if not get_settings().ROLLUP:
-            return self.complete(conn, batch)
-        try:
-            with conn.transaction():
-                written = self.complete(conn, batch)
-                try:
-                    rollup_store.record_jobs(conn, [o for o in batch if o.id in written])
-                except Exception as exc:
-                    if is_connection_error(exc):
-                        raise
-                    raise _RollupRefused from exc
-        except _RollupRefused as refused:
-            # Counting must never hold up the work it counts: the batch is written
-            # again without it (its minutes then miss it; the log says so).
-            logger.error("Rollup write refused (%s); batch completed uncounted", refused.__cause__)
-            return self.complete(conn, batch)
-        return written
+        return rollup_store.write_counted(
+            conn,
+            lambda: self.complete(conn, batch),
+            lambda written: rollup_store.record_jobs(conn, batch, written),
+        )
 
     def complete(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
         """Write the outcomes; return the ids written (guarded by token)."""

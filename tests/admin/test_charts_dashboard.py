@@ -91,3 +91,42 @@ def test_any_query_string_gets_a_page_not_an_error(operator, query):
 def test_a_refused_queue_filter_says_why(operator):
     page = csrf_client(operator).get(reverse(DASHBOARD), {"queue": "a\x00b"})
     assert "Queue filter ignored: not a queue name" in page.content.decode()
+
+
+def _delivery_section(html: str) -> str:
+    start = html.index('id="pgq-delivery-charts"')
+    return html[start : html.index('<div class="module', start)]
+
+
+def test_delivery_charts_per_endpoint_and_application_with_a_filter(webhook_operator):
+    from django.utils import timezone
+
+    from django_pgqueue.models import Application, Endpoint, Rollup
+
+    a = Application.objects.create(uid="cust_a")
+    b = Application.objects.create(uid="cust_b")
+    ea = Endpoint.objects.create(url="https://a.example/hook", application=a)
+    eb = Endpoint.objects.create(url="https://a.example/hook", application=b)
+    minute = timezone.now().replace(second=0, microsecond=0)
+    hist = [0] * 21
+    hist[7] = 4
+    for kind, name, ok, failed in (
+        ("endpoint", str(ea.id), 3, 1),
+        ("endpoint", str(eb.id), 8, 0),
+        ("application", "cust_a", 3, 1),
+        ("application", "cust_b", 8, 0),
+    ):
+        Rollup.objects.create(
+            kind=kind, name=name, minute=minute, ok=ok, failed=failed, run_hist=hist
+        )
+    client = csrf_client(webhook_operator)
+    html = client.get(reverse(DASHBOARD)).content.decode()
+    section = _delivery_section(html)
+    assert f"#{ea.id} https://a.example/hook · cust_a: latest 4" in section
+    assert f"#{eb.id} https://a.example/hook · cust_b: latest 8" in section
+    assert "cust_a: latest 25 %" in section  # failure rate, in words
+    assert "p95 latency" in section and "250 ms" in section
+    only_a = client.get(reverse(DASHBOARD), {"application": "cust_a"}).content.decode()
+    section = _delivery_section(only_a)
+    assert f"#{ea.id} https" in section and f"#{eb.id} https" not in section
+    assert "cust_b: latest" not in section
