@@ -168,15 +168,14 @@ def endpoint_label(endpoint_id: int, url: str, application: str | None) -> str:
     return f"#{endpoint_id} {url} · {application or _('global')}"
 
 
-def progress_html(fraction: float | None, message: str | None, *, cut: int | None = None) -> str:
+def progress_html(fraction: float | None, message: str | None, *, title: str | None = None) -> str:
     """A job's progress as a ``<progress>`` bar, its percentage in words and its
-    message (cut to ``cut`` characters in lists, whole in its title); "-" before the
-    task reports any."""
+    message (``title``: the bar's tooltip); "-" before the task reports any."""
     if fraction is None:
         return format_html('<span class="pgq-muted">{}</span>', "-")
     percent = f"{fraction * 100:.0f} %"
-    text = message or ""
-    shown = text if cut is None or len(text) <= cut else text[: cut - 1] + "…"
+    text = title if title is not None else (message or "")
+    shown = message or ""
     return format_html(
         '<span class="pgq-progress" title="{}"><progress value="{}" max="1" aria-label="{}">'
         "{}</progress> {}{}</span>",

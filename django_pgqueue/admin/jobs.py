@@ -26,7 +26,6 @@ class JobAdmin(QueueRowAdmin):
         "task",
         "queue_name",
         "status_display",
-        "progress_display",
         "attempts_display",
         "next_attempt_at",
         "created_at",
@@ -104,9 +103,17 @@ class JobAdmin(QueueRowAdmin):
     def task(self, obj: Job) -> str:
         return obj.task_path.rsplit(".", 1)[-1]
 
-    @admin.display(description=_("progress"), ordering="progress")
-    def progress_display(self, obj: Job) -> str:
-        return progress_html(obj.progress, obj.progress_message, cut=40)
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Job):
+        """The state's badge and, once the task reported any, its progress under it
+        (in the status column, so the list keeps its width at 1,280 px; the message
+        is the bar's tooltip, in full on the job page)."""
+        badge = super().status_display(obj)
+        if obj.progress is None:
+            return badge
+        return format_html(
+            "{}<br>{}", badge, progress_html(obj.progress, None, title=obj.progress_message)
+        )
 
     @admin.display(description=_("progress"))
     def progress_detail(self, obj: Job) -> str:
