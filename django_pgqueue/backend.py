@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, cast, overload
 
@@ -43,6 +43,26 @@ from .routers import warn_if_outside_queue_transaction
 from .signal_gate import SignalGate
 from .tracing import traced_enqueue
 from .unique import unique_key_for, validate_unique_key
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult(TaskResult):  # type: ignore[misc]  # TaskResult is a frozen dataclass
+    """The TaskResult ``get_result`` returns, with the job's ``metadata``: what the
+    Tasks API has no field for. Today ``progress`` (0 to 1), ``progress_message``
+    and ``progress_at``, once the task reported any (``context.set_progress``)."""
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _metadata(job: Any) -> dict[str, Any]:
+    if job.progress is None:
+        return {}
+    return {
+        "progress": job.progress,
+        "progress_message": job.progress_message or "",
+        "progress_at": job.progress_at,
+    }
+
 
 #: Our states as the Tasks framework sees them (docs/tasks.md explains the choice).
 STATUS_MAP: dict[str, Any] = {
@@ -456,7 +476,8 @@ class PgQueueBackend(BaseTaskBackend):
                 f"here: {exc}"
             ) from exc
         task = self._task_as_enqueued(task, job.queue_name, job.priority, job.backend)
-        result: TaskResult = TaskResult(
+        result: TaskResult = JobResult(
+            metadata=_metadata(job),
             task=task,
             id=str(job_id),
             status=STATUS_MAP[job.status],

@@ -169,6 +169,14 @@ DEFAULTS: dict[str, Any] = {
     # per state: a timedelta, seconds, or None to keep them until asked. The
     # dead-letter queue is kept by default.
     "RETENTION": {},
+    # The console's rollup (per-minute counts and histograms the admin charts read),
+    # written with each batch of completions; False writes none.
+    "ROLLUP": True,
+    # How long ``pgqueue_prune`` keeps rollup minutes (the charts show a day).
+    "ROLLUP_RETENTION_SECONDS": 2 * 24 * 3600.0,
+    # At most one progress write per job per this many seconds (``set_progress``);
+    # the latest value is always written before the attempt's outcome.
+    "PROGRESS_INTERVAL_SECONDS": 2.0,
 }
 
 #: Retention defaults (``PGQUEUE["RETENTION"]``), in seconds; None keeps forever.
@@ -214,6 +222,9 @@ class PgQueueSettings:
     ATOMIC_TIMEOUT_SECONDS: float = 300.0
     RETENTION: Mapping[str, float | None] = field(default_factory=lambda: dict(RETENTION_DEFAULTS))
     API: Mapping[str, Any] = field(default_factory=lambda: dict(API_DEFAULTS))
+    ROLLUP: bool = True
+    ROLLUP_RETENTION_SECONDS: float = 2 * 24 * 3600.0
+    PROGRESS_INTERVAL_SECONDS: float = 2.0
 
 
 def _positive_number(
@@ -545,6 +556,15 @@ def validate(raw: Any) -> PgQueueSettings:
         ),
         RETENTION=validate_retention(merged["RETENTION"]),
         API=validate_api(merged["API"]),
+        ROLLUP=_bool("PGQUEUE['ROLLUP']", merged["ROLLUP"]),
+        ROLLUP_RETENTION_SECONDS=_positive_number(
+            "PGQUEUE['ROLLUP_RETENTION_SECONDS']", merged["ROLLUP_RETENTION_SECONDS"]
+        ),
+        PROGRESS_INTERVAL_SECONDS=_positive_number(
+            "PGQUEUE['PROGRESS_INTERVAL_SECONDS']",
+            merged["PROGRESS_INTERVAL_SECONDS"],
+            allow_zero=True,
+        ),
     )
 
 

@@ -7,6 +7,9 @@ The dead-letter queue (``dead``) is kept unless a retention is configured for it
 or the caller asks (``include_dead``). A delivery's attempt log goes with it, and
 events go once none of their deliveries is left.
 
+The console's rollup minutes older than ``PGQUEUE["ROLLUP_RETENTION_SECONDS"]``
+go too, in one statement of the rollup store (they are a row per name and minute).
+
 Every batch is its own short autocommit transaction: pruning never holds locks
 that workers or enqueues wait on, and can be interrupted at any point.
 """
@@ -21,6 +24,7 @@ from typing import Any, cast
 from . import sql
 from .conf import get_settings
 from .db import connect
+from .rollup import store as rollup_store
 
 #: Rows examined (and at most deleted) per batch.
 DEFAULT_BATCH_SIZE = 1000
@@ -85,6 +89,10 @@ def prune(
         raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
     plan = retention_plan(include_dead=include_dead, dead_seconds=dead_seconds)
     report = PruneReport(dry_run=dry_run, retention=plan)
+    if not dry_run:
+        with connect("prune", alias=alias, prepare=True) as conn:
+            age = get_settings().ROLLUP_RETENTION_SECONDS
+            report.add(sql.ROLLUP_TABLE, "older", rollup_store.prune(conn, age))
     if not plan:
         return report
     params = {"states": list(plan), "ages": list(plan.values())}

@@ -54,6 +54,10 @@ class JobOutcome(Outcome):
     source: str = "jobs"
     #: Written already: an atomic job's success, committed with its body's writes.
     committed: bool = False
+    #: The job's queue and its wait from due to claim, for the console's rollup
+    #: (set by ``worker/sources.JobSource`` from the claimed row).
+    queue_name: str = ""
+    wait: float = 0.0
 
 
 @dataclass(slots=True)
@@ -78,6 +82,8 @@ class DeliveryOutcome(Outcome):
     #: What went wrong on the wire, for the attempt log ('' when nothing did).
     error: str = ""
     source: str = "deliveries"
+    #: The delivery's endpoint, for the console's rollup.
+    endpoint_id: int = 0
 
 
 @dataclass(slots=True)

@@ -37,6 +37,7 @@ QUEUE_MODELS = {
     "MessageQueue": "pgqueue_mq_queue",
     "TopicBinding": "pgqueue_mq_topic_binding",
     "Queue": "pgqueue_queue",
+    "Rollup": "pgqueue_rollup",
 }
 QUEUE_TABLES = set(QUEUE_MODELS.values())
 
@@ -55,6 +56,7 @@ STORES: dict[str, set[str]] = {
     "operations.py": {"pgqueue_job", "pgqueue_delivery", "pgqueue_endpoint"},
     "mq/": {"pgqueue_mq_queue", "pgqueue_mq_topic_binding"},
     "periodic/": {"pgqueue_schedule", "pgqueue_schedule_tick"},
+    "rollup/": {"pgqueue_rollup"},
     "maintenance.py": {
         "pgqueue_job",
         "pgqueue_delivery",

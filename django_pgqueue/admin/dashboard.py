@@ -1,4 +1,5 @@
-"""The queue dashboard: every queue's backlog, lag, in-flight, stuck and dead rows."""
+"""The queue dashboard: every queue's backlog, lag, in-flight, stuck and dead rows, and
+charts of the last hour or day from the rollup (``history.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import get_settings
 from ..models.queue import Status
+from ..models.webhooks import Application
 from ..stats import delivery_overview, job_queue_overview, worker_overview
+from . import history
+from .display import endpoint_label
+
+#: The longest queue name (``Job.queue_name``): a longer chart filter is refused.
+QUEUE_NAME_MAX = 100
 
 #: Columns of the per-queue table, in lifecycle order.
 STATUS_COLUMNS = (
@@ -27,12 +35,6 @@ STATUS_COLUMNS = (
 
 def _filtered(changelist: str, status: str, **params: Any) -> str:
     return f"{changelist}?{urlencode({**params, 'status': status})}"
-
-
-def endpoint_label(endpoint_id: int, url: str, application: str | None) -> str:
-    """How the admin names an endpoint wherever it lists one: id, URL and application,
-    so two endpoints with one URL (say, of two customers) never look the same."""
-    return f"#{endpoint_id} {url} · {application or _('global')}"
 
 
 def _rows(stats_list, changelist: str, label=None, **key) -> list[dict[str, Any]]:
@@ -86,13 +88,44 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
             label=lambda s: endpoint_label(s.endpoint_id, s.name, s.application),
             endpoint__id__exact="endpoint_id",
         )
+    window = history.window_of(request.GET.get("window"))
+    application = request.GET.get("application") or None
+    if application is not None and (len(application) > 255 or "\x00" in application):
+        refused_application, application = _("not an application uid"), None
+    else:
+        refused_application = None
+    delivery_charts: list[tuple[Any, list[history.Chart]]] = []
+    applications: list[str] = []
+    if request.user.has_perm("django_pgqueue.view_delivery"):
+        applications = list(Application.objects.order_by("uid").values_list("uid", flat=True)[:200])
+        delivery_charts = [
+            (_("Deliveries per endpoint"), history.endpoint_charts(window, application)),
+            (_("Deliveries per application"), history.application_charts(window, application)),
+        ]
     message_queues = []
     if request.user.has_perm("django_pgqueue.view_messagequeue"):
         from .mq import dashboard_rows
 
         message_queues = dashboard_rows(model_admin.admin_site.name)
+    queue = request.GET.get("queue") or None
+    refused_queue = None
+    if queue is not None and (len(queue) > QUEUE_NAME_MAX or "\x00" in queue):
+        refused_queue, queue = _("not a queue name (at most 100 characters, no NUL)"), None
     context = {
         **model_admin.admin_site.each_context(request),
+        "window": window,
+        "windows": [
+            (name, label, f"?{urlencode({'window': name})}")
+            for name, label in (("hour", _("Last hour")), ("day", _("Last day")))
+        ],
+        "chart_queue": queue,
+        "refused_queue": refused_queue,
+        "chart_application": application,
+        "refused_application": refused_application,
+        "applications": applications,
+        "delivery_charts": delivery_charts,
+        "queue_charts": history.queue_charts(window, queue),
+        "rollup_on": get_settings().ROLLUP,
         "title": _("Queue dashboard"),
         "message_queues": message_queues,
         "opts": opts,

@@ -160,3 +160,29 @@ class WhenDatesMixin:
             (title, {**options, "fields": tuple(swap(n) for n in options["fields"])})
             for title, options in super().get_fieldsets(request, obj)  # type: ignore[misc]
         ]
+
+
+def endpoint_label(endpoint_id: int, url: str, application: str | None) -> str:
+    """How the admin names an endpoint wherever it lists one: id, URL and application,
+    so two endpoints with one URL (say, of two customers) never look the same."""
+    return f"#{endpoint_id} {url} · {application or _('global')}"
+
+
+def progress_html(fraction: float | None, message: str | None, *, title: str | None = None) -> str:
+    """A job's progress as a ``<progress>`` bar, its percentage in words and its
+    message (``title``: the bar's tooltip); "-" before the task reports any."""
+    if fraction is None:
+        return format_html('<span class="pgq-muted">{}</span>', "-")
+    percent = f"{fraction * 100:.0f} %"
+    text = title if title is not None else (message or "")
+    shown = message or ""
+    return format_html(
+        '<span class="pgq-progress" title="{}"><progress value="{}" max="1" aria-label="{}">'
+        "{}</progress> {}{}</span>",
+        text,
+        f"{fraction:.3f}",
+        percent,
+        percent,
+        percent,
+        f" · {shown}" if shown else "",
+    )

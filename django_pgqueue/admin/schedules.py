@@ -17,17 +17,21 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html, format_html_join, strip_tags
 from django.utils.translation import gettext_lazy as _
 
-from ..models.schedule import Schedule
+from ..models.queue import Job
+from ..models.schedule import Schedule, ScheduleTick
 from ..periodic import cron, store
 from ..periodic.scheduler import run_now
 from .audit import log_changes, report
+from .charts import sparkline
 from .display import WhenDatesMixin, json_display, when
 
 #: How many upcoming runs the schedule's page lists.
 NEXT_RUNS = 5
+#: Ticks drawn in a schedule's sparkline of recent runs.
+RECENT_RUNS = 20
 
 
 @admin.register(Schedule)
@@ -41,6 +45,7 @@ class ScheduleAdmin(WhenDatesMixin, admin.ModelAdmin):
         "next_tick_at",
         "last_tick_at",
         "last_job",
+        "recent_runs",
         "catch_up",
         "origin",
     )
@@ -60,6 +65,7 @@ class ScheduleAdmin(WhenDatesMixin, admin.ModelAdmin):
         "origin",
         "paused",
         "next_runs",
+        "recent_runs",
         "last_tick_at",
         "last_job",
         "declared_at",
@@ -115,6 +121,27 @@ class ScheduleAdmin(WhenDatesMixin, admin.ModelAdmin):
             else ""
         )
         return format_html('{}<ol class="pgq-next-runs">{}</ol>', note, items)
+
+    @admin.display(description=_("recent runs"))
+    def recent_runs(self, obj: Schedule) -> str:
+        """A sparkline of the last RECENT_RUNS ticks, oldest first, each drawn by its
+        job's outcome (a tick whose job was pruned shows as "pruned")."""
+        ticks = list(
+            ScheduleTick.objects.filter(schedule_name=obj.name)
+            .order_by("-tick_at")
+            .values_list("tick_at", "job_id")[:RECENT_RUNS]
+        )
+        ids = [job_id for _, job_id in ticks if job_id is not None]
+        status = dict(Job.objects.filter(id__in=ids).values_list("id", "status")) if ids else {}
+        runs = [
+            (status.get(job_id or 0, "pruned"), strip_tags(when(tick_at)))
+            for tick_at, job_id in reversed(ticks)
+        ]
+        if not runs:
+            return format_html('<span class="pgq-muted">{}</span>', _("no runs yet"))
+        return sparkline(
+            _("Last %(n)d runs of %(name)s") % {"n": len(runs), "name": obj.name}, runs
+        )
 
     @admin.display(description=_("task"), ordering="task_path")
     def task(self, obj: Schedule) -> str:

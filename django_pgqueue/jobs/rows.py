@@ -83,6 +83,8 @@ class ClaimedJob:
     # short tasks spent a visible share of its claim loop decoding them for nobody.
     errors: list[dict[str, Any]] | str
     worker_ids: list[str] | str
+    #: Seconds from when the job was due to this claim (the rollup's wait).
+    wait: float
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ClaimedJob:
@@ -111,6 +113,9 @@ class JobRow:
     errors: Any
     worker_ids: Any
     result: Any
+    progress: float | None
+    progress_message: str | None
+    progress_at: dt.datetime | None
 
 
 CLAIMED_JOB: RowDecoder[ClaimedJob] = RowDecoder(

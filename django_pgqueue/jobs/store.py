@@ -7,6 +7,7 @@ last write, and the reads that decide them.
   Tasks boundary, checks and serialises the call and hands the columns here.
 * The worker's claim, completion and leases (``worker/sources.JobSource``,
   ``worker/atomic``), which run no SQL themselves.
+* A running task's progress (``set_progress``, throttled by ``worker/attempt.py``).
 * Reads: ``read`` for ``get_result``, the due/left questions of ``--burst`` and
   ``--until-empty``, the trace contexts (tracing.py).
 
@@ -321,6 +322,17 @@ def complete_atomic(cursor: Any, job_id: int, token: uuid.UUID, result_json: str
     attempt no longer holds the row (its writes must then be rolled back)."""
     cursor.execute(sql.COMPLETE_ATOMIC_JOB, {"id": job_id, "token": token, "result": result_json})
     return cursor.fetchone() is not None
+
+
+# -- progress (worker/attempt.py, a task's ``context.set_progress``) ---------------
+
+
+def set_progress(db: str, job_id: int, token: uuid.UUID, fraction: float, message: str) -> bool:
+    """Write a running attempt's progress; False when the attempt no longer holds the
+    row (its lease was lost). On the task thread's own Django connection."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.SET_PROGRESS, [fraction, message, job_id, token])
+        return cursor.rowcount == 1
 
 
 # -- trace contexts (tracing.py, with PGQUEUE["TRACING"]) --------------------------

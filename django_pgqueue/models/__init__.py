@@ -19,6 +19,7 @@ from .api import ApiKey, ApiRateLimit, ApiScope
 from .flow import Queue
 from .mq import MessageQueue, TopicBinding
 from .queue import Job, QueueRow, Status
+from .rollup import Rollup, RollupKind
 from .schedule import CatchUp, Schedule, ScheduleTick
 from .webhooks import (
     Application,
@@ -49,6 +50,8 @@ __all__ = [
     "Queue",
     "QueueRow",
     "RatePeriod",
+    "Rollup",
+    "RollupKind",
     "Schedule",
     "ScheduleTick",
     "Status",

@@ -159,6 +159,19 @@ class Job(QueueRow):
             "records it as cancelled."
         ),
     )
+    # Reported by a running task (``context.set_progress``), throttled by
+    # PGQUEUE["PROGRESS_INTERVAL_SECONDS"]; NULL until the task reports any.
+    progress = models.FloatField(
+        null=True,
+        blank=True,
+        editable=False,
+        db_default=None,
+        help_text=_("How far the task says it is, from 0 to 1."),
+    )
+    progress_message = models.TextField(  # noqa: DJ001 - NULL is "never reported"
+        null=True, blank=True, editable=False, db_default=None
+    )
+    progress_at = models.DateTimeField(null=True, blank=True, editable=False, db_default=None)
 
     class Meta:
         db_table = "pgqueue_job"

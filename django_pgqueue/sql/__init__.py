@@ -5,10 +5,10 @@ One module per concern: ``jobs`` (enqueue, claim, complete, leases, atomic jobs)
 ``endpoints`` (the webhook store's secrets and deletes),
 ``operators`` (admin and CLI actions), ``maintenance`` (retention, checks),
 ``periodic`` (the scheduler), ``relay`` (the relay's batch claim), ``workers``
-(heartbeats), ``dashboard`` (the admin's and ``pgqueue_status``'s reads), ``api``
-(the HTTP API's authentication and rate limit), and ``fragments``: the pieces
-several statements share (table names, the claim's frame, the LeaseExpired text),
-each built once.
+(heartbeats), ``dashboard`` (the admin's and ``pgqueue_status``'s reads), ``rollup``
+(the console's per-minute counts), ``api`` (the HTTP API's authentication and rate
+limit), and ``fragments``: the pieces several statements share (table names, the
+claim's frame, the LeaseExpired text), each built once.
 Every name is also importable from this package (``sql.CLAIM_JOBS``).
 
 Rules kept by every statement here:
@@ -109,6 +109,7 @@ from .jobs import (
     READ_TRACE_CONTEXTS,
     RESERVE_JOB_IDS,
     RETRIES_DUE_NOW,
+    SET_PROGRESS,
     STORE_TRACE_CONTEXT,
     copy_tail,
 )
@@ -154,6 +155,14 @@ from .queues import (
     RESUME_QUEUE,
 )
 from .relay import CLAIM_RELAY_BATCHES
+from .rollup import (
+    ROLLUP_ENDPOINT_APPLICATIONS,
+    ROLLUP_PRUNE,
+    ROLLUP_READ,
+    ROLLUP_RECORD,
+    ROLLUP_SAMPLE_DEPTH,
+    ROLLUP_TABLE,
+)
 from .workers import (
     HEARTBEAT,
     HEARTBEAT_STOP,
@@ -256,8 +265,15 @@ __all__ = [
     "RESUME_QUEUE",
     "RETRIES_DUE_NOW",
     "RETRY_NOW_SET",
+    "ROLLUP_ENDPOINT_APPLICATIONS",
+    "ROLLUP_PRUNE",
+    "ROLLUP_READ",
+    "ROLLUP_RECORD",
+    "ROLLUP_SAMPLE_DEPTH",
+    "ROLLUP_TABLE",
     "SCHEDULE_STATE",
     "SCHEDULE_TABLE",
+    "SET_PROGRESS",
     "SET_TICK_JOB",
     "STORE_TRACE_CONTEXT",
     "TERMINAL_SQL",

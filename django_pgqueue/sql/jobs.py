@@ -45,6 +45,9 @@ CLAIMED_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("last_attempted_at", "j.last_attempted_at"),
     ("errors", "j.errors::text"),
     ("worker_ids", "j.worker_ids::text"),
+    # Seconds from due to this claim, for the console's rollup (the claim leaves
+    # next_attempt_at as it was, so RETURNING still reads when the job was due).
+    ("wait", "pg_catalog.date_part('epoch', now() - j.next_attempt_at)"),
 )
 _CLAIM_RETURNING = ", ".join(expression for _, expression in CLAIMED_JOB_COLUMNS)
 
@@ -601,6 +604,9 @@ JOB_ROW_COLUMNS: tuple[str, ...] = (
     "errors",
     "worker_ids",
     "result",
+    "progress",
+    "progress_message",
+    "progress_at",
 )
 
 _JOB_ROW_NAMES = ", ".join(JOB_ROW_COLUMNS)
@@ -609,6 +615,17 @@ _JOB_ROW_NAMES = ", ".join(JOB_ROW_COLUMNS)
 GET_JOB = f"""/* pgqueue:get_result */
 SELECT {_JOB_ROW_NAMES}
 FROM {JOB_TABLE} WHERE id = %s
+"""
+
+# A running task's progress (``context.set_progress``), throttled by the caller.
+# Guarded like a completion (the attempt's token, still held), so an attempt whose
+# lease was lost cannot write over the progress of the one that took the row. Run
+# on the task thread's Django connection; the statement touches no index column,
+# so it is a HOT update of one row.
+SET_PROGRESS = f"""/* pgqueue:set_progress */
+UPDATE {JOB_TABLE}
+SET progress = %s, progress_message = %s, progress_at = now()
+WHERE id = %s AND locked_by = %s AND locked_until IS NOT NULL
 """
 
 # Wake idle workers: (channel, payload), the payload naming the worker source with

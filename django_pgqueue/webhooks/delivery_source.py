@@ -29,6 +29,7 @@ from ..models.queue import Status
 from ..models.webhooks import delivery_idempotency_key
 from ..notify import WAKE_DELIVERIES
 from ..outcomes import DeliveryOutcome
+from ..rollup import store as rollup_store
 from ..storable import LAST_ERROR_CAP, storable_headers, storable_text
 from ..tracing import outgoing_headers, traced_delivery
 from ..worker import hooks
@@ -260,6 +261,7 @@ class DeliverySource(Source):
             body=body,
             truncated=result.truncated or cut,
             error=storable_text(result.log_text, LAST_ERROR_CAP),
+            endpoint_id=item.endpoint_id,
         )
 
     def release(self, item: ClaimedDelivery, reason: str) -> DeliveryOutcome:
@@ -316,7 +318,14 @@ class DeliverySource(Source):
         return store.extend_leases(conn, ids, tokens, lease)
 
     def write_outcomes(self, conn: Any, batch: list[DeliveryOutcome]) -> set[int]:
-        done = store.complete(conn, batch, self.worker_id, get_settings().WEBHOOKS)
+        """Complete the batch and count it into the rollup, in one transaction."""
+        done = rollup_store.write_counted(
+            conn,
+            lambda: store.complete(conn, batch, self.worker_id, get_settings().WEBHOOKS),
+            lambda done: rollup_store.record_deliveries(
+                conn, [o for o in batch if o.id in done.written]
+            ),
+        )
         for _endpoint, old, new in done.circuits:
             for observer in breaker_observers:
                 observer(old, new)

@@ -48,7 +48,7 @@ from ..notify import WAKE_ATOMIC
 from ..outcomes import JobOutcome
 from .attempt import current_attempt
 from .runner import TaskRunner, _error_entry, _exception_path
-from .sources import JobSource
+from .sources import JobSource, tagged
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -88,7 +88,11 @@ class AtomicJobSource(JobSource):
     # -- running -----------------------------------------------------------------------
 
     def run(self, item: ClaimedJob) -> JobOutcome:
-        """Run the body and record a success in one transaction. Never raises.
+        """Run the body and record a success in one transaction. Never raises."""
+        return tagged(item, self._run_atomic(item))
+
+    def _run_atomic(self, item: ClaimedJob) -> JobOutcome:
+        """The body and its success's record, in one transaction.
 
         A success comes back ``committed``; anything else is for the completer to
         write, guarded by the claim token like any job's outcome.
@@ -168,8 +172,9 @@ class AtomicJobSource(JobSource):
         if is_connection_error(getattr(exc, "__cause__", None) or exc):
             connections[db].close()
 
-    def write_outcomes(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
-        """Successes committed with their body are written already; the rest as jobs'."""
+    def complete(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
+        """Successes committed with their body are written already; the rest as jobs'.
+        (The rollup counts both, with the completer's batch.)"""
         done = {outcome.id for outcome in batch if outcome.committed}
         rest = [outcome for outcome in batch if not outcome.committed]
-        return done | (super().write_outcomes(conn, rest) if rest else set())
+        return done | (super().complete(conn, rest) if rest else set())

@@ -31,8 +31,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from ..conf import get_settings
 from ..db import connect, describe_db_error, is_connection_error, is_data_error
 from ..outcomes import Outcome
+from ..rollup import store as rollup_store
 from ..storable import make_outcome_storable
 from . import hooks
 from .heartbeat import Heartbeat
@@ -45,6 +47,9 @@ MAX_BATCH = 1000
 
 #: Seconds between two tries of outcomes kept through a database outage.
 PARKED_RETRY_SECONDS = 0.5
+
+#: Seconds between two samples of the queues' depth (the rollup keeps one a minute).
+DEPTH_SAMPLE_SECONDS = 20.0
 
 Key = tuple[str, int]
 
@@ -87,6 +92,8 @@ class Completer(threading.Thread):
         self._parked_since = 0.0
         #: Set by the Worker: beats on this thread's cadence and connection.
         self.heartbeat: Heartbeat | None = None
+        #: When to sample the queues' depth for the console's rollup next.
+        self._next_depth_sample = 0.0
 
     # -- connection ----------------------------------------------------------------
 
@@ -160,6 +167,8 @@ class Completer(threading.Thread):
                 self._extend_soon = False
                 self.extend_leases()
                 next_extend = time.monotonic() + interval
+            if time.monotonic() >= self._next_depth_sample:
+                self.sample_depth()
             if self.parked:
                 self.retry_parked(budget=0.0)
             if self.outcomes.empty() and not self.parked:
@@ -356,6 +365,21 @@ class Completer(threading.Thread):
             else:
                 others.add(outcome.id)  # re-claimed by someone else; nothing to write
         return still, landed, others
+
+    # -- the console's rollup ------------------------------------------------------
+
+    def sample_depth(self) -> None:
+        """Sample the job queues' depth into the rollup's current minute (the first
+        worker of each minute writes it; the others' tries are an index probe)."""
+        self._next_depth_sample = time.monotonic() + DEPTH_SAMPLE_SECONDS
+        if not get_settings().ROLLUP:
+            return
+        try:
+            rollup_store.sample_depth(self._connection())
+        except Exception as exc:
+            if is_connection_error(exc):
+                self._drop_connection()
+            logger.warning("Rollup depth sample failed (%s); will retry", exc)
 
     # -- leases --------------------------------------------------------------------
 

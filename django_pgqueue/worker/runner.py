@@ -343,6 +343,8 @@ class TaskRunner:
                 object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
                 self._finished(outcome, result, sender, started, attempt)
         finally:
+            if attempt is not None:
+                attempt.flush_progress()  # the latest report, before the outcome
             # Read again: the task may have opened the thread's first connection.
             if self.manage_connections and getattr(_opened, "any", False):
                 close_old_connections()

@@ -23,6 +23,7 @@ from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..notify import WAKE_JOBS
 from ..outcomes import JobOutcome, Outcome
+from ..rollup import store as rollup_store
 from .runner import TaskRunner
 
 
@@ -136,6 +137,13 @@ class Source(ABC):
         return dataclasses.replace(outcome, last_error=f"OutcomeNotStored: {reason}")
 
 
+def tagged(item: ClaimedJob, outcome: JobOutcome) -> JobOutcome:
+    """``outcome`` with its job's queue and wait, which the rollup counts it by."""
+    outcome.queue_name = item.queue_name
+    outcome.wait = item.wait
+    return outcome
+
+
 class JobSource(Source):
     """Jobs of Django's Tasks framework (the ``pgqueue_job`` table, ``jobs/store.py``)."""
 
@@ -160,22 +168,22 @@ class JobSource(Source):
         return store.read_trace_contexts(conn, ids)
 
     def run(self, item: ClaimedJob) -> JobOutcome:
-        return self.runner.run(item)
+        return tagged(item, self.runner.run(item))
 
     def release(self, item: ClaimedJob, reason: str) -> JobOutcome:
-        return self.runner.release(item, reason)
+        return tagged(item, self.runner.release(item, reason))
 
     def interrupted(self, item: ClaimedJob) -> JobOutcome:
-        return self.runner.interrupted(item)
+        return tagged(item, self.runner.interrupted(item))
 
     def crashed(self, item: ClaimedJob, exc: BaseException) -> JobOutcome:
-        return self.runner.crashed(item, exc)
+        return tagged(item, self.runner.crashed(item, exc))
 
     def timed_out(self, item: ClaimedJob, seconds: float, stack: str = "") -> JobOutcome:
-        return self.runner.timed_out(item, seconds, stack)
+        return tagged(item, self.runner.timed_out(item, seconds, stack))
 
     def aborted(self, item: ClaimedJob, *, started: bool = True) -> JobOutcome:
-        return self.runner.aborted(item, started=started)
+        return tagged(item, self.runner.aborted(item, started=started))
 
     def read_outcomes(self, conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:
         return store.read_outcomes(conn, ids)
@@ -192,6 +200,17 @@ class JobSource(Source):
         return {job_id for job_id, _ in held}
 
     def write_outcomes(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
+        """Complete the batch and, in the same transaction, count what was written
+        into the console's rollup (one more statement per batch, not per job): the
+        counts commit exactly when the completions do."""
+        return rollup_store.write_counted(
+            conn,
+            lambda: self.complete(conn, batch),
+            lambda written: rollup_store.record_jobs(conn, batch, written),
+        )
+
+    def complete(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
+        """Write the outcomes; return the ids written (guarded by token)."""
         return store.complete(conn, batch)
 
     def unstorable(self, outcome: JobOutcome, reason: str, worker_id: str) -> JobOutcome:

@@ -193,3 +193,32 @@ def record_interval(seconds: float, tag: str = "") -> None:
     TaskRun.objects.create(
         job_id=0, attempt=0, pid=os.getpid(), label=f"{tag} {start:.6f} {time.time():.6f}"
     )
+
+
+@task(takes_context=True)
+def report_progress(context, steps: list) -> list:
+    """Report each ``[fraction, message]`` step; return what the job row held after
+    each (progress tests: the throttle and the last value written at the end)."""
+    from django_pgqueue.models import Job
+
+    seen = []
+    for fraction, message in steps:
+        # "{NUL}" stands for a NUL character, which a job's arguments cannot hold.
+        context.set_progress(fraction, message.replace("{NUL}", "\x00"))
+        row = Job.objects.values_list("progress", "progress_message").get(
+            pk=int(context.task_result.id)
+        )
+        seen.append(list(row))
+    return seen
+
+
+@task(takes_context=True)
+def refuse_bad_progress(context) -> list:
+    """The errors set_progress raises for values it refuses."""
+    errors = []
+    for args in ((1.5,), (-0.1,), (float("nan"),), (True,), ("half",), (0.5, 7)):
+        try:
+            context.set_progress(*args)
+        except (TypeError, ValueError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return errors

@@ -122,3 +122,22 @@ def test_the_schedule_page_lists_the_next_five_runs_and_offers_run_now(schedule)
     form = re.search(r'<form method="post" action="([^"]+)"[^>]*>(.*?)</form>', page, re.S)
     assert 'id="pgq-run-now"' in form.group(2) and "csrfmiddlewaretoken" in form.group(2)
     assert form.group(1) == reverse(CHANGELIST)
+
+
+def test_the_list_and_page_draw_recent_runs_with_their_outcomes(schedule):
+    from django_pgqueue.models import Job, ScheduleTick
+
+    job = Job.objects.get(pk=schedule.last_job_id)
+    Job.objects.filter(pk=job.pk).update(status="dead")
+    ScheduleTick.objects.create(
+        schedule_name=schedule.name, tick_at=dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.UTC)
+    )  # an older tick whose job is gone (pruned)
+    client = csrf_client(_staff("viewer", "view_schedule"))
+    page = client.get(reverse(CHANGELIST)).content.decode()
+    svg = page[page.index('<svg xmlns="http://www.w3.org/2000/svg" class="pgq-spark"') :]
+    svg = svg[: svg.index("</svg>") + 6]
+    assert "<title" in svg and "Last 2 runs of nightly-report" in svg
+    assert "1 pruned, 1 dead" in svg  # the <desc>, oldest first
+    assert "<title>dead 2026-01-02 02:00:00 UTC</title>" in svg
+    detail = client.get(reverse("admin:django_pgqueue_schedule_change", args=[schedule.pk]))
+    assert "Last 2 runs of nightly-report" in detail.content.decode()

@@ -1,0 +1,55 @@
+"""The console's rollup: one row per (kind, name, minute) of finished work.
+
+Written only by ``rollup/store.py``: by the completer, in the same transaction as
+the batch of completions it counts (one upsert per batch), and by its depth
+sample once a minute; deleted by its own retention. The admin's charts read it,
+so a page view never scans the history of jobs or deliveries.
+"""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class RollupKind(models.TextChoices):
+    """What a rollup row counts."""
+
+    QUEUE = "queue", _("job queue")
+    ENDPOINT = "endpoint", _("endpoint")
+    APPLICATION = "application", _("application")
+    MESSAGE_QUEUE = "mq", _("message queue")
+
+
+class Rollup(models.Model):
+    """What one queue, endpoint, application or message queue did in one minute.
+
+    ``ok``/``failed``/``retried``: jobs succeeded, died (or were cancelled) and
+    were scheduled again; deliveries delivered, failed for good and retried;
+    messages settled, retried. ``wait_hist`` and ``run_hist`` are counts per
+    fixed logarithmic bucket (``rollup/histogram.py``) of the wait from due to
+    start and of the run time (a delivery's latency), so a p95 is read from a
+    minute's or an hour's rows without raw samples. ``depth`` is the number of
+    waiting rows sampled in that minute (NULL: not sampled).
+    """
+
+    pk = models.CompositePrimaryKey("kind", "name", "minute")
+    kind = models.CharField(_("kind"), max_length=16, choices=RollupKind.choices)
+    name = models.CharField(_("name"), max_length=255)
+    minute = models.DateTimeField(_("minute"))
+    ok = models.BigIntegerField(_("succeeded"), default=0)
+    failed = models.BigIntegerField(_("failed"), default=0)
+    retried = models.BigIntegerField(_("retried"), default=0)
+    wait_hist = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    run_hist = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    depth = models.BigIntegerField(_("depth"), null=True, blank=True)
+
+    class Meta:
+        db_table = "pgqueue_rollup"
+        verbose_name = _("rollup minute")
+        verbose_name_plural = _("rollup minutes")
+        indexes = [models.Index(fields=["minute"], name="pgqueue_rollup_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} {self.minute:%Y-%m-%d %H:%M}"

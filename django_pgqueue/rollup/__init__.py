@@ -1,0 +1,1 @@
+"""The console's rollup: per-minute counts and histograms of finished work."""
