@@ -164,6 +164,16 @@ DEFAULTS: dict[str, Any] = {
     # per state: a timedelta, seconds, or None to keep them until asked. The
     # dead-letter queue is kept by default.
     "RETENTION": {},
+    # How long a finished job stays in pgqueue_job before the workers' maintenance
+    # moves it to the partitioned history (docs/operations.md, "History and
+    # retention"), in seconds; None keeps finished jobs in pgqueue_job (as before).
+    "HISTORY_DELAY_SECONDS": 30.0,
+    # Seconds between two maintenance passes in each worker process (the mover,
+    # the premade partitions).
+    "MAINTENANCE_INTERVAL": 10.0,
+    # Whether the workers' maintenance also applies RETENTION to the history, by
+    # dropping whole partitions (else only ``pgqueue_prune`` does).
+    "MAINTENANCE_RETENTION": False,
 }
 
 #: Retention defaults (``PGQUEUE["RETENTION"]``), in seconds; None keeps forever.
@@ -209,6 +219,9 @@ class PgQueueSettings:
     ATOMIC_TIMEOUT_SECONDS: float = 300.0
     RETENTION: Mapping[str, float | None] = field(default_factory=lambda: dict(RETENTION_DEFAULTS))
     API: Mapping[str, Any] = field(default_factory=lambda: dict(API_DEFAULTS))
+    HISTORY_DELAY_SECONDS: float | None = 30.0
+    MAINTENANCE_INTERVAL: float = 10.0
+    MAINTENANCE_RETENTION: bool = False
 
 
 def _positive_number(
@@ -534,6 +547,19 @@ def validate(raw: Any) -> PgQueueSettings:
         ),
         RETENTION=validate_retention(merged["RETENTION"]),
         API=validate_api(merged["API"]),
+        HISTORY_DELAY_SECONDS=(
+            None
+            if merged["HISTORY_DELAY_SECONDS"] is None
+            else _positive_number(
+                "PGQUEUE['HISTORY_DELAY_SECONDS']", merged["HISTORY_DELAY_SECONDS"], allow_zero=True
+            )
+        ),
+        MAINTENANCE_INTERVAL=_positive_number(
+            "PGQUEUE['MAINTENANCE_INTERVAL']", merged["MAINTENANCE_INTERVAL"]
+        ),
+        MAINTENANCE_RETENTION=_bool(
+            "PGQUEUE['MAINTENANCE_RETENTION']", merged["MAINTENANCE_RETENTION"]
+        ),
     )
 
 

@@ -9,6 +9,11 @@ events go once none of their deliveries is left.
 
 Every batch is its own short autocommit transaction: pruning never holds locks
 that workers or enqueues wait on, and can be interrupted at any point.
+
+Finished jobs the workers moved to history (history.py) go a whole partition at a
+time: a day partition of a state is detached concurrently and dropped once its
+whole day is past that state's retention, which writes no WAL per row. Only rows
+still in the live tables are deleted row by row.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from . import sql
+from . import history, sql
 from .conf import get_settings
 from .db import connect
 
@@ -36,6 +41,8 @@ class PruneReport:
     retention: dict[str, float]
     deleted: dict[str, dict[str, int]] = field(default_factory=dict)
     batches: int = 0
+    #: History partitions dropped (or, with ``dry_run``, that would be).
+    partitions_dropped: list[str] = field(default_factory=list)
 
     def add(self, table: str, status: str, count: int) -> None:
         per_state = self.deleted.setdefault(table, {})
@@ -70,6 +77,11 @@ def _webhook_tables_exist(conn: Any) -> bool:
     return bool(row[0])
 
 
+def _history_exists(conn: Any) -> bool:
+    row = conn.execute(sql.RELATION_EXISTS, (sql.HISTORY_TABLE,)).fetchone()
+    return bool(row[0])
+
+
 def prune(
     *,
     dry_run: bool = False,
@@ -99,6 +111,11 @@ def prune(
                     report.add(table, status, count)
                 continue
             _prune_table(conn, table, delete, params, batch_size, pause, report, progress)
+        if _history_exists(conn):
+            dropped = history.drop_expired(conn, plan, dry_run=dry_run, progress=progress)
+            for status, count in dropped.by_state.items():
+                report.add(sql.HISTORY_TABLE, status, count)
+            report.partitions_dropped = sorted(dropped.dropped)
         event_age = plan.get("succeeded")
         if webhooks and event_age is not None:
             if dry_run:

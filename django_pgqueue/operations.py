@@ -475,6 +475,38 @@ def replay(model: type[models.Model], ids: Sequence[int], *, actor: Any = None) 
     return apply_operation(model, "replay", ids, actor=actor)
 
 
+def replay_from_history(ids: Sequence[int], *, actor: Any = None) -> OperationResult:
+    """Replay finished jobs from history (``pgqueue_job_history``) back to live.
+
+    In one transaction: the rows leave history and return to ``pgqueue_job`` as
+    they were (one statement, ``sql.restore_jobs``), then the ordinary replay
+    applies to them, with its permission and its rules. A row the replay skips
+    (a live job holds its unique key) stays in ``pgqueue_job`` as it was, finished,
+    and the mover files it again: nothing is lost either way. Ids not in history
+    are skipped as such.
+    """
+    from .history import job_columns
+    from .models import Job
+
+    op: RowOperation = _lookup(Job, "replay")
+    if actor is not None:
+        from . import authority
+
+        authority.authorize(actor, op, None)
+    id_list, result, alias = _start("replay", ids)
+    if not id_list:
+        return result
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.restore_jobs(job_columns()), [id_list])
+        restored = sorted(row[0] for row in cursor.fetchall())
+        if restored:
+            result = apply_operation(Job, "replay", restored)
+    for i in id_list:
+        if i not in restored:
+            result.skipped[i] = "is not in the history"
+    return result
+
+
 def retry_now(model: type[models.Model], ids: Sequence[int]) -> OperationResult:
     """Make rows with a scheduled retry due now."""
     return apply_operation(model, "retry_now", ids)

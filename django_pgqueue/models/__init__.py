@@ -18,7 +18,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
 from .api import ApiKey, ApiRateLimit, ApiScope
 from .flow import Queue
 from .mq import MessageQueue
-from .queue import Job, QueueRow, Status
+from .queue import Job, JobHistory, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
 from .webhooks import (
     Application,
@@ -44,6 +44,7 @@ __all__ = [
     "Endpoint",
     "Event",
     "Job",
+    "JobHistory",
     "MessageQueue",
     "Ordering",
     "Queue",
