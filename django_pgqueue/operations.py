@@ -31,6 +31,7 @@ on record too; the admin adds a ``LogEntry`` per object with the user.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -234,6 +235,19 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
 
 
 JOB_OPERATIONS = _row_operations("job")
+#: The one operation on the job history (``replay_from_history``): the jobs' replay,
+#: with its permission, under its own name (its admin button's URL is its own).
+HISTORY_OPERATIONS = {
+    "replay": dataclasses.replace(
+        JOB_OPERATIONS["replay"],
+        kind="job_history",
+        explanation=_(
+            "Back from the history to the live table, pending and due now, attempts "
+            "reset; the error history is kept."
+        ),
+        bulk_label=_("Replay selected (back to live, pending)"),
+    )
+}
 DELIVERY_OPERATIONS = _row_operations("delivery")
 
 

@@ -20,22 +20,7 @@ from django_pgqueue.operations import replay_from_history
 
 DAY = dt.timedelta(days=1)
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def clean_history():
-    """Django's flush leaves unmanaged tables alone: empty the history and drop its
-    partitions around each test."""
-
-    def drop_all() -> None:
-        with connect("test-history") as conn:
-            for part in history.partitions(conn):
-                conn.execute(f'DROP TABLE "{part.name}"')
-
-    drop_all()
-    yield
-    drop_all()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_history")]
 
 
 def finished(status: str = "succeeded", age: dt.timedelta = dt.timedelta(minutes=5), **fields):

@@ -1,0 +1,98 @@
+"""Admin for the job history: finished jobs moved out of the live table, read-only,
+searchable, with replay back to live (docs/operations.md, "History and retention").
+
+The list reads ``pgqueue_job_history`` (every partition); a job id is found by its
+primary key in each partition. Replay is the jobs' replay with its permission
+(``replay_job``), a POST behind a confirmation page like every row action, carried
+out by :func:`django_pgqueue.operations.replay_from_history`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext_lazy as _
+
+from ..authority import Operator
+from ..models.queue import Job, JobHistory
+from ..operations import HISTORY_OPERATIONS, Operation, replay_from_history
+from .audit import log_changes, report
+from .display import json_display
+from .filters import RecentValuesFilter, StatusFilter
+from .queue_rows import QueueRowAdmin
+
+
+@admin.register(JobHistory)
+class JobHistoryAdmin(QueueRowAdmin):
+    operations = HISTORY_OPERATIONS
+    list_display = (
+        "id",
+        "task",
+        "queue_name",
+        "status_display",
+        "attempts_display",
+        "finished_at",
+        "created_at",
+        "last_error_line",
+    )
+    list_display_links = ("id", "task")
+    list_filter = (
+        StatusFilter,
+        ("queue_name", RecentValuesFilter),
+        ("task_path", RecentValuesFilter),
+        "finished_at",
+    )
+    list_select_related = False
+    ordering = ("-finished_at",)
+    search_fields = ("task_path",)
+    search_help_text = _("A job id, or part of a task path.")
+    fieldsets = (
+        (None, {"fields": ("id", "task_path", "queue_name", "backend", "status_display")}),
+        (
+            _("Scheduling"),
+            {
+                "fields": (
+                    "priority",
+                    "attempts_display",
+                    "worker_id",
+                    "created_at",
+                    "started_at",
+                    "last_attempted_at",
+                    "finished_at",
+                    "updated_at",
+                )
+            },
+        ),
+        (_("Call"), {"fields": ("args_json", "kwargs_json", "result_json")}),
+        (_("Errors"), {"fields": ("last_error_pre", "errors_history", "workers_json")}),
+    )
+    readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        qs = super().get_queryset(request)
+        url_name = getattr(request.resolver_match, "url_name", "") or ""
+        if url_name.endswith("_changelist"):
+            qs = qs.defer("args", "kwargs", "result", "errors", "worker_ids")
+        return qs
+
+    @admin.display(description=_("task"), ordering="task_path")
+    def task(self, obj: JobHistory) -> str:
+        return obj.task_path.rsplit(".", 1)[-1]
+
+    args_json = json_display("args", _("arguments"))
+    kwargs_json = json_display("kwargs", _("keyword arguments"))
+    result_json = json_display("result", _("result"))
+    workers_json = json_display("worker_ids", _("worker of each attempt"))
+
+    def run_operation(
+        self, request: HttpRequest, op: Operation, ids: list[int], data: dict[str, Any]
+    ) -> HttpResponse | None:
+        result = replay_from_history(ids, actor=Operator(request.user))
+        # The audit entries are the live jobs' (the rows are live again).
+        log_changes(request, Job, {pk: op.audit(old) for pk, old in result.changed.items()})
+        report(self, request, op.done, result.changed, result.skipped)
+        return None
