@@ -13,7 +13,6 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 
@@ -21,13 +20,12 @@ from ..authority import Operator
 from ..models.queue import Job, JobHistory
 from ..operations import HISTORY_OPERATIONS, Operation, replay_from_history
 from .audit import log_changes, report
-from .display import json_display
 from .filters import RecentValuesFilter, StatusFilter
-from .queue_rows import QueueRowAdmin
+from .jobs import JobColumnsAdmin
 
 
 @admin.register(JobHistory)
-class JobHistoryAdmin(QueueRowAdmin):
+class JobHistoryAdmin(JobColumnsAdmin):
     operations = HISTORY_OPERATIONS
     list_display = (
         "id",
@@ -71,22 +69,6 @@ class JobHistoryAdmin(QueueRowAdmin):
         (_("Errors"), {"fields": ("last_error_pre", "errors_history", "workers_json")}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        qs = super().get_queryset(request)
-        url_name = getattr(request.resolver_match, "url_name", "") or ""
-        if url_name.endswith("_changelist"):
-            qs = qs.defer("args", "kwargs", "result", "errors", "worker_ids")
-        return qs
-
-    @admin.display(description=_("task"), ordering="task_path")
-    def task(self, obj: JobHistory) -> str:
-        return obj.task_path.rsplit(".", 1)[-1]
-
-    args_json = json_display("args", _("arguments"))
-    kwargs_json = json_display("kwargs", _("keyword arguments"))
-    result_json = json_display("result", _("result"))
-    workers_json = json_display("worker_ids", _("worker of each attempt"))
 
     def run_operation(
         self, request: HttpRequest, op: Operation, ids: list[int], data: dict[str, Any]
