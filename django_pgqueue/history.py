@@ -42,7 +42,8 @@ logger = logging.getLogger("django_pgqueue.history")
 PREMADE_DAYS = 3
 #: Rows moved per statement.
 MOVE_BATCH_SIZE = 1000
-#: Times the mover makes missing partitions for one batch before it gives up the pass.
+#: Times in a row the mover makes missing partitions for one batch before it gives up
+#: the pass.
 MISSING_PARTITION_ROUNDS = 3
 
 _PARTITION_NAME = re.compile(sql.HISTORY_PARTITION_PATTERN)
@@ -197,6 +198,7 @@ def move_finished(
             for state, day in conn.execute(sql.NEXT_BATCH_DAYS, params).fetchall():
                 report.partitions_made += create_partition(conn, state, day)
             continue
+        rounds = 0
         report.batches += 1
         report.moved += moved
         if moved < batch_size:
