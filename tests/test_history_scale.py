@@ -122,3 +122,5 @@ def test_the_mover_reads_finished_rows_through_their_index_not_the_backlog():
     plan = "\n".join(r[0] for r in rows)
     assert "pgq_job_finished_idx" in plan, plan
     assert "Seq Scan on pgqueue_job " not in plan, plan
+    # Each picked row is deleted by one primary-key lookup.
+    assert "pgqueue_job_pkey" in plan, plan
