@@ -52,6 +52,8 @@ VALUES ('pending', 0, 0, 1, clock_timestamp(), '', '', '[]', clock_timestamp(),
     clock_timestamp(), 'django_pgqueue.bench.tasks.noop', 'default', 'default', '[]', '{}',
     '[]', false)"""
 
+WAKE = "SELECT pg_notify('pgqueue', '')"
+
 PICKUP = """SELECT extract(epoch FROM started_at - created_at) FROM (
     SELECT created_at, started_at FROM pgqueue_job WHERE started_at IS NOT NULL
     UNION ALL SELECT created_at, started_at FROM pgqueue_job_history) AS j
@@ -75,6 +77,7 @@ def producer(bench: Bench, rate: float, stopping: threading.Event) -> None:
         step, nxt = 1.0 / rate, time.monotonic()
         while not stopping.is_set():
             conn.execute(INSERT_NOOP)
+            conn.execute(WAKE)  # as an enqueue does: the pickup is not the poll interval
             nxt += step
             delay = nxt - time.monotonic()
             if delay > 0:
@@ -175,7 +178,8 @@ def plot(results: list[dict[str, Any]], seconds: float, path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("(matplotlib not installed: no plot)")
+        path.write_text(svg_plot(results, seconds))
+        print(f"plot written to {path} (plain SVG: matplotlib is not installed)")
         return
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for res in results:
@@ -189,6 +193,49 @@ def plot(results: list[dict[str, Any]], seconds: float, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     print(f"plot written to {path}")
+
+
+def svg_plot(results: list[dict[str, Any]], seconds: float) -> str:
+    """Dead tuples over time as a plain SVG line chart (no plotting library needed)."""
+    width, height, pad = 640, 300, 50
+    t_max = 3 * seconds
+    y_max = max((s[1] for r in results for s in r["samples"]), default=1) or 1
+    colours = ["#1f77b4", "#d62728", "#2ca02c"]
+
+    def xy(t: float, v: float) -> str:
+        x = pad + (width - 2 * pad) * min(t, t_max) / t_max
+        y = height - pad - (height - 2 * pad) * v / y_max
+        return f"{x:.1f},{y:.1f}"
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
+        'stroke="black"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
+        f'<text x="{pad}" y="{pad - 10}">dead tuples in pgqueue_job (max {y_max})</text>',
+        f'<text x="{pad}" y="{height - 15}">seconds: clean | pinned (xmin held, 4 RR '
+        "readers) | after</text>",
+    ]
+    for boundary in (seconds, 2 * seconds):
+        x = xy(boundary, 0).split(",")[0]
+        parts.append(
+            f'<line x1="{x}" y1="{pad}" x2="{x}" y2="{height - pad}" stroke="grey" '
+            'stroke-dasharray="4"/>'
+        )
+    for i, res in enumerate(results):
+        points = " ".join(xy(t, v) for t, v, _ in res["samples"])
+        colour = colours[i % len(colours)]
+        parts.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
+        )
+        parts.append(
+            f'<text x="{width - pad - 90}" y="{pad + 15 * (i + 1)}" fill="{colour}">'
+            f"{res['config']}</text>"
+        )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
 
 
 def main() -> None:
