@@ -117,9 +117,6 @@ def history_counts(alias: str) -> list[tuple[str | None, str, int, bool]]:
     """Finished jobs in the history (``pgqueue_job_history``) per queue and state:
     exact up to EXACT_TERMINAL_ROWS rows, estimated per state beyond (queue None)."""
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.RELATION_EXISTS, [sql.HISTORY_TABLE])
-        if not cursor.fetchone()[0]:
-            return []
         cursor.execute(sql.HISTORY_COUNTS, {"exact": sql.EXACT_TERMINAL_ROWS})
         return [(q, s, int(n), bool(e)) for q, s, n, e in cursor.fetchall()]
 
