@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 
+import psycopg
 import pytest
 
 from django_pgqueue import history
@@ -155,3 +156,25 @@ def test_kill9_of_a_prune_while_it_drops_partitions(test_dsn, summary):
     assert left == kept_ids
     with connect("test-count") as conn:
         assert all(p.attached_to for p in history.partitions(conn))
+
+
+def test_maintenance_through_pgbouncer_in_transaction_mode(cluster_db, pgbouncer_proxy):
+    """Premade partitions, the mover, retention (DETACH CONCURRENTLY, DROP) and the
+    maintenance lock need no session: they run through a transaction-pooling
+    PgBouncer, on a connection without prepared statements (PgBouncer < 1.21)."""
+    with psycopg.connect(cluster_db.dsn, autocommit=True) as direct:
+        direct.execute(FILL_LIVE.replace("i %% 4", "i %% 12"), (3000,))
+    bouncer = pgbouncer_proxy(cluster_db.name)
+    with psycopg.connect(bouncer.url(), autocommit=True, prepare_threshold=None) as conn:
+        report = history.maintain(conn, retention={"succeeded": 7 * 86400.0})
+        assert report.moved.moved == 3000 and not report.moved.skipped
+        assert report.dropped is not None and report.dropped.dropped
+        parts = history.partitions(conn)
+    assert all(p.attached_to for p in parts)
+    with psycopg.connect(cluster_db.dsn, autocommit=True) as direct:
+        (live,) = direct.execute("SELECT count(*) FROM pgqueue_job").fetchone()
+        (old,) = direct.execute(
+            "SELECT count(*) FROM pgqueue_job_history WHERE status = 'succeeded'"
+            " AND finished_at < now() - interval '8 days'"
+        ).fetchone()
+    assert (live, old) == (0, 0)
