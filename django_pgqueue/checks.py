@@ -347,3 +347,46 @@ def check_api_body_limit(app_configs: Any = None, **kwargs: Any) -> list[checks.
             id="django_pgqueue.W040",
         )
     ]
+
+
+@checks.register(checks.Tags.compatibility)
+def check_history_delay(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W050: HISTORY_DELAY_SECONDS is shorter than COMPLETION_RETRY_SECONDS (a worker
+    checking an ambiguous commit may find its row already moved) or longer than a
+    retention (rows would expire in the live table, pruned row by row)."""
+    from .conf import validate
+
+    try:
+        conf = validate(getattr(settings, "PGQUEUE", None))
+    except ImproperlyConfigured:
+        return []  # E001 reports it
+    delay = conf.HISTORY_DELAY_SECONDS
+    if delay is None:
+        return []
+    problems = []
+    if delay < conf.COMPLETION_RETRY_SECONDS:
+        problems.append(
+            f"PGQUEUE['HISTORY_DELAY_SECONDS'] is {delay:g}, shorter than "
+            f"COMPLETION_RETRY_SECONDS ({conf.COMPLETION_RETRY_SECONDS:g}): a worker "
+            "checking an ambiguous commit may find its finished row already moved to "
+            "history and log it as lost."
+        )
+    for state, age in conf.RETENTION.items():
+        if age is not None and delay >= age:
+            problems.append(
+                f"PGQUEUE['HISTORY_DELAY_SECONDS'] is {delay:g}, not shorter than "
+                f"RETENTION[{state!r}] ({age:g}): such rows expire before they reach "
+                "history and are pruned row by row."
+            )
+    return [
+        checks.Warning(
+            problem,
+            hint=check_hint(
+                "django_pgqueue.W050",
+                "Keep HISTORY_DELAY_SECONDS between COMPLETION_RETRY_SECONDS and the "
+                "shortest retention.",
+            ),
+            id="django_pgqueue.W050",
+        )
+        for problem in problems
+    ]

@@ -177,6 +177,16 @@ DEFAULTS: dict[str, Any] = {
     # At most one progress write per job per this many seconds (``set_progress``);
     # the latest value is always written before the attempt's outcome.
     "PROGRESS_INTERVAL_SECONDS": 2.0,
+    # How long a finished job stays in pgqueue_job before the workers' maintenance
+    # moves it to the partitioned history (docs/operations.md, "History and
+    # retention"), in seconds; None keeps finished jobs in pgqueue_job (as before).
+    "HISTORY_DELAY_SECONDS": 30.0,
+    # Seconds between two maintenance passes in each worker process (the mover,
+    # the premade partitions).
+    "MAINTENANCE_INTERVAL": 10.0,
+    # Whether the workers' maintenance also applies RETENTION to the history, by
+    # dropping whole partitions (else only ``pgqueue_prune`` does).
+    "MAINTENANCE_RETENTION": False,
 }
 
 #: Retention defaults (``PGQUEUE["RETENTION"]``), in seconds; None keeps forever.
@@ -225,6 +235,9 @@ class PgQueueSettings:
     ROLLUP: bool = True
     ROLLUP_RETENTION_SECONDS: float = 2 * 24 * 3600.0
     PROGRESS_INTERVAL_SECONDS: float = 2.0
+    HISTORY_DELAY_SECONDS: float | None = 30.0
+    MAINTENANCE_INTERVAL: float = 10.0
+    MAINTENANCE_RETENTION: bool = False
 
 
 def _positive_number(
@@ -564,6 +577,19 @@ def validate(raw: Any) -> PgQueueSettings:
             "PGQUEUE['PROGRESS_INTERVAL_SECONDS']",
             merged["PROGRESS_INTERVAL_SECONDS"],
             allow_zero=True,
+        ),
+        HISTORY_DELAY_SECONDS=(
+            None
+            if merged["HISTORY_DELAY_SECONDS"] is None
+            else _positive_number(
+                "PGQUEUE['HISTORY_DELAY_SECONDS']", merged["HISTORY_DELAY_SECONDS"], allow_zero=True
+            )
+        ),
+        MAINTENANCE_INTERVAL=_positive_number(
+            "PGQUEUE['MAINTENANCE_INTERVAL']", merged["MAINTENANCE_INTERVAL"]
+        ),
+        MAINTENANCE_RETENTION=_bool(
+            "PGQUEUE['MAINTENANCE_RETENTION']", merged["MAINTENANCE_RETENTION"]
         ),
     )
 

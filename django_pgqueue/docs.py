@@ -80,6 +80,7 @@ CHECK_DOCS: dict[str, tuple[str, str]] = {
     "django_pgqueue.W001": ("quickstart", "2-configure"),
     "django_pgqueue.W002": ("operations", "migrate"),
     "django_pgqueue.W040": ("http-api", "limits"),
+    "django_pgqueue.W050": ("operations", "history-and-retention"),
 }
 
 

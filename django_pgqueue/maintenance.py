@@ -12,6 +12,11 @@ go too, in one statement of the rollup store (they are a row per name and minute
 
 Every batch is its own short autocommit transaction: pruning never holds locks
 that workers or enqueues wait on, and can be interrupted at any point.
+
+Finished jobs the workers moved to history (history.py) go a whole partition at a
+time: a day partition of a state is detached concurrently and dropped once its
+whole day is past that state's retention, which writes no WAL per row. Only rows
+still in the live tables are deleted row by row.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from . import sql
+from . import history, sql
 from .conf import get_settings
 from .db import connect
 from .rollup import store as rollup_store
@@ -40,6 +45,8 @@ class PruneReport:
     retention: dict[str, float]
     deleted: dict[str, dict[str, int]] = field(default_factory=dict)
     batches: int = 0
+    #: History partitions dropped (or, with ``dry_run``, that would be).
+    partitions_dropped: list[str] = field(default_factory=list)
 
     def add(self, table: str, status: str, count: int) -> None:
         per_state = self.deleted.setdefault(table, {})
@@ -71,6 +78,11 @@ def retention_plan(
 
 def _webhook_tables_exist(conn: Any) -> bool:
     row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.DELIVERY_TABLE,)).fetchone()
+    return bool(row[0])
+
+
+def _history_exists(conn: Any) -> bool:
+    row = conn.execute(sql.RELATION_EXISTS, (sql.HISTORY_TABLE,)).fetchone()
     return bool(row[0])
 
 
@@ -107,6 +119,11 @@ def prune(
                     report.add(table, status, count)
                 continue
             _prune_table(conn, table, delete, params, batch_size, pause, report, progress)
+        if _history_exists(conn):
+            dropped = history.drop_expired(conn, plan, dry_run=dry_run, progress=progress)
+            for status, count in dropped.by_state.items():
+                report.add(sql.HISTORY_TABLE, status, count)
+            report.partitions_dropped = sorted(dropped.dropped)
         event_age = plan.get("succeeded")
         if webhooks and event_age is not None:
             if dry_run:

@@ -31,6 +31,7 @@ on record too; the admin adds a ``LogEntry`` per object with the user.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -234,6 +235,19 @@ def _row_operations(kind: str) -> dict[str, RowOperation]:
 
 
 JOB_OPERATIONS = _row_operations("job")
+#: The one operation on the job history (``replay_from_history``): the jobs' replay,
+#: with its permission, under its own name (its admin button's URL is its own).
+HISTORY_OPERATIONS = {
+    "replay": dataclasses.replace(
+        JOB_OPERATIONS["replay"],
+        kind="job_history",
+        explanation=_(
+            "Back from the history to the live table, pending and due now, attempts "
+            "reset; the error history is kept."
+        ),
+        bulk_label=_("Replay selected (back to live, pending)"),
+    )
+}
 DELIVERY_OPERATIONS = _row_operations("delivery")
 
 
@@ -473,6 +487,38 @@ def apply_operation(
 def replay(model: type[models.Model], ids: Sequence[int], *, actor: Any = None) -> OperationResult:
     """Put terminal or failed rows back to ``pending``, due now, attempts reset."""
     return apply_operation(model, "replay", ids, actor=actor)
+
+
+def replay_from_history(ids: Sequence[int], *, actor: Any = None) -> OperationResult:
+    """Replay finished jobs from history (``pgqueue_job_history``) back to live.
+
+    In one transaction: the rows leave history and return to ``pgqueue_job`` as
+    they were (one statement, ``sql.restore_jobs``), then the ordinary replay
+    applies to them, with its permission and its rules. A row the replay skips
+    (a live job holds its unique key) stays in ``pgqueue_job`` as it was, finished,
+    and the mover files it again: nothing is lost either way. Ids not in history
+    are skipped as such.
+    """
+    from .history import job_columns
+    from .models import Job
+
+    op: RowOperation = _lookup(Job, "replay")
+    if actor is not None:
+        from . import authority
+
+        authority.authorize(actor, op, None)
+    id_list, result, alias = _start("replay", ids)
+    if not id_list:
+        return result
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.restore_jobs(job_columns()), [id_list])
+        restored = sorted(row[0] for row in cursor.fetchall())
+        if restored:
+            result = apply_operation(Job, "replay", restored)
+    for i in id_list:
+        if i not in restored:
+            result.skipped[i] = "is not in the history"
+    return result
 
 
 def retry_now(model: type[models.Model], ids: Sequence[int]) -> OperationResult:

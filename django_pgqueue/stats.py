@@ -99,7 +99,47 @@ def job_queue_overview() -> list[QueueStats]:
         stats = queues.setdefault(queue_name, QueueStats(queue_name, measured_at=now))
         stats.add(status, count, oldest_due, lapsed, due)
         stats.estimated = stats.estimated or estimated
+    measured = next((q.measured_at for q in queues.values()), None)
+    for queue_name, status, count, estimated in history_counts(alias):
+        # Beyond EXACT_TERMINAL_ROWS the history is estimated per state only.
+        name = queue_name if queue_name is not None else HISTORY_ALL_QUEUES
+        stats = queues.setdefault(name, QueueStats(name, measured_at=measured))
+        stats.counts[status] = stats.counts.get(status, 0) + count
+        stats.estimated = stats.estimated or estimated
     return sorted(queues.values(), key=lambda q: q.name)
+
+
+#: The dashboard line of a large history's estimated counts (no queue is known).
+HISTORY_ALL_QUEUES = "(history, all queues)"
+
+
+def history_counts(alias: str) -> list[tuple[str | None, str, int, bool]]:
+    """Finished jobs in the history (``pgqueue_job_history``) per queue and state:
+    exact up to EXACT_TERMINAL_ROWS rows, estimated per state beyond (queue None)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.HISTORY_COUNTS, {"exact": sql.EXACT_TERMINAL_ROWS})
+        return [(q, s, int(n), bool(e)) for q, s, n, e in cursor.fetchall()]
+
+
+@dataclass(frozen=True)
+class XminHolder:
+    """A session whose snapshot holds back the xmin horizon (vacuum keeps dead rows)."""
+
+    pid: int
+    application_name: str
+    state: str
+    age_seconds: float
+    xmin_age: int
+
+
+def xmin_holders(min_age: float) -> list[XminHolder]:
+    """Sessions of the queue database holding a snapshot older than ``min_age`` seconds."""
+    with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.execute(sql.XMIN_HOLDERS, {"age": min_age})
+        return [
+            XminHolder(pid, app or "", state or "", float(age), int(xmin_age or 0))
+            for pid, app, state, age, xmin_age in cursor.fetchall()
+        ]
 
 
 @dataclass

@@ -19,9 +19,11 @@ from .stats import (
     EndpointStats,
     QueueStats,
     WorkerInfo,
+    XminHolder,
     delivery_overview,
     job_queue_overview,
     worker_overview,
+    xmin_holders,
 )
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -36,6 +38,10 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+#: Default age after which a session pinning the xmin horizon is reported.
+XMIN_WARNING_SECONDS = 300.0
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Limits that make the status "not ok"; None means no limit."""
@@ -44,6 +50,10 @@ class Thresholds:
     max_dead: int | None = None
     max_lapsed: int | None = None
     min_workers: int | None = None
+    #: A session holding back the xmin horizon longer than this is reported
+    #: (a warning; with ``--max-xmin-age``, a problem too).
+    xmin_warning_age: float = XMIN_WARNING_SECONDS
+    max_xmin_age: float | None = None
 
 
 def _seconds(value: Any) -> float | None:
@@ -133,9 +143,31 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
             {"name": q.name, "paused_at": _iso(q.paused_at)} for q in list_queues() if q.paused
         ],
     }
-    data["problems"] = problems(data, thresholds or Thresholds())
+    limits = thresholds or Thresholds()
+    data["xmin_holders"] = [_xmin_holder(h) for h in xmin_holders(limits.xmin_warning_age)]
+    data["warnings"] = [_xmin_warning(h) for h in data["xmin_holders"]]
+    data["problems"] = problems(data, limits)
     data["ok"] = not data["problems"]
     return data
+
+
+def _xmin_holder(holder: XminHolder) -> dict[str, Any]:
+    return {
+        "pid": holder.pid,
+        "application_name": holder.application_name,
+        "state": holder.state,
+        "age_seconds": round(holder.age_seconds, 1),
+        "xmin_age": holder.xmin_age,
+    }
+
+
+def _xmin_warning(h: dict[str, Any]) -> str:
+    return (
+        f"session pid {h['pid']} (application_name {h['application_name']!r}, "
+        f"{h['state'] or 'unknown state'}) has held back the xmin horizon for "
+        f"{h['age_seconds']:g} s: vacuum cannot remove the queue's dead rows while it "
+        f"lasts (end it: SELECT pg_terminate_backend({h['pid']}))"
+    )
 
 
 def problems(data: dict[str, Any], limits: Thresholds) -> list[str]:
@@ -166,6 +198,12 @@ def problems(data: dict[str, Any], limits: Thresholds) -> list[str]:
         dead += sum(q["dead_letters"] or 0 for q in data["message_queues"])
         if dead > limits.max_dead:
             found.append(f"{dead} row(s) in the dead-letter queue (--max-dead {limits.max_dead})")
+    if limits.max_xmin_age is not None:
+        found += [
+            _xmin_warning(h)
+            for h in data.get("xmin_holders", [])
+            if h["age_seconds"] > limits.max_xmin_age
+        ]
     if limits.min_workers is not None:
         alive = sum(1 for w in data["workers"] if w["alive"])
         if alive < limits.min_workers:
@@ -247,6 +285,8 @@ def render_text(data: dict[str, Any]) -> str:
         )
     else:
         lines.append("(no workers)")
+    if data.get("warnings"):
+        lines += ["", "WARNING:", *(f"  - {w}" for w in data["warnings"])]
     if data["problems"]:
         lines += ["", "NOT OK:", *(f"  - {p}" for p in data["problems"])]
     return "\n".join(lines)

@@ -133,6 +133,14 @@ PGQUEUE = {
     "PREPARED_STATEMENTS": os.environ.get("PGQUEUE_PREPARED_STATEMENTS", "1") == "1",
     "UNKNOWN_TASK_DELAY": float(os.environ.get("PGQUEUE_UNKNOWN_TASK_DELAY", "60")),
     "SHUTDOWN_GRACE_SECONDS": float(os.environ.get("PGQUEUE_SHUTDOWN_GRACE_SECONDS", "30")),
+    # The job history's mover (docs/operations.md, "History and retention"); "none"
+    # keeps finished jobs in pgqueue_job.
+    "HISTORY_DELAY_SECONDS": (
+        None
+        if os.environ.get("PGQUEUE_HISTORY_DELAY_SECONDS") == "none"
+        else float(os.environ.get("PGQUEUE_HISTORY_DELAY_SECONDS", "30"))
+    ),
+    "MAINTENANCE_INTERVAL": float(os.environ.get("PGQUEUE_MAINTENANCE_INTERVAL", "10")),
     # Periodic tasks: the demo's own, or the ones a test hands its worker processes.
     "SCHEDULE": json.loads(os.environ.get("PGQUEUE_TEST_SCHEDULE", "null")) or DEMO_SCHEDULE,
     "SCHEDULER_INTERVAL": float(os.environ.get("PGQUEUE_SCHEDULER_INTERVAL", "2.0")),

@@ -256,3 +256,20 @@ def worker_process(transactional_db: None) -> Iterator[Callable[..., WorkerProce
     yield start
     for proc in procs:
         proc.close()
+
+
+@pytest.fixture
+def clean_history() -> Iterator[None]:
+    """Django's flush leaves unmanaged tables alone: drop the job history's partitions
+    (and their rows) before and after a test that fills it."""
+    from django_pgqueue import history
+    from django_pgqueue.db import connect
+
+    def drop_all() -> None:
+        with connect("test-history") as conn:
+            for part in history.partitions(conn):
+                conn.execute(f'DROP TABLE "{part.name}"')
+
+    drop_all()
+    yield
+    drop_all()

@@ -29,7 +29,7 @@ from django.urls import reverse
 from django.utils import timezone
 from psycopg import sql as pgsql
 
-from django_pgqueue import enqueue_many, send_event
+from django_pgqueue import enqueue_many, send_event, sql
 from django_pgqueue.checks import ROUTER_PATH, check_routing, check_tables
 from django_pgqueue.compat import TaskResultStatus
 from django_pgqueue.db import connection_params
@@ -196,7 +196,11 @@ def test_a_new_project_migrates_each_database_and_checks_the_queue_one():
         on_default, on_queue = tables(names[0]), tables(names[1])
         assert not {t for t in on_default if t.startswith("pgqueue_")}
         assert {"auth_user", "django_admin_log", "auth_permission"} <= on_default
-        assert on_queue == {"django_migrations"} | {m._meta.db_table for m in queue_models()}
+        # The history's per-state tables are partitions of a model's table.
+        partitions = set(sql.HISTORY_STATE_TABLES)
+        assert on_queue == {"django_migrations"} | partitions | {
+            m._meta.db_table for m in queue_models()
+        }
         with psycopg.connect(autocommit=True, **{**admin, "dbname": names[0]}) as conn:
             # The queue's permissions are where the users are.
             (count,) = conn.execute(
@@ -437,3 +441,29 @@ def test_bench_runs_on_a_scratch_copy_of_the_queue_database(queue_db, monkeypatc
         )
         assert cursor.fetchall() == []  # the scratch copy of the queue's database is gone
     assert jobs_in(QUEUE) == jobs_in("default") == set()
+
+
+def test_history_moves_reads_and_replays_on_the_queue_database(
+    queue_db, clean_history, run_worker, admin_client
+):
+    """The mover, get_result, the dashboard and replay from history, with the queue on
+    its own database."""
+    from django_pgqueue import history
+    from django_pgqueue.db import connect
+    from django_pgqueue.models import JobHistory
+    from django_pgqueue.operations import replay_from_history
+
+    result = add.enqueue(2, 3)
+    run_worker(burst=True)
+    with connect("test-mover") as conn:
+        assert history.move_finished(conn, delay=0).moved == 1
+    assert jobs_in(QUEUE) == set()
+    assert set(JobHistory.objects.using(QUEUE).values_list("pk", flat=True)) == {int(result.id)}
+    assert add.get_result(result.id).return_value == 5
+    dashboard = admin_client.get(reverse("admin:django_pgqueue_job_dashboard"))
+    counts = {row["stats"].name: row["stats"].counts for row in dashboard.context["queues"]}
+    assert counts["default"][Status.SUCCEEDED] == 1
+    page = admin_client.get(reverse("admin:django_pgqueue_jobhistory_changelist"))
+    assert page.status_code == 200
+    assert replay_from_history([int(result.id)]).changed == {int(result.id): "succeeded"}
+    assert jobs_in(QUEUE) == {int(result.id)}

@@ -27,6 +27,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 #: The queue models and their tables: the rows the stores own.
 QUEUE_MODELS = {
     "Job": "pgqueue_job",
+    "JobHistory": "pgqueue_job_history",
     "Application": "pgqueue_application",
     "Endpoint": "pgqueue_endpoint",
     "Event": "pgqueue_event",
@@ -53,7 +54,8 @@ STORES: dict[str, set[str]] = {
         "pgqueue_endpoint",
         "pgqueue_event",
     },
-    "operations.py": {"pgqueue_job", "pgqueue_delivery", "pgqueue_endpoint"},
+    "history.py": {"pgqueue_job", "pgqueue_job_history"},
+    "operations.py": {"pgqueue_job", "pgqueue_job_history", "pgqueue_delivery", "pgqueue_endpoint"},
     "mq/": {"pgqueue_mq_queue", "pgqueue_mq_topic_binding"},
     "periodic/": {"pgqueue_schedule", "pgqueue_schedule_tick"},
     "rollup/": {"pgqueue_rollup"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -120,6 +121,8 @@ def test_status_json_fields():
         "workers",
         "message_queues",
         "paused_queues",
+        "xmin_holders",
+        "warnings",
         "problems",
         "ok",
     }
@@ -179,3 +182,30 @@ def test_watch_prints_one_json_document_per_interval(monkeypatch):
     documents = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and len(documents) == 2 and sleeps == [0.25, 0.25]
     assert all(d["queues"][0]["due"] == 1 for d in documents)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_names_a_session_holding_back_the_xmin_horizon():
+    """An idle-in-transaction session with a snapshot keeps every dead row of the queue's
+    tables from vacuum: pgqueue_status names it (pid, application_name, state, age)."""
+    from django_pgqueue.db import connect
+
+    with connect("test-pin") as pin:
+        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        pin.execute("SELECT count(*) FROM pgqueue_job")  # takes the snapshot
+        pid = pin.info.backend_pid
+        time.sleep(1.2)
+        code, out = _status("--json", "--xmin-warning-age", "1s")
+        data = json.loads(out)
+        (holder,) = [h for h in data["xmin_holders"] if h["pid"] == pid]
+        assert holder["application_name"] == "pgqueue-test-pin"
+        assert holder["state"] == "idle in transaction"
+        assert holder["age_seconds"] >= 1
+        assert any(f"pid {pid}" in w for w in data["warnings"])
+        assert code == 0  # a warning, not a problem...
+        code, out = _status("--max-xmin-age", "1s")
+        assert code == 2  # ...unless asked
+        assert f"session pid {pid} (application_name 'pgqueue-test-pin'" in out
+        pin.execute("ROLLBACK")
+    code, out = _status("--json", "--xmin-warning-age", "1s")
+    assert pid not in [h["pid"] for h in json.loads(out)["xmin_holders"]]

@@ -11,6 +11,7 @@ from .api_keys import ApiKeyAdmin
 from .applications import ApplicationAdmin
 from .deliveries import DeliveryAdmin, EventAdmin
 from .endpoints import EndpointAdmin
+from .history import JobHistoryAdmin
 from .jobs import JobAdmin
 from .mq import MessageQueueAdmin
 from .queues import QueueAdmin
@@ -23,6 +24,7 @@ __all__ = [
     "EndpointAdmin",
     "EventAdmin",
     "JobAdmin",
+    "JobHistoryAdmin",
     "MessageQueueAdmin",
     "QueueAdmin",
     "ScheduleAdmin",

@@ -1,5 +1,5 @@
 """The queue dashboard: every queue's backlog, lag, in-flight, stuck and dead rows, and
-charts of the last hour or day from the rollup (``history.py``)."""
+charts of the last hour or day from the rollup (``chart_series.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..conf import get_settings
 from ..models.queue import Status
 from ..models.webhooks import Application
 from ..stats import delivery_overview, job_queue_overview, worker_overview
-from . import history
+from . import chart_series
 from .display import endpoint_label
 
 #: The longest queue name (``Job.queue_name``): a longer chart filter is refused.
@@ -88,19 +88,19 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
             label=lambda s: endpoint_label(s.endpoint_id, s.name, s.application),
             endpoint__id__exact="endpoint_id",
         )
-    window = history.window_of(request.GET.get("window"))
+    window = chart_series.window_of(request.GET.get("window"))
     application = request.GET.get("application") or None
     if application is not None and (len(application) > 255 or "\x00" in application):
         refused_application, application = _("not an application uid"), None
     else:
         refused_application = None
-    delivery_charts: list[tuple[Any, list[history.Chart]]] = []
+    delivery_charts: list[tuple[Any, list[chart_series.Chart]]] = []
     applications: list[str] = []
     if request.user.has_perm("django_pgqueue.view_delivery"):
         applications = list(Application.objects.order_by("uid").values_list("uid", flat=True)[:200])
         delivery_charts = [
-            (_("Deliveries per endpoint"), history.endpoint_charts(window, application)),
-            (_("Deliveries per application"), history.application_charts(window, application)),
+            (_("Deliveries per endpoint"), chart_series.endpoint_charts(window, application)),
+            (_("Deliveries per application"), chart_series.application_charts(window, application)),
         ]
     message_queues = []
     if request.user.has_perm("django_pgqueue.view_messagequeue"):
@@ -124,7 +124,7 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         "refused_application": refused_application,
         "applications": applications,
         "delivery_charts": delivery_charts,
-        "queue_charts": history.queue_charts(window, queue),
+        "queue_charts": chart_series.queue_charts(window, queue),
         "rollup_on": get_settings().ROLLUP,
         "title": _("Queue dashboard"),
         "message_queues": message_queues,

@@ -17,8 +17,49 @@ from .filters import RecentValuesFilter, StatusFilter
 from .queue_rows import QueueRowAdmin
 
 
+class JobColumnsAdmin(QueueRowAdmin):
+    """What the live jobs' admin and the history's share: the columns of a job."""
+
+    def get_queryset(self, request) -> QuerySet:
+        # The list never shows the (possibly large) JSON columns.
+        qs = super().get_queryset(request)
+        url_name = getattr(request.resolver_match, "url_name", "") or ""
+        if url_name.endswith("_changelist"):
+            qs = qs.defer("args", "kwargs", "result", "errors", "worker_ids")
+        return qs
+
+    @admin.display(description=_("task"), ordering="task_path")
+    def task(self, obj: Job) -> str:
+        return obj.task_path.rsplit(".", 1)[-1]
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_display(self, obj: Job):
+        """The state's badge and, once the task reported any, its progress under it
+        (in the status column, so the list keeps its width at 1,280 px; the message
+        is the bar's tooltip, in full on the job page)."""
+        badge = super().status_display(obj)
+        if obj.progress is None:
+            return badge
+        return format_html(
+            "{}<br>{}", badge, progress_html(obj.progress, None, title=obj.progress_message)
+        )
+
+    @admin.display(description=_("progress"))
+    def progress_detail(self, obj: Job) -> str:
+        shown = progress_html(obj.progress, obj.progress_message)
+        if obj.progress_at is None:
+            return shown
+        return format_html('{} <span class="pgq-muted">({})</span>', shown, when(obj.progress_at))
+
+    args_json = json_display("args", _("arguments"))
+    kwargs_json = json_display("kwargs", _("keyword arguments"))
+    result_json = json_display("result", _("result"))
+
+    workers_json = json_display("worker_ids", _("worker of each attempt"))
+
+
 @admin.register(Job)
-class JobAdmin(QueueRowAdmin):
+class JobAdmin(JobColumnsAdmin):
     operations = JOB_OPERATIONS
     change_list_template = "admin/django_pgqueue/job/change_list.html"
     list_display = (
@@ -90,40 +131,3 @@ class JobAdmin(QueueRowAdmin):
             ),
             *super().get_urls(),
         ]
-
-    def get_queryset(self, request) -> QuerySet:
-        # The list never shows the (possibly large) JSON columns.
-        qs = super().get_queryset(request)
-        url_name = getattr(request.resolver_match, "url_name", "") or ""
-        if url_name.endswith("_changelist"):
-            qs = qs.defer("args", "kwargs", "result", "errors", "worker_ids")
-        return qs
-
-    @admin.display(description=_("task"), ordering="task_path")
-    def task(self, obj: Job) -> str:
-        return obj.task_path.rsplit(".", 1)[-1]
-
-    @admin.display(description=_("status"), ordering="status")
-    def status_display(self, obj: Job):
-        """The state's badge and, once the task reported any, its progress under it
-        (in the status column, so the list keeps its width at 1,280 px; the message
-        is the bar's tooltip, in full on the job page)."""
-        badge = super().status_display(obj)
-        if obj.progress is None:
-            return badge
-        return format_html(
-            "{}<br>{}", badge, progress_html(obj.progress, None, title=obj.progress_message)
-        )
-
-    @admin.display(description=_("progress"))
-    def progress_detail(self, obj: Job) -> str:
-        shown = progress_html(obj.progress, obj.progress_message)
-        if obj.progress_at is None:
-            return shown
-        return format_html('{} <span class="pgq-muted">({})</span>', shown, when(obj.progress_at))
-
-    args_json = json_display("args", _("arguments"))
-    kwargs_json = json_display("kwargs", _("keyword arguments"))
-    result_json = json_display("result", _("result"))
-
-    workers_json = json_display("worker_ids", _("worker of each attempt"))

@@ -9,6 +9,7 @@ last write, and the reads that decide them.
   ``worker/atomic``), which run no SQL themselves.
 * A running task's progress (``set_progress``, throttled by ``worker/attempt.py``).
 * Reads: ``read`` for ``get_result``, the due/left questions of ``--burst`` and
+* Reads: ``read`` for ``get_result`` (live, else history), the due/left questions of ``--burst`` and
   ``--until-empty``, the trace contexts (tracing.py).
 
 Operator actions (cancel, retry, replay, abort) are ``operations.py``'s and
@@ -181,9 +182,13 @@ def insert_many(db: str, new: NewJobs, runs: Sequence[bulk.Run]) -> tuple[list[i
 
 
 def read(db: str, job_id: int) -> JobRow | None:
-    """One job as ``get_result`` reports it, or None when there is no such job."""
+    """One job as ``get_result`` reports it, or None when there is no such job.
+
+    A finished job moved to history (history.py) is read from there: one
+    statement reads the live table, then history only when the job is not live.
+    """
     with connections[db].cursor() as cursor:
-        cursor.execute(sql.GET_JOB, [job_id])
+        cursor.execute(sql.GET_JOB_OR_HISTORY, [job_id, job_id])
         row = cursor.fetchone()
     return None if row is None else JOB_ROW.one(row)
 

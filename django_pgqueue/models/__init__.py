@@ -18,7 +18,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
 from .api import ApiKey, ApiRateLimit, ApiScope
 from .flow import Queue
 from .mq import MessageQueue, TopicBinding
-from .queue import Job, QueueRow, Status
+from .queue import Job, JobHistory, QueueRow, Status
 from .rollup import Rollup, RollupKind
 from .schedule import CatchUp, Schedule, ScheduleTick
 from .webhooks import (
@@ -45,6 +45,7 @@ __all__ = [
     "Endpoint",
     "Event",
     "Job",
+    "JobHistory",
     "MessageQueue",
     "Ordering",
     "Queue",

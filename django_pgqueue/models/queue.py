@@ -109,8 +109,8 @@ class QueueRow(models.Model):
         abstract = True
 
 
-class Job(QueueRow):
-    """One enqueued task: a row of Django's Tasks framework handled by our backend."""
+class JobColumns(QueueRow):
+    """The columns of a job, shared by the live table and its history."""
 
     task_path = models.CharField(max_length=255, help_text=_("Import path of the Task object."))
     priority = models.SmallIntegerField(default=0, help_text=_("Higher runs first."))
@@ -174,6 +174,13 @@ class Job(QueueRow):
     progress_at = models.DateTimeField(null=True, blank=True, editable=False, db_default=None)
 
     class Meta:
+        abstract = True
+
+
+class Job(JobColumns):
+    """One enqueued task: a row of Django's Tasks framework handled by our backend."""
+
+    class Meta:
         db_table = "pgqueue_job"
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
@@ -209,6 +216,13 @@ class Job(QueueRow):
                 # cost (a queue's own count reads the lease index).
                 condition=Q(status=Status.IN_PROGRESS, concurrency_key__isnull=False),
             ),
+            # The history mover's: finished rows by their last change, so each batch
+            # reads the oldest finished rows without walking the live backlog.
+            models.Index(
+                fields=["updated_at"],
+                name="pgq_job_finished_idx",
+                condition=Q(status__in=[s.value for s in TERMINAL]),
+            ),
         ]
         constraints = [
             *queue_row_constraints("pgq_job"),
@@ -228,3 +242,29 @@ class Job(QueueRow):
 
     def __str__(self) -> str:
         return f"{self.task_path} #{self.pk} ({self.status})"
+
+
+class JobHistory(JobColumns):
+    """A finished job, moved out of ``pgqueue_job`` by the history mover
+    (docs/operations.md, "History and retention").
+
+    The table is partitioned by PostgreSQL (by state, then by day of
+    ``finished_at``) and created by its migration, so Django does not manage it.
+    Rows only arrive by the mover and leave by retention (a whole partition at a
+    time) or by a replay, which puts them back in ``pgqueue_job``.
+    """
+
+    id = models.BigIntegerField(primary_key=True)
+    finished_at = models.DateTimeField(
+        help_text=_("When the job finished (its last change, for a job that never ran).")
+    )
+
+    class Meta:
+        managed = False
+        db_table = "pgqueue_job_history"
+        verbose_name = _("finished job (history)")
+        verbose_name_plural = _("finished jobs (history)")
+        default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return f"{self.task_path} #{self.pk} ({self.status}, history)"

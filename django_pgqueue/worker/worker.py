@@ -97,6 +97,7 @@ class Worker:
         install_signal_handlers: bool = True,
         sources: Sequence[Source] | None = None,
         scheduler: bool | None = None,
+        housekeeping: bool | None = None,
         until_empty: bool = False,
         max_time: float | None = None,
         recycle_overdue: bool = False,
@@ -131,6 +132,10 @@ class Worker:
         # Periodic tasks (periodic/scheduler.py); not in burst runs unless asked.
         self.run_scheduler = (not self.burst) if scheduler is None else scheduler
         self.scheduler_thread: threading.Thread | None = None
+        # The maintenance thread (worker/housekeeping.py: history, partitions); not
+        # in burst runs unless asked.
+        self.run_housekeeping = (not self.burst) if housekeeping is None else housekeeping
+        self.housekeeping_thread: threading.Thread | None = None
 
         self.stopping = threading.Event()
         self.wake = threading.Event()
@@ -231,6 +236,12 @@ class Worker:
             from ..periodic.scheduler import start_scheduler
 
             self.scheduler_thread = start_scheduler(self.stopping, self.worker_id)
+        if self.run_housekeeping:
+            from .housekeeping import start_housekeeping
+
+            self.housekeeping_thread = start_housekeeping(
+                self.stopping, get_settings().MAINTENANCE_INTERVAL
+            )
         for _ in range(self.concurrency):
             self._start_thread()
         self._watchdog.start()

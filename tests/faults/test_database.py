@@ -188,11 +188,12 @@ def test_no_transaction_spans_task_code(worker_process, cluster_db, summary):
 
 def test_connection_budget_at_its_limit_keeps_leases_alive(worker_process, cluster_db, summary):
     """F7a: a role limited to exactly the documented budget (1 claim + 1 completion/lease +
-    1 LISTEN + one per task thread); tasks take half a lease, and none of their leases lapses."""
+    1 LISTEN + 1 maintenance + one per task thread); tasks take half a lease, and none of
+    their leases lapses."""
     role = f"budget_{cluster_db.name}"
     with psycopg.connect(cluster_db.dsn, autocommit=True) as conn:
         conn.execute(
-            pgsql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT 7").format(pgsql.Identifier(role))
+            pgsql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT 8").format(pgsql.Identifier(role))
         )
         for kind in ("TABLES", "SEQUENCES"):
             conn.execute(
@@ -221,7 +222,7 @@ def test_connection_budget_at_its_limit_keeps_leases_alive(worker_process, clust
         duplicates=0,
         lost=0,
         recover=time.monotonic() - started,
-        note="role CONNECTION LIMIT 7 = 3 + 4 task threads",
+        note="role CONNECTION LIMIT 8 = 4 + 4 task threads",
     )
 
 

@@ -11,7 +11,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_pgqueue.management.argtypes import non_negative_int
-from django_pgqueue.status import Thresholds, parse_duration, render_text, snapshot
+from django_pgqueue.status import (
+    XMIN_WARNING_SECONDS,
+    Thresholds,
+    parse_duration,
+    render_text,
+    snapshot,
+)
 
 #: Exit status when a threshold is exceeded (Nagios' CRITICAL; 1 is a command error).
 EXIT_THRESHOLD = 2
@@ -66,6 +72,19 @@ class Command(BaseCommand):
             default=None,
             help="Not ok below this many live workers.",
         )
+        parser.add_argument(
+            "--xmin-warning-age",
+            type=duration,
+            default=XMIN_WARNING_SECONDS,
+            help="Warn about a session holding back the xmin horizon (vacuum) longer "
+            f"than this (default {XMIN_WARNING_SECONDS:g}s).",
+        )
+        parser.add_argument(
+            "--max-xmin-age",
+            type=duration,
+            default=None,
+            help="Not ok when a session holds back the xmin horizon longer (e.g. 10m).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         limits = Thresholds(
@@ -73,6 +92,10 @@ class Command(BaseCommand):
             max_dead=options["max_dead"],
             max_lapsed=options["max_lapsed"],
             min_workers=options["min_workers"],
+            xmin_warning_age=min(
+                options["xmin_warning_age"], options["max_xmin_age"] or float("inf")
+            ),
+            max_xmin_age=options["max_xmin_age"],
         )
         interval = options["watch"]
         if interval is not None and interval <= 0:

@@ -1,0 +1,88 @@
+"""The workers' maintenance thread: every worker process runs one, none leads.
+
+Every ``PGQUEUE["MAINTENANCE_INTERVAL"]`` seconds (the first pass a few seconds
+after start) it runs :func:`django_pgqueue.history.maintain` on its own autocommit
+connection: the premade history partitions, the mover of finished jobs and, when
+configured, retention by partitions. Each step takes a transaction-level advisory
+lock, so with many workers one does the work and the others skip it; a worker
+killed in the middle leaves nothing half done (each batch is one statement).
+
+A failed pass is logged and tried again at the next interval; it never stops the
+worker, and a lost connection is replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+from typing import Any
+
+from .. import history
+from ..conf import get_settings
+from ..db import connect, is_connection_error
+from ..maintenance import retention_plan
+
+logger = logging.getLogger("django_pgqueue.worker")
+
+#: The first pass waits up to this long after start (spread, so a fleet restarting
+#: together does not pass at once).
+FIRST_PASS_SECONDS = 2.0
+
+
+class HousekeepingThread(threading.Thread):
+    """Runs the maintenance pass every ``interval`` seconds until ``stopping``."""
+
+    def __init__(self, stopping: threading.Event, interval: float) -> None:
+        super().__init__(name="pgqueue-maintenance", daemon=True)
+        self.stopping = stopping
+        self.interval = interval
+        self.passes = 0
+        self._conn: Any = None
+
+    def run(self) -> None:
+        wait = random.uniform(0.0, min(FIRST_PASS_SECONDS, self.interval))
+        try:
+            while not self.stopping.wait(wait):
+                wait = self.interval
+                self._pass()
+        finally:
+            self._close()
+
+    def _pass(self) -> None:
+        try:
+            if self._conn is None:
+                self._conn = connect("maintenance")
+            retention = retention_plan() if get_settings().MAINTENANCE_RETENTION else None
+            report = history.maintain(
+                self._conn, retention=retention, stopping=self.stopping.is_set
+            )
+            self.passes += 1
+            if report.moved.moved or report.partitions_made or report.dropped:
+                logger.info(
+                    "Maintenance: %d finished jobs moved to history in %d batches, %d "
+                    "partitions made, %d dropped (%.2f s)",
+                    report.moved.moved,
+                    report.moved.batches,
+                    report.partitions_made,
+                    len(report.dropped.dropped) if report.dropped else 0,
+                    report.seconds,
+                )
+        except Exception as exc:
+            logger.warning("Maintenance pass failed (%s); retrying in %.1f s", exc, self.interval)
+            if is_connection_error(exc) or getattr(self._conn, "closed", False):
+                self._close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection
+                self._conn.close()
+            self._conn = None
+
+
+def start_housekeeping(stopping: threading.Event, interval: float) -> HousekeepingThread:
+    """Start this process's maintenance thread."""
+    thread = HousekeepingThread(stopping, interval)
+    thread.start()
+    return thread
