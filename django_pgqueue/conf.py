@@ -164,6 +164,11 @@ DEFAULTS: dict[str, Any] = {
     # per state: a timedelta, seconds, or None to keep them until asked. The
     # dead-letter queue is kept by default.
     "RETENTION": {},
+    # Flow control defaults of job queues by name: {"concurrency", "key_concurrency",
+    # "rate_limit", "rate_period", "key_rate_limit", "key_rate_period"}, each
+    # optional (docs/flow-control.md). Every worker applies them as it starts; a
+    # run-time change (queues.configure, the admin, the API, the command) wins.
+    "QUEUES": {},
 }
 
 #: Retention defaults (``PGQUEUE["RETENTION"]``), in seconds; None keeps forever.
@@ -209,6 +214,7 @@ class PgQueueSettings:
     ATOMIC_TIMEOUT_SECONDS: float = 300.0
     RETENTION: Mapping[str, float | None] = field(default_factory=lambda: dict(RETENTION_DEFAULTS))
     API: Mapping[str, Any] = field(default_factory=lambda: dict(API_DEFAULTS))
+    QUEUES: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _positive_number(
@@ -442,6 +448,30 @@ def validate_backend_options(
     return options, problems
 
 
+def validate_queues(raw: Any) -> dict[str, Any]:
+    """``PGQUEUE["QUEUES"]`` checked: queue name -> its ``queue_limits.QueueLimits``,
+    with the rules ``queues.configure`` applies, each error naming the entry."""
+    from .queue_limits import LIMIT_FIELDS, limits, queue_name
+
+    prefix = "PGQUEUE['QUEUES']"
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(
+            f"{prefix} must be a dict of queue name to its limits, got {raw!r}"
+        )
+    checked = {}
+    for name, entry in raw.items():
+        where = f"{prefix}[{name!r}]"
+        try:
+            queue_name(name, where=f"{prefix}: ")
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"{where} must be a dict of limits, got {entry!r}")
+            check_keys(where, entry, LIMIT_FIELDS)
+            checked[name] = limits(entry, where=f"{where}: ")
+        except ValueError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+    return checked
+
+
 def validate(raw: Any) -> PgQueueSettings:
     """Validate a raw ``PGQUEUE`` value; raise ImproperlyConfigured naming the problem."""
     if raw is None:
@@ -534,6 +564,7 @@ def validate(raw: Any) -> PgQueueSettings:
         ),
         RETENTION=validate_retention(merged["RETENTION"]),
         API=validate_api(merged["API"]),
+        QUEUES=validate_queues(merged["QUEUES"]),
     )
 
 

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from django.db import connections
 
+from . import queues as queue_settings
 from .conf import get_settings
 from .db import FastJsonbLoader
 from .outcomes import Outcome
@@ -188,6 +189,9 @@ def run_queued_jobs(
     whatever transaction the caller (or the test case) has open.
     """
     conf = get_settings()
+    if conf.QUEUES:
+        # As a worker does when it starts (in the caller's transaction here).
+        queue_settings.apply_settings()
     connection = connections[conf.DATABASE]
     worker_id = f"test-{uuid.uuid4().hex[:6]}"
     sources = _sources(webhooks, worker_id)

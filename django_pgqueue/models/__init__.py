@@ -16,7 +16,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
     )
 
 from .api import ApiKey, ApiRateLimit, ApiScope
-from .flow import Queue
+from .flow import Queue, QueueKeyRate
 from .mq import MessageQueue
 from .queue import Job, QueueRow, Status
 from .schedule import CatchUp, Schedule, ScheduleTick
@@ -47,6 +47,7 @@ __all__ = [
     "MessageQueue",
     "Ordering",
     "Queue",
+    "QueueKeyRate",
     "QueueRow",
     "RatePeriod",
     "Schedule",
