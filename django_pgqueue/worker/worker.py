@@ -868,11 +868,17 @@ def _apply_queue_settings() -> None:
     restarts the workers, so it carries a change of the settings). A failure is
     logged and the worker runs on the rows as they are: it is no reason to stop
     running jobs."""
+    connection = connections[get_settings().DATABASE]
     try:
         written, removed = apply_settings()
     except Exception:
         logger.exception("Could not apply PGQUEUE['QUEUES']; the queues keep their limits")
         return
+    finally:
+        # The worker's own connections do the rest; this thread's Django one is done
+        # (unless a caller's transaction holds it).
+        if not connection.in_atomic_block:
+            connection.close()
     if written or removed:
         logger.info(
             "Applied PGQUEUE['QUEUES']: %d queue(s) configured, %d no longer limited",
