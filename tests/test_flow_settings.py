@@ -195,3 +195,15 @@ def test_bad_queue_settings_are_a_system_check_error_naming_the_entry(queues_set
         errors = check_settings()
     assert [e.id for e in errors] == ["django_pgqueue.E001"]
     assert message in errors[0].msg
+
+
+def test_the_admin_shows_where_the_limits_come_from(client):
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("root"))
+    queues.configure("manual", key_rate_limit=4, key_rate_period=2)
+    with override_settings(PGQUEUE={"QUEUES": REPORTS}):
+        queues.apply_settings()
+        page = client.get("/admin/django_pgqueue/queue/").content.decode()
+    assert "run time (overrides settings)" in page and "4 / 2 s" in page
+    assert "<td class=\"field-source\">settings</td>" in page
