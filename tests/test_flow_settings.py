@@ -206,4 +206,4 @@ def test_the_admin_shows_where_the_limits_come_from(client):
         queues.apply_settings()
         page = client.get("/admin/django_pgqueue/queue/").content.decode()
     assert "run time (overrides settings)" in page and "4 / 2 s" in page
-    assert "<td class=\"field-source\">settings</td>" in page
+    assert '<td class="field-source">settings</td>' in page

@@ -38,17 +38,22 @@ _EXCLUDED_COLUMNS_SQL = ", ".join("EXCLUDED." + column for column in LIMIT_COLUM
 # updates). Every limit is set, a NULL clearing it: a configuration is the whole
 # of it, never merged with what an earlier call left. ``overridden_at`` says the
 # limits are an operator's, so a worker's start no longer applies the settings'.
-# A cleared key rate limit drops the queue's per-key rate state with it.
+# A cleared key rate limit drops the queue's per-key rate state with it, after the
+# queue row is written (the DELETE reads ``configured``): the queue row's lock
+# first, then its key rows', the order the claim takes them in, so the two never
+# deadlock.
 CONFIGURE_QUEUE = f"""/* pgqueue:configure_queue */
-WITH cleared AS (
-    DELETE FROM {QUEUE_KEY_RATE_TABLE}
-    WHERE queue_name = %(name)s AND %(key_rate_limit)s::int IS NULL
+WITH configured AS (
+    INSERT INTO {QUEUE_TABLE} AS q (name, {_COLUMNS_SQL}, overridden_at)
+    VALUES (%(name)s, {_VALUES_SQL}, now())
+    ON CONFLICT (name) DO UPDATE SET
+        {_FROM_EXCLUDED_SQL}, overridden_at = now(), updated_at = now()
+    RETURNING q.name
+), cleared AS (
+    DELETE FROM {QUEUE_KEY_RATE_TABLE} AS t USING configured AS c
+    WHERE t.queue_name = c.name AND %(key_rate_limit)s::int IS NULL
 )
-INSERT INTO {QUEUE_TABLE} AS q (name, {_COLUMNS_SQL}, overridden_at)
-VALUES (%(name)s, {_VALUES_SQL}, now())
-ON CONFLICT (name) DO UPDATE SET
-    {_FROM_EXCLUDED_SQL}, overridden_at = now(), updated_at = now()
-RETURNING name
+SELECT name FROM configured
 """
 
 # Apply ``PGQUEUE["QUEUES"]`` (one array per column, zipped by ROWS FROM: a row per entry), as every
@@ -79,12 +84,16 @@ WITH wanted AS (
     UPDATE {QUEUE_TABLE} AS q SET {_CLEARED_SQL}, updated_at = now()
     FROM unnamed AS u
     WHERE q.name = u.name AND u.paused_at IS NOT NULL
-), dropped_rates AS (
-    DELETE FROM {QUEUE_KEY_RATE_TABLE} AS t USING unnamed AS u WHERE t.queue_name = u.name
+    RETURNING q.name
 ), dropped AS (
     DELETE FROM {QUEUE_TABLE} AS q USING unnamed AS u
     WHERE q.name = u.name AND u.paused_at IS NULL
     RETURNING q.name
+), dropped_rates AS (
+    -- After the queue rows (it reads them): the claim's lock order, no deadlock.
+    DELETE FROM {QUEUE_KEY_RATE_TABLE} AS t
+    USING (SELECT name FROM cleared UNION ALL SELECT name FROM dropped) AS g
+    WHERE t.queue_name = g.name
 )
 SELECT (SELECT pg_catalog.count(*) FROM applied), (SELECT pg_catalog.count(*) FROM dropped)
 """
