@@ -240,11 +240,14 @@ _RUNNING_OF_KEY = f"""SELECT pg_catalog.count(*) FROM {JOB_TABLE} AS r
                    AND r.concurrency_key IS NOT NULL AND r.concurrency_key = k.key"""
 # Key ``k``'s rate state as ``rate_allowance``/``rate_tat_after`` read one (NULL
 # limit: no key rate limit, and the key row is not read; jobs without a key have
-# only the queue's limits).
+# only the queue's limits). ``OFFSET 0`` keeps the planner from pulling the
+# subquery up into its two readers (the pick's LIMIT and its output), which
+# would look the key's row up twice.
 _KEY_RATE = f"""SELECT h.key_rate_limit AS rate_limit, h.key_rate_period AS rate_period,
            CASE WHEN h.key_rate_limit IS NOT NULL AND k.key <> '' THEN
                (SELECT t.rate_tat FROM {QUEUE_KEY_RATE_TABLE} AS t
-                WHERE t.queue_name = k.queue_name AND t.key = k.key) END AS rate_tat"""
+                WHERE t.queue_name = k.queue_name AND t.key = k.key) END AS rate_tat
+    OFFSET 0"""
 # The first waiting key of queue ``{q}`` after ``{after}``, in the order of
 # pgq_job_flow_due_idx (so: one index descent).
 _NEXT_KEY = f"""(SELECT COALESCE(n.concurrency_key, '') FROM {JOB_TABLE} AS n
