@@ -53,6 +53,8 @@ SCOPE_PERMISSIONS: dict[str, tuple[str, ...]] = {
         "delete_application",
     ),
     "secrets": ("manage_endpoint_secret",),
+    # The job queues' flow control: fleet-wide, so for operators' keys only.
+    "queues": ("view_queue", "change_queue", "pause_queue"),
 }
 
 #: The fields an operator sets and a customer may not change, by model. The API's
@@ -118,7 +120,14 @@ def inactive_refusal(uid: str) -> Refused:
 
 def authorize(actor: Any, operation: Any, application_id: int | None) -> None:
     """Raise :class:`Refused` unless ``actor`` may apply ``operation`` (a declaration of
-    ``operations.py``) to an object of ``application_id`` (None: a global object)."""
+    ``operations.py``) to an object of ``application_id`` (None: a global object).
+    A fleet's object (``operation.fleet``: a job queue) is no customer's: a portal
+    customer and a key bound to an application are refused it outright."""
+    if getattr(operation, "fleet", False) and is_customer(actor):
+        raise Refused(
+            f"{operation.label} is for operators only: a {operation.kind} serves the whole "
+            "fleet, not one application, so a key bound to an application cannot use it."
+        )
     if isinstance(actor, Operator):
         if not has_permission(actor.user, operation.permission):
             raise Refused(

@@ -187,6 +187,11 @@ DEFAULTS: dict[str, Any] = {
     # Whether the workers' maintenance also applies RETENTION to the history, by
     # dropping whole partitions (else only ``pgqueue_prune`` does).
     "MAINTENANCE_RETENTION": False,
+    # Flow control defaults of job queues by name: {"concurrency", "key_concurrency",
+    # "rate_limit", "rate_period", "key_rate_limit", "key_rate_period"}, each
+    # optional (docs/flow-control.md). Every worker applies them as it starts; a
+    # run-time change (queues.configure, the admin, the API, the command) wins.
+    "QUEUES": {},
 }
 
 #: Retention defaults (``PGQUEUE["RETENTION"]``), in seconds; None keeps forever.
@@ -238,6 +243,7 @@ class PgQueueSettings:
     HISTORY_DELAY_SECONDS: float | None = 30.0
     MAINTENANCE_INTERVAL: float = 10.0
     MAINTENANCE_RETENTION: bool = False
+    QUEUES: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _positive_number(
@@ -477,6 +483,30 @@ def validate_backend_options(
     return options, problems
 
 
+def validate_queues(raw: Any) -> dict[str, Any]:
+    """``PGQUEUE["QUEUES"]`` checked: queue name -> its ``queue_limits.QueueLimits``,
+    with the rules ``queues.configure`` applies, each error naming the entry."""
+    from .queue_limits import LIMIT_FIELDS, limits, queue_name
+
+    prefix = "PGQUEUE['QUEUES']"
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(
+            f"{prefix} must be a dict of queue name to its limits, got {raw!r}"
+        )
+    checked = {}
+    for name, entry in raw.items():
+        where = f"{prefix}[{name!r}]"
+        try:
+            queue_name(name, where=f"{prefix}: ")
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"{where} must be a dict of limits, got {entry!r}")
+            check_keys(where, entry, LIMIT_FIELDS)
+            checked[name] = limits(entry, where=f"{where}: ")
+        except ValueError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+    return checked
+
+
 def validate(raw: Any) -> PgQueueSettings:
     """Validate a raw ``PGQUEUE`` value; raise ImproperlyConfigured naming the problem."""
     if raw is None:
@@ -591,6 +621,7 @@ def validate(raw: Any) -> PgQueueSettings:
         MAINTENANCE_RETENTION=_bool(
             "PGQUEUE['MAINTENANCE_RETENTION']", merged["MAINTENANCE_RETENTION"]
         ),
+        QUEUES=validate_queues(merged["QUEUES"]),
     )
 
 

@@ -142,7 +142,23 @@ def prune(
                         break
                     if pause:
                         time.sleep(pause)
+        _prune_key_rates(conn, dry_run, batch_size, report)
     return report
+
+
+def _prune_key_rates(conn: Any, dry_run: bool, batch_size: int, report: PruneReport) -> None:
+    """Delete the per-key rate rows whose bucket is full again (flow control): they
+    hold nothing a missing row does not, and a key seen once must not stay forever."""
+    if dry_run:
+        (count,) = cast("tuple[int]", conn.execute(sql.PRUNE_COUNT_QUEUE_KEY_RATES).fetchone())
+        report.add(sql.QUEUE_KEY_RATE_TABLE, "full", count)
+        return
+    while True:
+        cur = conn.execute(sql.PRUNE_QUEUE_KEY_RATES, {"limit": batch_size})
+        report.batches += 1
+        report.add(sql.QUEUE_KEY_RATE_TABLE, "full", cur.rowcount)
+        if cur.rowcount < batch_size:
+            return
 
 
 def _prune_table(

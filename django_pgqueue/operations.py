@@ -91,6 +91,9 @@ class Operation:
     style: str = ""  #: the button's CSS style ("default": the primary one)
     scope: str | None = None  #: the API key scope that allows it (None: no key)
     customer: bool = False  #: a portal customer may apply it to their own objects
+    #: The object belongs to the whole fleet, to no application (a job queue): only
+    #: the operator and the operator's keys may touch it.
+    fleet: bool = False
 
     def applies(self, obj: Any) -> bool:
         """Whether the operation would change ``obj`` (shows its button)."""
@@ -362,11 +365,50 @@ ENDPOINT_OPERATIONS: dict[str, EndpointOperation] = {
     )
 }
 
+
+def _queue_operation(name: str, permission: str, label: str, done: str, text: str) -> Operation:
+    return Operation("queue", name, permission, label, done, text, scope="queues", fleet=True)
+
+
+#: What may be done to a job queue's flow control (``django_pgqueue.queues`` does it):
+#: the operator's alone, as a queue belongs to the whole fleet. The admin and the
+#: HTTP API check these declarations (``authority.authorize``).
+QUEUE_OPERATIONS: dict[str, Operation] = {
+    "view": _queue_operation(
+        "view", "view_queue", "See queues", "", "The queues' limits, pause and running jobs."
+    ),
+    "configure": _queue_operation(
+        "configure",
+        "change_queue",
+        "Configure",
+        "Configured: {n} queue.",
+        "Sets every limit of the queue at run time; it wins over PGQUEUE['QUEUES'].",
+    ),
+    "reset": _queue_operation(
+        "reset",
+        "change_queue",
+        "Reset to settings",
+        "Reset: {n} queue.",
+        "The queue's limits become its PGQUEUE['QUEUES'] entry's again.",
+    ),
+    "pause": _queue_operation(
+        "pause",
+        "pause_queue",
+        "Pause",
+        "Paused: {n} queue.",
+        "No worker starts a job of the queue from its next claim; running jobs finish.",
+    ),
+    "resume": _queue_operation(
+        "resume", "pause_queue", "Resume", "Resumed: {n} queue.", "Claims take its jobs again."
+    ),
+}
+
 #: Every declaration, by the model it changes (its ``model_name``).
 OPERATIONS: dict[str, dict[str, Any]] = {
     "job": JOB_OPERATIONS,
     "delivery": DELIVERY_OPERATIONS,
     "endpoint": ENDPOINT_OPERATIONS,
+    "queue": QUEUE_OPERATIONS,
 }
 
 

@@ -7,9 +7,16 @@ enqueue would cost every job for the few queues that have limits). The claim
 (``sql.CLAIM_JOBS``) reads these rows and honours them in the same statement,
 counting running jobs from the rows (docs/flow-control.md).
 
-The admin, the ``pgqueue_queue`` command and any other door call these functions;
-none of them writes the rows itself. Bad input raises :class:`ValueError` naming
-the value, before any SQL: nothing is written.
+Limits come from two places. ``PGQUEUE["QUEUES"]`` gives defaults, which every
+worker applies as it starts (:func:`apply_settings`, so a deploy carries a change
+of them). A run-time change (:func:`configure`: the admin, the HTTP API, the
+``pgqueue_queue`` command) wins over them and is shown as such
+(``QueueState.source == "run time"``) until :func:`reset` hands the queue back
+to the settings.
+
+The admin, the HTTP API, the ``pgqueue_queue`` command and any other door call
+these functions; none of them writes the rows itself. Bad input raises
+:class:`ValueError` naming the value, before any SQL: nothing is written.
 """
 
 from __future__ import annotations
@@ -22,24 +29,29 @@ from django.db import connections, transaction
 
 from . import sql
 from .conf import get_settings
-from .contract import bounded_text, strict_int
+from .contract import bounded_text
 from .jobs import store
-from .models.flow import CONCURRENCY_KEY_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
+from .queue_limits import CONCURRENCY_KEY_MAX_LENGTH, LIMIT_FIELDS, QueueLimits, limits, queue_name
 
 __all__ = [
+    "LIMIT_FIELDS",
+    "QueueLimits",
     "QueueState",
+    "apply_settings",
     "configure",
     "get",
     "is_known",
     "list_queues",
     "pause",
+    "reset",
     "resume",
     "validate_concurrency_key",
     "validate_queue_name",
 ]
 
-#: Largest limit or rate period accepted (PostgreSQL ``integer``).
-_INT_MAX = 2**31 - 1
+#: Where a queue's limits come from (``QueueState.source``).
+SOURCE_RUN_TIME = "run time"
+SOURCE_SETTINGS = "settings"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +63,9 @@ class QueueState:
     key_concurrency: int | None
     rate_limit: int | None
     rate_period: int
+    key_rate_limit: int | None
+    key_rate_period: int
+    overridden_at: dt.datetime | None
     paused_at: dt.datetime | None
     running: int
 
@@ -58,16 +73,32 @@ class QueueState:
     def paused(self) -> bool:
         return self.paused_at is not None
 
+    @property
+    def source(self) -> str:
+        """Where the limits come from: ``"run time"`` (an operator's change, which
+        wins over the settings until :func:`reset`), ``"settings"``
+        (``PGQUEUE["QUEUES"]`` names the queue) or ``""`` (neither: a row a pause
+        made, with no limits)."""
+        if self.overridden_at is not None:
+            return SOURCE_RUN_TIME
+        return SOURCE_SETTINGS if self.name in get_settings().QUEUES else ""
+
+    @property
+    def limits(self) -> QueueLimits:
+        return QueueLimits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
+
 
 _STATE_FIELDS = tuple(field.name for field in dataclasses.fields(QueueState))
 if tuple(name for name, _ in sql.QUEUE_STATE_COLUMNS) != _STATE_FIELDS:  # pragma: no cover
     raise ImportError("sql.QUEUE_STATE_COLUMNS and queues.QueueState disagree")
+if tuple(sql.LIMIT_COLUMNS) != LIMIT_FIELDS:  # pragma: no cover
+    raise ImportError("sql.LIMIT_COLUMNS and queue_limits.QueueLimits disagree")
 
 
 def validate_queue_name(name: Any) -> str:
     """``name`` if it can name a queue: a non-empty string of at most 100 characters
     that PostgreSQL's ``text`` holds; ValueError naming it otherwise."""
-    return bounded_text(name, "A queue name", max_length=QUEUE_NAME_MAX_LENGTH)
+    return queue_name(name)
 
 
 def validate_concurrency_key(key: Any) -> str | None:
@@ -83,13 +114,6 @@ def validate_concurrency_key(key: Any) -> str | None:
     )
 
 
-def _limit(value: Any, what: str) -> int | None:
-    """A limit: None (no limit) or a whole number of at least 1."""
-    if value is None:
-        return None
-    return strict_int(value, what, minimum=1, maximum=_INT_MAX)
-
-
 def configure(
     name: str,
     *,
@@ -97,26 +121,59 @@ def configure(
     key_concurrency: int | None = None,
     rate_limit: int | None = None,
     rate_period: int = 1,
+    key_rate_limit: int | None = None,
+    key_rate_period: int = 1,
 ) -> None:
-    """Set the limits of queue ``name``, making its row if it has none.
+    """Set the limits of queue ``name`` at run time, making its row if it has none.
 
     ``concurrency``: most jobs of the queue running at once, across every worker and
     host. ``key_concurrency``: most running at once per concurrency key
     (``task.using(concurrency_key=...)``). ``rate_limit``: most jobs started per
-    ``rate_period`` seconds (GCRA, as for webhook endpoints). None means no limit;
-    every call sets all of them, so ``configure(name)`` clears a queue's limits
-    (its pause stays as it is). Workers apply a change at their next claim.
+    ``rate_period`` seconds; ``key_rate_limit``: most started per
+    ``key_rate_period`` seconds per concurrency key (GCRA, as for webhook
+    endpoints). None means no limit; every call sets all of them, so
+    ``configure(name)`` clears a queue's limits (its pause stays as it is). The
+    change wins over ``PGQUEUE["QUEUES"]`` until :func:`reset`. Workers apply it
+    at their next claim.
     """
-    params = {
-        "name": validate_queue_name(name),
-        "concurrency": _limit(concurrency, "concurrency"),
-        "key_concurrency": _limit(key_concurrency, "key_concurrency"),
-        "rate_limit": _limit(rate_limit, "rate_limit"),
-        "rate_period": strict_int(
-            rate_period, "rate_period (seconds)", minimum=1, maximum=_INT_MAX
-        ),
-    }
-    _write(sql.CONFIGURE_QUEUE, params)
+    checked = limits(
+        {
+            "concurrency": concurrency,
+            "key_concurrency": key_concurrency,
+            "rate_limit": rate_limit,
+            "rate_period": rate_period,
+            "key_rate_limit": key_rate_limit,
+            "key_rate_period": key_rate_period,
+        }
+    )
+    _write(sql.CONFIGURE_QUEUE, {"name": validate_queue_name(name), **checked.as_dict()})
+
+
+def reset(name: str) -> bool:
+    """Hand queue ``name`` back to the settings: its limits become its
+    ``PGQUEUE["QUEUES"]`` entry's (none when the settings do not name it) and a
+    worker's start applies the settings to it again. False when it has no row."""
+    name = validate_queue_name(name)
+    entry = get_settings().QUEUES.get(name) or QueueLimits()
+    return _write(sql.RESET_QUEUE, {"name": name, **entry.as_dict()})
+
+
+def apply_settings() -> tuple[int, int]:
+    """Apply ``PGQUEUE["QUEUES"]`` to the queue rows, as every worker does when it
+    starts: each named queue gets its entry's limits unless they were set at run
+    time; a queue whose limits came from an entry since removed loses them.
+    Returns (rows written, rows removed); a restart with unchanged settings writes
+    nothing."""
+    entries = get_settings().QUEUES
+    params: dict[str, Any] = {"names": list(entries)}
+    for field in LIMIT_FIELDS:
+        params[field] = [getattr(entry, field) for entry in entries.values()]
+    db = get_settings().DATABASE
+    with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        cursor.execute(sql.APPLY_QUEUE_SETTINGS, params)
+        written, removed = cursor.fetchone()
+    store.forget_configured()
+    return int(written), int(removed)
 
 
 def pause(name: str) -> None:

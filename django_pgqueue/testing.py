@@ -22,8 +22,9 @@ as in production; only the wait for a retry's backoff is skipped (``retries="now
 Webhook deliveries are sent only when asked (``webhooks=True``): a test's fixtures
 may name real receivers. The claim honours the queues' flow control
 (docs/flow-control.md): a paused queue's jobs are left pending, and a limit caps
-one claim's batch (each batch is completed before the next claim, so a limit never
-stops the drain).
+one claim's batch (each batch is completed before the next claim, so a concurrency
+limit never stops the drain; a spent rate limit does, leaving the jobs over it
+pending). ``PGQUEUE["QUEUES"]`` is applied first, as a worker does when it starts.
 docs/testing.md says what works under ``TestCase`` and what needs
 ``TransactionTestCase``.
 """
@@ -41,6 +42,7 @@ from typing import Any, Literal
 
 from django.db import connections
 
+from . import queues as queue_settings
 from .conf import get_settings
 from .db import FastJsonbLoader
 from .outcomes import Outcome
@@ -190,6 +192,9 @@ def run_queued_jobs(
     whatever transaction the caller (or the test case) has open.
     """
     conf = get_settings()
+    if conf.QUEUES:
+        # As a worker does when it starts (in the caller's transaction here).
+        queue_settings.apply_settings()
     connection = connections[conf.DATABASE]
     worker_id = f"test-{uuid.uuid4().hex[:6]}"
     sources = _sources(webhooks, worker_id)

@@ -10,8 +10,9 @@ It creates a scratch database beside DATABASE_URL's (``<name>_api``), migrates i
 makes an API key holding every scope, starts gunicorn (several worker processes)
 serving the test project on it, and runs ``st run`` on the API's ``openapi.json``
 with the checks ``not_a_server_error`` and ``response_schema_conformance``. The
-database is seeded first (applications, endpoints, events and their deliveries), and
-half of the generated ``{id}`` and ``{uid}`` path values are drawn from the seeded
+database is seeded first (applications, endpoints, events and their deliveries, two
+job queues), and half of the generated ``{id}``, ``{uid}`` and ``{name}`` path
+values are drawn from the seeded
 objects (a Schemathesis dictionary), so the operations on one object reach past
 their 404 to the real work and its 2xx responses. The
 number of test cases per operation is bounded (``--max-examples``, default 20) to
@@ -48,7 +49,7 @@ CHECKS = "not_a_server_error,response_schema_conformance"
 #: Made in the scratch database before the run; prints the ids and uids as JSON.
 SEED = """
 import json
-from django_pgqueue import send_event
+from django_pgqueue import queues, send_event
 from django_pgqueue.models import Application, Delivery, Endpoint
 apps = [Application.objects.create(uid=uid, name=uid) for uid in ("st_acme", "st_globex")]
 endpoints = [
@@ -61,7 +62,10 @@ for n in range(4):
     send_event("order.paid", {"order_id": n})
 send_event("order.paid", {"order_id": 99}, application="st_acme")
 ids = [e.pk for e in endpoints] + list(Delivery.objects.values_list("pk", flat=True))
-print(json.dumps({"ids": sorted(set(ids)), "uids": [a.uid for a in apps]}))
+names = ["st_reports", "st_tenants"]
+queues.configure(names[0], concurrency=3)
+queues.pause(names[1])
+print(json.dumps({"ids": sorted(set(ids)), "uids": [a.uid for a in apps], "names": names}))
 """
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -153,6 +157,7 @@ def main() -> int:
             url,
             *("pgqueue_api_key", "create", "--name", "schemathesis"),
             *("--scope", "send", "--scope", "read", "--scope", "manage", "--scope", "secrets"),
+            *("--scope", "queues"),
             # Thousands of requests in a minute: the limit must not turn them into 429s.
             *("--rate-limit", "1000000"),
         )
@@ -164,9 +169,12 @@ def main() -> int:
             f"values = {json.dumps(seeded['ids'])}\n"
             "[dictionaries.uids]\n"
             f"values = {json.dumps(seeded['uids'])}\n"
+            "[dictionaries.names]\n"
+            f"values = {json.dumps(seeded['names'])}\n"
             "[parameters]\n"
             '"path.id" = { dictionary = "ids", probability = 0.5 }\n'
             '"path.uid" = { dictionary = "uids", probability = 0.5 }\n'
+            '"path.name" = { dictionary = "names", probability = 0.5 }\n'
         )
         server = Server(
             workers=args.workers,

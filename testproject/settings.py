@@ -144,6 +144,8 @@ PGQUEUE = {
     # Periodic tasks: the demo's own, or the ones a test hands its worker processes.
     "SCHEDULE": json.loads(os.environ.get("PGQUEUE_TEST_SCHEDULE", "null")) or DEMO_SCHEDULE,
     "SCHEDULER_INTERVAL": float(os.environ.get("PGQUEUE_SCHEDULER_INTERVAL", "2.0")),
+    # Flow control defaults the tests hand their worker processes.
+    "QUEUES": json.loads(os.environ.get("PGQUEUE_TEST_QUEUES", "{}")),
     "WEBHOOKS": {
         # The demo's receivers listen on 127.0.0.1; production keeps this empty.
         "ALLOW_NETWORKS": ["127.0.0.0/8"],

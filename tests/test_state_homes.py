@@ -39,14 +39,15 @@ QUEUE_MODELS = {
     "TopicBinding": "pgqueue_mq_topic_binding",
     "Queue": "pgqueue_queue",
     "Rollup": "pgqueue_rollup",
+    "QueueKeyRate": "pgqueue_queue_key_rate",
 }
 QUEUE_TABLES = set(QUEUE_MODELS.values())
 
 #: The stores: module (or package, ending in "/") -> the tables it writes. The
 #: same list as the table in docs/architecture.md (test_the_page_lists_the_stores).
 STORES: dict[str, set[str]] = {
-    "jobs/": {"pgqueue_job", "pgqueue_queue"},
-    "queues.py": {"pgqueue_queue"},
+    "jobs/": {"pgqueue_job", "pgqueue_queue", "pgqueue_queue_key_rate"},
+    "queues.py": {"pgqueue_queue", "pgqueue_queue_key_rate"},
     "webhooks/store.py": {
         "pgqueue_application",
         "pgqueue_delivery",
@@ -64,6 +65,7 @@ STORES: dict[str, set[str]] = {
         "pgqueue_delivery",
         "pgqueue_delivery_attempt",
         "pgqueue_event",
+        "pgqueue_queue_key_rate",
     },
 }
 

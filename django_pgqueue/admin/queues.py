@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from .. import queues
+from ..conf import get_settings
 from ..models import Queue
 from .audit import log_changes
 from .read_only import ReadOnlyAdminMixin
@@ -26,8 +27,10 @@ class QueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "concurrency",
         "key_concurrency",
         "rate",
+        "key_rate",
         "running",
         "paused_at",
+        "source",
     )
     readonly_fields = (
         "name",
@@ -35,6 +38,10 @@ class QueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "key_concurrency",
         "rate_limit",
         "rate_period",
+        "key_rate_limit",
+        "key_rate_period",
+        "source",
+        "overridden_at",
         "paused_at",
         "created_at",
         "updated_at",
@@ -47,6 +54,18 @@ class QueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("rate limit"))
     def rate(self, obj: Queue) -> str:
         return f"{obj.rate_limit} / {obj.rate_period} s" if obj.rate_limit else "—"
+
+    @admin.display(description=_("rate limit per key"))
+    def key_rate(self, obj: Queue) -> str:
+        return f"{obj.key_rate_limit} / {obj.key_rate_period} s" if obj.key_rate_limit else "—"
+
+    @admin.display(description=_("limits from"))
+    def source(self, obj: Queue) -> str:
+        """Whether the limits are an operator's run-time change (which wins over the
+        settings until reset) or PGQUEUE['QUEUES']'s."""
+        if obj.overridden_at is not None:
+            return str(_("run time (overrides settings)"))
+        return str(_("settings")) if obj.name in get_settings().QUEUES else "—"
 
     @admin.display(description=_("running"))
     def running(self, obj: Queue) -> int:

@@ -17,6 +17,7 @@ from ..conf import get_settings
 from ..models.api import ApiScope
 from ..models.queue import Status
 from ..models.webhooks import Application, BreakerState, Endpoint, Ordering, RatePeriod
+from ..queue_limits import LIMIT_FIELDS, QUEUE_NAME_MAX_LENGTH
 from ..webhooks.routing import MAX_CHANNELS
 from .http import respond
 
@@ -71,6 +72,7 @@ SUBSCRIPTIONS = {
 }
 HEADERS = {"type": "object", "additionalProperties": STRING}
 LIMIT = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"type": "null"}]}
+PERIOD = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1, "description": "Seconds."}
 
 
 def _mark_operator_fields(model: Any, fields: dict[str, Any]) -> None:
@@ -281,6 +283,34 @@ def _schemas() -> dict[str, Any]:
             ("uid", "name", "is_active", "created_at"),
         ),
         "ApplicationPage": _page("Application"),
+        "Queue": _obj(
+            {
+                "name": STRING,
+                **{field: LIMIT for field in LIMIT_FIELDS if not field.endswith("period")},
+                **{field: PERIOD for field in LIMIT_FIELDS if field.endswith("period")},
+                "paused": {"type": "boolean"},
+                "paused_at": _nullable(DATETIME),
+                "running": {"type": "integer", "minimum": 0},
+                "source": {
+                    "anyOf": [
+                        {"type": "string", "enum": ["run time", "settings"]},
+                        {"type": "null"},
+                    ],
+                    "description": "Where the limits come from: 'run time' wins over the "
+                    "settings until reset; null: neither (a row a pause made).",
+                },
+                "overridden_at": _nullable(DATETIME),
+            },
+            ("name", *LIMIT_FIELDS, "paused", "running", "source"),
+        ),
+        "QueueList": _obj({"data": {"type": "array", "items": _ref("Queue")}}, ("data",)),
+        "QueueIn": _obj(
+            {
+                **{field: LIMIT for field in LIMIT_FIELDS if not field.endswith("period")},
+                **{field: _nullable(PERIOD) for field in LIMIT_FIELDS if field.endswith("period")},
+            },
+            closed=True,
+        ),
         "ApplicationIn": _obj({"uid": KEY, **application_fields}, ("uid",), closed=True),
         "ApplicationPatch": _obj(application_fields, closed=True),
     }
@@ -350,6 +380,13 @@ def _op(
     return operation
 
 
+def _created_or_changed(operation: dict[str, Any]) -> dict[str, Any]:
+    """A PUT's answers: 200 with the object changed, 201 with it made."""
+    changed = operation["responses"]["200"]
+    operation["responses"]["201"] = {**changed, "description": "Done; the row was made."}
+    return operation
+
+
 def _path_id(name: str = "id") -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": ID}
 
@@ -377,6 +414,12 @@ APPLICATION_FILTER = _query("application", KEY, "Only this application's objects
 
 def build_document(base: str = "") -> dict[str, Any]:
     """The OpenAPI 3.1 document; ``base`` is the mount point's path (the server URL)."""
+    name_param = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1, "maxLength": QUEUE_NAME_MAX_LENGTH},
+    }
     uid_param = {
         "name": "uid",
         "in": "path",
@@ -624,6 +667,52 @@ def build_document(base: str = "") -> dict[str, Any]:
                     params=[uid_param],
                     problems=("404",),
                 ),
+            },
+            "/queues": {
+                "get": _op(
+                    "queues_list",
+                    "The configured job queues: limits, pause, running jobs, source.",
+                    "queues",
+                    ("200", "QueueList"),
+                ),
+            },
+            "/queues/{name}": {
+                "get": _op(
+                    "queues_get",
+                    "A job queue's flow control.",
+                    "queues",
+                    ("200", "Queue"),
+                    params=[name_param],
+                    problems=("404", "422"),
+                ),
+                "put": _created_or_changed(
+                    _op(
+                        "queues_configure",
+                        "Set every limit of a queue at run time (a limit left out is no "
+                        "limit); it wins over PGQUEUE['QUEUES'] until reset.",
+                        "queues",
+                        ("200", "Queue"),
+                        body="QueueIn",
+                        params=[name_param],
+                    )
+                ),
+            },
+            **{
+                f"/queues/{{name}}/{action}": {
+                    "post": _op(
+                        f"queues_{action}",
+                        summary,
+                        "queues",
+                        ("200", "Queue"),
+                        params=[name_param],
+                        problems=("404", "422"),
+                    )
+                }
+                for action, summary in (
+                    ("reset", "Hand a queue's limits back to PGQUEUE['QUEUES']."),
+                    ("pause", "Pause a queue: no new start from the workers' next claim."),
+                    ("resume", "Resume a paused queue."),
+                )
             },
         },
         "components": {

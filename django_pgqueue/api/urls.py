@@ -9,8 +9,8 @@ are taken as strings and parsed by the views, so a malformed one is a problem+js
 from django.urls import path, re_path
 from django.views.decorators.http import require_GET
 
-from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
-from . import applications, deliveries, endpoints, event_types, events
+from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS, QUEUE_OPERATIONS
+from . import applications, deliveries, endpoints, event_types, events, queues
 from .http import no_such_route, route
 from .openapi import openapi_view
 
@@ -20,6 +20,7 @@ SEND, READ, MANAGE = "send", "read", "manage"
 #: The operations' own declarations: the route needs each one's scope, and the view
 #: authorises the operation on its object (authority.authorize).
 ENDPOINT, REPLAY = ENDPOINT_OPERATIONS, DELIVERY_OPERATIONS["replay"]
+QUEUE = QUEUE_OPERATIONS
 
 urlpatterns = [
     path("openapi.json", require_GET(openapi_view), name="openapi"),
@@ -93,6 +94,29 @@ urlpatterns = [
             DELETE=(MANAGE, applications.delete_application),
         ),
         name="application",
+    ),
+    path("queues", route(GET=(QUEUE["view"], queues.list_queues)), name="queues"),
+    path(
+        "queues/<str:name>",
+        route(
+            GET=(QUEUE["view"], queues.get_queue), PUT=(QUEUE["configure"], queues.configure_queue)
+        ),
+        name="queue",
+    ),
+    path(
+        "queues/<str:name>/reset",
+        route(POST=(QUEUE["reset"], queues.reset_queue)),
+        name="queue_reset",
+    ),
+    path(
+        "queues/<str:name>/pause",
+        route(POST=(QUEUE["pause"], queues.pause_queue)),
+        name="queue_pause",
+    ),
+    path(
+        "queues/<str:name>/resume",
+        route(POST=(QUEUE["resume"], queues.resume_queue)),
+        name="queue_resume",
     ),
     # Last: any other URL under the API is a problem+json 404, not Django's HTML page.
     re_path(r"^(?P<rest>.*)$", no_such_route, name="no_such_route"),

@@ -16,7 +16,7 @@ if _apps.apps_ready and not _apps.is_installed("django_pgqueue"):
     )
 
 from .api import ApiKey, ApiRateLimit, ApiScope
-from .flow import Queue
+from .flow import Queue, QueueKeyRate
 from .mq import MessageQueue, TopicBinding
 from .queue import Job, JobHistory, QueueRow, Status
 from .rollup import Rollup, RollupKind
@@ -49,6 +49,7 @@ __all__ = [
     "MessageQueue",
     "Ordering",
     "Queue",
+    "QueueKeyRate",
     "QueueRow",
     "RatePeriod",
     "Rollup",

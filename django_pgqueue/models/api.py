@@ -20,6 +20,8 @@ class ApiScope(models.TextChoices):
     #: Replacing an endpoint's signing secret: the admin's ``manage_endpoint_secret``,
     #: apart from ``manage`` as there (least privilege).
     SECRETS = "secrets", _("Rotate endpoint signing secrets")
+    #: The job queues' flow control (operators' keys only: a queue is the fleet's).
+    QUEUES = "queues", _("Read, configure, pause and resume job queues")
 
 
 class ApiKey(models.Model):

@@ -21,6 +21,7 @@ SCHEDULE_TABLE = "pgqueue_schedule"
 TICK_TABLE = "pgqueue_schedule_tick"
 WORKER_TABLE = "pgqueue_worker"
 QUEUE_TABLE = "pgqueue_queue"
+QUEUE_KEY_RATE_TABLE = "pgqueue_queue_key_rate"
 
 # The state sets of a queue row as SQL lists, from their one declaration
 # (states.py, which the partial indexes in the models' Meta are built from too):

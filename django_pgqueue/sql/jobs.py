@@ -11,6 +11,7 @@ from .fragments import (
     PLAN_EACH_RUN_LIMIT,
     PLAN_EACH_RUN_QUEUES,
     PLAN_EACH_RUN_WORKER,
+    QUEUE_KEY_RATE_TABLE,
     QUEUE_TABLE,
     TERMINAL_SQL,
     extend_leases,
@@ -209,13 +210,17 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 #   ``pgq_job_flow_due_idx`` (one descent per key, however many jobs each holds;
 #   jobs without a key are key ''). ``flow_picks``: per key, its first jobs in
 #   priority order, at most the queue's room and, for a key, ``key_concurrency``
-#   minus the key's running jobs; each numbered within its key.
+#   minus the key's running jobs and the key's own GCRA allowance
+#   (``key_rate_limit``, its state a row of pgqueue_queue_key_rate; no row is a
+#   full bucket); each numbered within its key.
 # * ``flow_due``: per queue the picks in round robin over keys (each key's
 #   first, then each key's second...), at most its room, locked with SKIP LOCKED
 #   by primary key. A lone key fills the room (work-conserving); a flood of one
 #   key does not delay another key's first job past one claim.
 # * ``served``: the queues taken from get their stamp and their rate state moved
-#   on. Jobs over a limit are simply not picked: they stay pending, no attempt spent.
+#   on; ``key_served``: so does each key's under a key rate limit (an upsert:
+#   the queue row's lock, held here, orders every writer of a queue's key rows).
+#   Jobs over a limit are simply not picked: they stay pending, no attempt spent.
 _CLAIM_JOB_PICKED = ("id", "exhausted", "lapsed")
 _PICKED_JOBS = picked(
     _CLAIM_JOB_PICKED,
@@ -236,6 +241,16 @@ _RUNNING_IN_QUEUE = f"""SELECT pg_catalog.count(*) FROM {JOB_TABLE} AS r
 _RUNNING_OF_KEY = f"""SELECT pg_catalog.count(*) FROM {JOB_TABLE} AS r
                  WHERE r.queue_name = k.queue_name AND r.status = 'in_progress'
                    AND r.concurrency_key IS NOT NULL AND r.concurrency_key = k.key"""
+# Key ``k``'s rate state as ``rate_allowance``/``rate_tat_after`` read one (NULL
+# limit: no key rate limit, and the key row is not read; jobs without a key have
+# only the queue's limits). ``OFFSET 0`` keeps the planner from pulling the
+# subquery up into its two readers (the pick's LIMIT and its output), which
+# would look the key's row up twice.
+_KEY_RATE = f"""SELECT h.key_rate_limit AS rate_limit, h.key_rate_period AS rate_period,
+           CASE WHEN h.key_rate_limit IS NOT NULL AND k.key <> '' THEN
+               (SELECT t.rate_tat FROM {QUEUE_KEY_RATE_TABLE} AS t
+                WHERE t.queue_name = k.queue_name AND t.key = k.key) END AS rate_tat
+    OFFSET 0"""
 # The first waiting key of queue ``{q}`` after ``{after}``, in the order of
 # pgq_job_flow_due_idx (so: one index descent).
 _NEXT_KEY = f"""(SELECT COALESCE(n.concurrency_key, '') FROM {JOB_TABLE} AS n
@@ -285,13 +300,15 @@ def _claim_flow_jobs(marker: str, kind_sql: str) -> str:
     update_sql = _claimed_jobs_update()
     allowance_sql = rate_allowance("q")
     tat_sql = rate_tat_after("q", "s.n")
+    key_allowance_sql = rate_allowance("kr")
+    key_tat_sql = rate_tat_after("s", "s.n")
     return f"""/* pgqueue:{marker} */
 WITH RECURSIVE flow AS (
     SELECT q.name, q.served_at, q.paused_at IS NOT NULL AS paused
     FROM {QUEUE_TABLE} AS q
     WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
 ), held AS MATERIALIZED (
-    SELECT q.name, q.key_concurrency,
+    SELECT q.name, q.key_concurrency, q.key_rate_limit, q.key_rate_period,
            GREATEST(0, LEAST(%(limit)s, q.concurrency - ({_RUNNING_IN_QUEUE}),
                              {allowance_sql})) AS room
     FROM {QUEUE_TABLE} AS q JOIN flow AS f ON f.name = q.name
@@ -305,8 +322,11 @@ WITH RECURSIVE flow AS (
     SELECT k.queue_name, {next_key_sql}
     FROM keys AS k WHERE k.key IS NOT NULL
 ), flow_picks AS (
-    SELECT x.id, x.rank, x.priority, x.next_attempt_at, k.queue_name
+    SELECT x.id, x.rank, x.priority, x.next_attempt_at, k.queue_name, k.key,
+           kr.rate_limit AS key_rate_limit, kr.rate_period AS key_rate_period,
+           kr.rate_tat AS key_rate_tat
     FROM keys AS k JOIN held AS h ON h.name = k.queue_name
+    CROSS JOIN LATERAL ({_KEY_RATE}) AS kr
     CROSS JOIN LATERAL (
         SELECT c.id, c.priority, c.next_attempt_at,
                row_number() OVER (ORDER BY c.priority DESC, c.next_attempt_at, c.id) AS rank
@@ -314,8 +334,12 @@ WITH RECURSIVE flow AS (
         WHERE c.queue_name = k.queue_name AND COALESCE(c.concurrency_key, '') = k.key
           AND c.status IN {CLAIMABLE_SQL} AND c.next_attempt_at <= now() AND {kind_sql}
         ORDER BY c.priority DESC, c.next_attempt_at, c.id
-        LIMIT CASE WHEN k.key = '' OR h.key_concurrency IS NULL THEN h.room
-                   ELSE GREATEST(0, LEAST(h.room, h.key_concurrency - ({_RUNNING_OF_KEY}))) END
+        LIMIT CASE WHEN k.key = '' THEN h.room
+                   ELSE GREATEST(0, LEAST(
+                       h.room,
+                       CASE WHEN h.key_concurrency IS NOT NULL
+                            THEN h.key_concurrency - ({_RUNNING_OF_KEY}) END,
+                       {key_allowance_sql})) END
     ) AS x
     WHERE k.key IS NOT NULL
 ), flow_due AS MATERIALIZED (
@@ -341,6 +365,17 @@ WITH RECURSIVE flow AS (
           FROM flow_due AS d JOIN flow_picks AS p ON p.id = d.id
           GROUP BY p.queue_name) AS s
     WHERE q.name = s.queue_name
+), key_served AS (
+    INSERT INTO {QUEUE_KEY_RATE_TABLE} AS t (queue_name, key, rate_tat)
+    SELECT s.queue_name, s.key, {key_tat_sql}
+    FROM (SELECT p.queue_name, p.key, pg_catalog.count(*) AS n,
+                 pg_catalog.min(p.key_rate_limit) AS rate_limit,
+                 pg_catalog.min(p.key_rate_period) AS rate_period,
+                 pg_catalog.min(p.key_rate_tat) AS rate_tat
+          FROM flow_due AS d JOIN flow_picks AS p ON p.id = d.id
+          WHERE p.key_rate_limit IS NOT NULL AND p.key <> ''
+          GROUP BY p.queue_name, p.key) AS s
+    ON CONFLICT (queue_name, key) DO UPDATE SET rate_tat = EXCLUDED.rate_tat
 ), {_PICKED_FLOW_JOBS}
 {update_sql}"""
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from .fragments import ATTEMPT_TABLE, DELIVERY_TABLE, EVENT_TABLE, JOB_TABLE, QUEUE_TABLES
+from .fragments import (
+    ATTEMPT_TABLE,
+    DELIVERY_TABLE,
+    EVENT_TABLE,
+    JOB_TABLE,
+    QUEUE_KEY_RATE_TABLE,
+    QUEUE_TABLES,
+)
 
 # ---------------------------------------------------------------------------------
 # Maintenance
@@ -69,6 +76,22 @@ WHERE e.id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+"""
+
+# Per-key rate state whose bucket is full again (``rate_tat`` past): the same as
+# no row, which is how the claim reads a key it has no row of, so deleting it
+# changes no limit. A batch at a time; a row the claim holds is skipped.
+PRUNE_QUEUE_KEY_RATES = f"""/* pgqueue:prune_queue_key_rates */
+DELETE FROM {QUEUE_KEY_RATE_TABLE} AS t
+WHERE t.id IN (
+    SELECT r.id FROM {QUEUE_KEY_RATE_TABLE} AS r WHERE r.rate_tat < now()
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+# What a prune of them would delete (``--dry-run``).
+PRUNE_COUNT_QUEUE_KEY_RATES = f"""/* pgqueue:prune_count_queue_key_rates */
+SELECT pg_catalog.count(*) FROM {QUEUE_KEY_RATE_TABLE} WHERE rate_tat < now()
 """
 
 # What a prune would delete, per state (``--dry-run``).

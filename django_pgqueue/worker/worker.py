@@ -44,6 +44,7 @@ from ..db import connect, is_connection_error
 from ..exceptions import WorkerCrashed
 from ..notify import abort_channel
 from ..outcomes import Outcome
+from ..queues import apply_settings
 from ..tracing import traced_claim
 from . import hooks
 from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
@@ -229,6 +230,7 @@ class Worker:
                 "concurrency": self.concurrency,
             },
         )
+        _apply_queue_settings()
         self.completer.start()
         if self.listener is not None:
             self.listener.start()
@@ -872,3 +874,28 @@ def default_sources(worker_id: str) -> list[Source]:
         RelaySource(worker_id),
         *message_sources(worker_id, conf.LEASE_SECONDS),
     ]
+
+
+def _apply_queue_settings() -> None:
+    """Apply ``PGQUEUE["QUEUES"]`` to the queue rows as the worker starts (a deploy
+    restarts the workers, so it carries a change of the settings). A failure is
+    logged and the worker runs on the rows as they are: it is no reason to stop
+    running jobs."""
+    connection = connections[get_settings().DATABASE]
+    try:
+        written, removed = apply_settings()
+    except Exception:
+        logger.exception("Could not apply PGQUEUE['QUEUES']; the queues keep their limits")
+        return
+    finally:
+        # The worker's own connections do the rest; this thread's Django one is done
+        # (unless a caller's transaction holds it).
+        if not connection.in_atomic_block:
+            connection.close()
+    if written or removed:
+        logger.info(
+            "Applied PGQUEUE['QUEUES']: %d queue(s) configured, %d no longer limited",
+            written,
+            removed,
+            extra={"event": "queue_settings_applied"},
+        )

@@ -68,10 +68,12 @@ def test_authorize_follows_each_declaration(op, transactional_db):
         )
 
     keyed = op.scope is not None
+    # A fleet's object (a job queue) is no application's: only the operator's keys.
+    app_keyed = keyed and not op.fleet
     cases = [
         ("operator with the permission", Operator(_user("p", op.permission)), a.pk, True),
         ("operator without it", Operator(_user("n")), a.pk, False),
-        ("key with the scope", key(a, every), a.pk, keyed),
+        ("key with the scope", key(a, every), a.pk, app_keyed),
         ("key without the scope", key(a, others), a.pk, False),
         ("operator's key (no application)", key(None, every), a.pk, keyed),
         ("key of another application", key(b, every), a.pk, False),
@@ -104,8 +106,45 @@ def _doors(patterns: list[Any], attribute: str) -> list[tuple[str, str, Any]]:
     return found
 
 
-API_DOORS = _doors(api_urls.urlpatterns, "operations")
+API_DOORS = [door for door in _doors(api_urls.urlpatterns, "operations") if not door[2].fleet]
+#: The doors onto the fleet's objects (the job queues): the operator's keys' alone.
+FLEET_DOORS = [door for door in _doors(api_urls.urlpatterns, "operations") if door[2].fleet]
 PORTAL_DOORS = _doors(portal_urls.urlpatterns, "operation")
+
+
+def test_the_fleet_doors_are_found():
+    assert {_op_id(op) for _, _, op in FLEET_DOORS} == {
+        "queue.view",
+        "queue.configure",
+        "queue.reset",
+        "queue.pause",
+        "queue.resume",
+    }
+
+
+@pytest.mark.parametrize(
+    "route, method, op", FLEET_DOORS, ids=[f"{m} {r}" for r, m, _ in FLEET_DOORS]
+)
+def test_each_fleet_door_allows_only_the_operators_keys(objects, route, method, op):
+    from django_pgqueue import queues
+
+    every = tuple(authority.SCOPE_PERMISSIONS)
+    others = tuple(s for s in every if s != op.scope)
+    path = route.replace("<str:name>", "reports")
+    queues.configure("reports", concurrency=3)
+    before = queues.get("reports")
+    inactive = create_key("off", every, application="cust_b")
+    Application.objects.filter(uid="cust_b").update(is_active=False)
+    for name, new, expected in [
+        ("key of an application, every scope", create_key("k", every, application="cust_a"), 403),
+        ("key of an inactive application", inactive, 403),
+        ("operator's key without the scope", create_key("n", others), 403),
+    ]:
+        response = ApiClient(new.key).call(method.lower(), path, {"concurrency": 1})
+        assert response.status_code == expected, (name, response.content[:300])
+        assert queues.get("reports") == before, name  # nothing changed
+    response = ApiClient(create_key("g", every).key).call(method.lower(), path, {"concurrency": 1})
+    assert response.status_code // 100 == 2, response.content[:300]
 
 
 def test_the_doors_are_found():

@@ -11,7 +11,7 @@ from django.urls import URLPattern
 from django_pgqueue.api import urls
 from django_pgqueue.api.keys import SCOPES
 from django_pgqueue.api.openapi import build_document
-from django_pgqueue.models import Application, Delivery, Endpoint, Status
+from django_pgqueue.models import Application, Delivery, Endpoint, Queue, Status
 
 from .conftest import ApiClient, problem_of
 
@@ -47,6 +47,13 @@ ROUTES = [
     ("get", "applications/{app}", "read", None),
     ("patch", "applications/{app}", "manage", {"name": "taken"}),
     ("delete", "applications/{app}", "manage", None),
+    # The job queues: the fleet's, so a key of an application reaches none of them.
+    ("get", "queues", "queues", None),
+    ("get", "queues/{name}", "queues", None),
+    ("put", "queues/{name}", "queues", {"concurrency": 1}),
+    ("post", "queues/{name}/reset", "queues", None),
+    ("post", "queues/{name}/pause", "queues", None),
+    ("post", "queues/{name}/resume", "queues", None),
 ]
 
 
@@ -66,9 +73,10 @@ def test_the_route_table_covers_every_documented_operation_and_url():
         for p in urls.urlpatterns
         if isinstance(p, URLPattern) and p.name != "no_such_route"  # the 404 fallback
     }
-    routed = {p.replace("<str:pk>", "{x}").replace("<path:uid>", "{x}") for p in patterns} - {
-        "openapi.json"
-    }
+    routed = {
+        p.replace("<str:pk>", "{x}").replace("<path:uid>", "{x}").replace("<str:name>", "{name}")
+        for p in patterns
+    } - {"openapi.json"}
     assert routed == {p for _, p in documented}
 
 
@@ -85,6 +93,7 @@ def _path(path, world):
         path.replace("{ep}", str(world["ep_b"].pk))
         .replace("{dlv}", str(world["dlv_b"].pk))
         .replace("{app}", "cust_b")
+        .replace("{name}", "reports")
     )
 
 
@@ -97,6 +106,7 @@ def _snapshot():
         ),
         sorted(Delivery.objects.values_list("pk", "status")),
         sorted(Application.objects.values_list("uid", "name")),
+        sorted(Queue.objects.values_list("name", "concurrency", "paused_at")),
     )
 
 
@@ -114,7 +124,7 @@ def test_a_key_of_one_application_never_reaches_another(api, world, method, path
         assert b"cust_b" not in response.content
     assert b"b.secret" not in response.content
     assert str(world["ep_b"].url).encode() not in response.content
-    if "{" in path or (method != "get" and path != "deliveries/replay"):
+    if "{" in path or path == "queues" or (method != "get" and path != "deliveries/replay"):
         assert response.status_code in (403, 404), response.content
         problem_of(response, response.status_code)
     else:
@@ -124,7 +134,7 @@ def test_a_key_of_one_application_never_reaches_another(api, world, method, path
                 "changed": [],
                 "skipped": {str(world["dlv_b"].pk): "not found"},
             }
-    assert _snapshot()[0] == before[0] and _snapshot()[2] == before[2]
+    assert _snapshot()[0] == before[0] and _snapshot()[2:] == before[2:]
     assert dict(_snapshot()[1])[world["dlv_b"].pk] == Status.DEAD
 
 
@@ -154,8 +164,8 @@ def test_no_key_is_a_401_everywhere(api, world, method, path, scope, body):
     problem_of(response, 401)
 
 
-def test_the_scopes_are_send_read_manage_and_secrets():
-    assert set(SCOPES) == {"send", "read", "manage", "secrets"}
+def test_the_scopes_are_send_read_manage_secrets_and_queues():
+    assert set(SCOPES) == {"send", "read", "manage", "secrets", "queues"}
     assert {scope for _, _, scope, _ in ROUTES} == set(SCOPES)
 
 

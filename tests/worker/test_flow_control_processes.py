@@ -5,6 +5,7 @@ pause stops new starts within one poll. Each task records its running interval
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import defaultdict
@@ -42,10 +43,10 @@ def peak(spans: list[tuple[float, float]]) -> int:
     return best
 
 
-def drain(worker_process) -> None:
+def drain(worker_process, env: dict[str, str] | None = None) -> None:
     """Two worker processes of four threads each (as on two hosts), until nothing is left."""
     procs = [
-        worker_process("--concurrency", "4", "--until-empty", "--poll-interval", POLL)
+        worker_process("--concurrency", "4", "--until-empty", "--poll-interval", POLL, env=env)
         for _ in range(2)
     ]
     for proc in procs:
@@ -113,6 +114,38 @@ def test_rate_limit_holds_across_processes(worker_process):
     # second, and the last of 20 no sooner than (20 - 5) / 5 s after the first.
     assert max(sum(1 for t in starts if s <= t < s + 1.0) for s in starts) <= 10
     assert starts[-1] - starts[0] >= 2.8
+
+
+def most_in_a_window(starts: list[float], window: float) -> int:
+    """Most of ``starts`` in any ``window`` seconds."""
+    return max(sum(1 for t in starts if s <= t < s + window) for s in starts)
+
+
+def test_per_key_rate_limit_from_settings_holds_across_processes(worker_process):
+    """Two keys each capped at 3 starts a second, given in PGQUEUE["QUEUES"]: the
+    workers make the row as they start, and each key keeps to its own rate while
+    both run side by side."""
+    env = {"PGQUEUE_TEST_QUEUES": json.dumps({"metered": {"key_rate_limit": 3}})}
+    for key in ("acme", "globex"):
+        task = tasks.record_interval.using(queue_name="metered", concurrency_key=key)
+        for _ in range(12):
+            task.enqueue(0.0, key)
+    drain(worker_process, env)
+    row = queues.get("metered")
+    assert (row.key_rate_limit, row.key_rate_period, row.overridden_at) == (3, 1, None)
+    spans = intervals()
+    assert {key: len(s) for key, s in spans.items()} == {"acme": 12, "globex": 12}  # none lost
+    for key in ("acme", "globex"):
+        starts = sorted(s for s, _ in spans[key])
+        # GCRA per key: a bucket of 3 refilled at 3 a second, so at most 3 + 3 starts
+        # in any second and the 12th no sooner than (12 - 3) / 3 s after the first.
+        assert most_in_a_window(starts, 1.0) <= 6, starts
+        assert starts[-1] - starts[0] >= 2.8, starts
+    both = sorted(s for s, _ in spans["acme"] + spans["globex"])
+    # The keys are limited apart: together they start more than one key may.
+    assert most_in_a_window(both, 1.0) > 6
+    assert not Job.objects.exclude(status="succeeded").exists()
+    assert not Job.objects.filter(attempts__gt=1).exists()  # no attempt spent waiting
 
 
 def test_a_lone_small_tenant_gets_through_a_flood(worker_process):

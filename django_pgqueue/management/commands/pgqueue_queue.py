@@ -1,4 +1,5 @@
-"""``manage.py pgqueue_queue``: list, configure, pause and resume job queues (flow control).
+"""``manage.py pgqueue_queue``: list, configure, reset, pause and resume job queues (flow
+control).
 
 A thin door onto ``django_pgqueue.queues``, which validates and writes. A name the
 project does not use (no row, no live job, not in a backend's ``QUEUES``) is an
@@ -32,6 +33,18 @@ class Command(BaseCommand):
         configure.add_argument(
             "--rate-period", type=positive_int, default=1, help="Seconds (default 1)."
         )
+        configure.add_argument(
+            "--key-rate-limit",
+            type=positive_int,
+            default=None,
+            help="Most jobs started per key rate period per concurrency key.",
+        )
+        configure.add_argument(
+            "--key-rate-period", type=positive_int, default=1, help="Seconds (default 1)."
+        )
+        actions.add_parser(
+            "reset", help="Hand a queue's limits back to PGQUEUE['QUEUES'] (none if it has none)."
+        ).add_argument("name")
         for action in ("pause", "resume"):
             sub = actions.add_parser(action, help=f"{action.capitalize()} a queue.")
             sub.add_argument("name")
@@ -54,7 +67,11 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Unknown queue {name!r}: it has no configuration, no live job and no "
                 f"backend lists it in QUEUES. Check the name"
-                + (", or pass --create to configure it anyway." if action != "resume" else ".")
+                + (
+                    ", or pass --create to configure it anyway."
+                    if action in ("configure", "pause")
+                    else "."
+                )
             )
         try:
             if action == "configure":
@@ -64,8 +81,16 @@ class Command(BaseCommand):
                     key_concurrency=options["key_concurrency"],
                     rate_limit=options["rate_limit"],
                     rate_period=options["rate_period"],
+                    key_rate_limit=options["key_rate_limit"],
+                    key_rate_period=options["key_rate_period"],
                 )
-                self.stdout.write(f"queue {name!r} configured")
+                self.stdout.write(f"queue {name!r} configured (wins over PGQUEUE['QUEUES'])")
+            elif action == "reset":
+                changed = queues.reset(name)
+                self.stdout.write(
+                    f"queue {name!r} "
+                    + ("follows PGQUEUE['QUEUES'] again" if changed else "has no configuration")
+                )
             elif action == "pause":
                 queues.pause(name)
                 self.stdout.write(f"queue {name!r} paused: workers take none of its jobs")
@@ -80,11 +105,17 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("(no queue configured: every queue runs without limits)")
             return
+        sources = {
+            queues.SOURCE_RUN_TIME: "limits set at run time",
+            queues.SOURCE_SETTINGS: "limits from settings",
+        }
         for q in rows:
             rate = f"{q.rate_limit}/{q.rate_period}s" if q.rate_limit else "-"
+            key_rate = f"{q.key_rate_limit}/{q.key_rate_period}s" if q.key_rate_limit else "-"
             state = f"paused since {q.paused_at.isoformat()}" if q.paused_at else "running"
             self.stdout.write(
                 f"{q.name}  concurrency={q.concurrency or '-'}  "
                 f"key_concurrency={q.key_concurrency or '-'}  rate={rate}  "
-                f"running={q.running}  {state}"
+                f"key_rate={key_rate}  running={q.running}  {state}  "
+                f"({sources.get(q.source, 'no limits')})"
             )
