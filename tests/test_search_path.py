@@ -86,5 +86,8 @@ def test_the_job_path_never_runs_a_planted_function(planted, settings, prepared)
     report = run_queued_jobs(retries="wait")  # claim, lease, complete, retry delay
     assert Job.objects.get(pk=int(ok.id)).status == "succeeded"
     job = Job.objects.get(pk=int(failing.id))
-    assert job.status in ("failed", "dead") and job.attempts == 1
+    # Its retry was scheduled through the statements under test. The first backoff is
+    # about two seconds: on a loaded machine it can come due while the helper still
+    # drains, and then the retry runs too (attempts 2, found flaky at 1).
+    assert job.status in ("failed", "dead") and job.attempts >= 1
     assert report.outcomes
