@@ -16,6 +16,7 @@ from ..stats import delivery_overview, job_queue_overview, worker_overview
 
 #: Columns of the per-queue table, in lifecycle order.
 STATUS_COLUMNS = (
+    Status.WAITING,
     Status.PENDING,
     Status.IN_PROGRESS,
     Status.FAILED,

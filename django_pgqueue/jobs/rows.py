@@ -111,6 +111,9 @@ class JobRow:
     errors: Any
     worker_ids: Any
     result: Any
+    #: The workflow of a step and its name in it (None for a plain job).
+    workflow_id: int | None
+    step_name: str | None
 
 
 CLAIMED_JOB: RowDecoder[ClaimedJob] = RowDecoder(

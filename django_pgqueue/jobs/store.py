@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, transaction
+from psycopg.types.string import TextLoader
 
 from .. import bulk, sql
 from ..conf import get_settings
@@ -179,9 +180,58 @@ def insert_many(db: str, new: NewJobs, runs: Sequence[bulk.Run]) -> tuple[list[i
     return ids, created_at
 
 
-def read(db: str, job_id: int) -> JobRow | None:
-    """One job as ``get_result`` reports it, or None when there is no such job."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewStep:
+    """What makes a job a workflow step (``workflows/``): its workflow, its name, what
+    a parent's failure does to it, and how many parents it waits for."""
+
+    workflow_id: int
+    name: str
+    policy: str
+    parents: int
+    atomic: bool = False
+    concurrency_key: str | None = None
+
+
+def insert_step(
+    db: str, new: NewJobs, step: NewStep, args_json: str, kwargs_json: str
+) -> tuple[int, dt.datetime]:
+    """Write one workflow step in the caller's transaction: ``waiting`` when it has
+    parents (released by the completion of the last one), else ``pending``."""
+    status = "waiting" if step.parents else "pending"
+    values = [
+        status,
+        *new.values(args_json, kwargs_json),
+        step.atomic,
+        step.concurrency_key,
+        step.workflow_id,
+        step.name,
+        step.policy,
+        step.parents,
+    ]
     with connections[db].cursor() as cursor:
+        cursor.execute(sql.INSERT_STEP_JOB, values)
+        row = cursor.fetchone()
+    return row[0], row[1]
+
+
+def cancel_workflow_steps(db: str, workflow_id: int) -> list[tuple[int, str]]:
+    """Cancel the steps of a workflow that have not ended (a running one is asked to
+    abort); return each changed step with the state it left."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.CANCEL_WORKFLOW_STEPS, {"workflow_id": workflow_id})
+        return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
+def read(db: str, job_id: int) -> JobRow | None:
+    """One job as ``get_result`` reports it, or None when there is no such job.
+
+    JSON columns come back as text, whatever the connection loads jsonb as: a task
+    reading a result inside ``run_queued_jobs`` (which loads jsonb as JSON on the
+    same connection) must decode it as every other caller does.
+    """
+    with connections[db].cursor() as cursor:
+        cursor.cursor.adapters.register_loader("jsonb", TextLoader)  # this cursor only
         cursor.execute(sql.GET_JOB, [job_id])
         row = cursor.fetchone()
     return None if row is None else JOB_ROW.one(row)
@@ -253,6 +303,8 @@ def complete(conn: Any, outcomes: Sequence[JobOutcome]) -> set[int]:
         "errors": text_array_literal([o.error_json for o in outcomes]),
         "last_errors": text_array_literal([o.last_error for o in outcomes]),
         "refunds": array_literal([str(int(o.refund)) for o in outcomes]),
+        # Released workflow steps wake idle workers (sql/workflows.py, ``release``).
+        "channel": get_settings().NOTIFY_CHANNEL,
     }
     return {row[0] for row in conn.execute(sql.COMPLETE_JOBS, params).fetchall()}
 
@@ -319,7 +371,13 @@ def bound_atomic_transaction(cursor: Any, timeout_ms: int) -> None:
 def complete_atomic(cursor: Any, job_id: int, token: uuid.UUID, result_json: str | None) -> bool:
     """Record an atomic job's success in the transaction of its body; False when the
     attempt no longer holds the row (its writes must then be rolled back)."""
-    cursor.execute(sql.COMPLETE_ATOMIC_JOB, {"id": job_id, "token": token, "result": result_json})
+    params = {
+        "id": job_id,
+        "token": token,
+        "result": result_json,
+        "channel": get_settings().NOTIFY_CHANNEL,
+    }
+    cursor.execute(sql.COMPLETE_ATOMIC_JOB, params)
     return cursor.fetchone() is not None
 
 

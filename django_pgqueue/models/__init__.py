@@ -31,6 +31,7 @@ from .webhooks import (
     RatePeriod,
 )
 from .workers import WorkerHeartbeat
+from .workflows import Workflow, WorkflowEdge, WorkflowKind
 
 __all__ = [
     "ApiKey",
@@ -53,4 +54,7 @@ __all__ = [
     "ScheduleTick",
     "Status",
     "WorkerHeartbeat",
+    "Workflow",
+    "WorkflowEdge",
+    "WorkflowKind",
 ]

@@ -22,6 +22,11 @@ from .fragments import (
     read_outcomes,
     unnest_picked,
 )
+from .workflows import release
+
+# The release of workflow steps both completions run (sql/workflows.py), over the
+# rows their ``done`` CTE ended.
+_RELEASE_DONE = release("done")
 
 #: What the claims return of a job (CLAIM_JOBS, CLAIM_ATOMIC_JOB): each attribute of
 #: ``jobs.rows.ClaimedJob`` with the expression that reads it. The one list both the
@@ -119,6 +124,19 @@ VALUES ({_NEW_JOB_VALUES}, %s, %s, %s)
 ON CONFLICT (task_path, unique_key)
     WHERE unique_key IS NOT NULL AND status IN {LIVE_SQL}
 DO NOTHING
+RETURNING id, created_at
+"""
+
+# Enqueue one workflow step (workflows/, through the job store), in the caller's
+# transaction with its workflow's other rows. INSERT_JOB's row with the step's
+# columns; its status comes first, as a parameter: ``waiting`` for a step with
+# parents (no due index holds it, so the claim never sees it), ``pending`` for a
+# root. A step has no unique key (its workflow is what is unique).
+_STEP_VALUES = _NEW_JOB_VALUES.replace("'pending'", "%s", 1)
+INSERT_STEP_JOB = f"""/* pgqueue:enqueue_step */
+INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES}, atomic, concurrency_key,
+    workflow_id, step_name, step_policy, pending_parents, failed_parents)
+VALUES ({_STEP_VALUES}, %s, %s, %s, %s, %s, %s, 0)
 RETURNING id, created_at
 """
 
@@ -411,12 +429,17 @@ SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
 # Guarded like COMPLETE_JOBS (token, and still held): an attempt whose lease was
 # lost, or that the worker already recorded as given up, matches no row, and
 # the caller then rolls the task's writes back instead of committing them.
+# It releases the job's children when it is a workflow step, as COMPLETE_JOBS does,
+# so the release commits with the task's writes too.
 COMPLETE_ATOMIC_JOB = f"""/* pgqueue:complete_atomic */
+WITH RECURSIVE done AS (
 UPDATE {JOB_TABLE} SET
     status = 'succeeded', result = %(result)s::jsonb, locked_until = NULL,
     finished_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = %(id)s AND locked_by = %(token)s AND locked_until IS NOT NULL
-RETURNING id
+RETURNING id, status, workflow_id
+), {_RELEASE_DONE}
+SELECT done.id FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
 """
 
 # A paused queue's waiting jobs are not waited for (``--until-empty`` would never
@@ -505,7 +528,13 @@ SELECT pg_catalog.count(*) FROM (
 # steady drain the index holds every claim since the last VACUUM (dead entries),
 # and each completion then reads thousands of them. This form leaves the planner
 # one plan: a primary-key lookup per row of the batch.
+#
+# The completion also releases workflow steps (sql/workflows.py, ``release``): the
+# rows it ended come back from the ``done`` CTE, and the children of those that
+# are steps are released by the same statement. For plain jobs ``workflow_id`` is
+# NULL and the release reads nothing.
 COMPLETE_JOBS = f"""/* pgqueue:complete */
+WITH RECURSIVE done AS (
 UPDATE {JOB_TABLE} AS j SET
     status = v.status,
     result = CASE WHEN v.status = 'succeeded' THEN v.result::jsonb ELSE j.result END,
@@ -529,7 +558,9 @@ FROM unnest(
 ) AS v(id, token, status, result, delay, error, last_error, refund)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
   AND {PLAN_EACH_RUN_IDS}
-RETURNING j.id
+RETURNING j.id, j.status, j.workflow_id
+), {_RELEASE_DONE}
+SELECT done.id FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
 """
 
 # Settle an ambiguous commit and extend leases (fragments.py). Extending a job's
@@ -601,6 +632,8 @@ JOB_ROW_COLUMNS: tuple[str, ...] = (
     "errors",
     "worker_ids",
     "result",
+    "workflow_id",
+    "step_name",
 )
 
 _JOB_ROW_NAMES = ", ".join(JOB_ROW_COLUMNS)

@@ -1,0 +1,95 @@
+"""The workflow store: the one writer of ``pgqueue_workflow`` and
+``pgqueue_workflow_edge`` rows, and the reads that show a workflow.
+
+A step is a job, and its row is the job store's (``jobs/store.py``): this store
+writes the workflow's own row and its edges, and asks the job store for the
+steps' rows. After birth an edge changes only in the completion that ends its
+parent (``sql/workflows.py``, ``release``, which the job store runs).
+The statements are in ``sql/workflows.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+from django.db import connections
+
+from .. import sql
+from ..jobs import store as job_store
+
+
+def insert_workflow(db: str, name: str, kind: str, step_count: int) -> int:
+    """Write a workflow's row in the caller's transaction; return its id."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.INSERT_WORKFLOW, [name, kind, step_count])
+        return int(cursor.fetchone()[0])
+
+
+def insert_edges(db: str, workflow_id: int, edges: Sequence[tuple[int, int]]) -> None:
+    """Write every (parent job id, child job id) edge of a new workflow, one statement."""
+    if not edges:
+        return
+    with connections[db].cursor() as cursor:
+        cursor.execute(
+            sql.INSERT_EDGES, [workflow_id, [p for p, _ in edges], [c for _, c in edges]]
+        )
+
+
+def parent_ids(db: str, job_id: int) -> list[int]:
+    """The job ids of a step's parents, in the order they were given."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.STEP_PARENTS, [job_id])
+        return [row[0] for row in cursor.fetchall()]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkflowRow:
+    id: int
+    name: str
+    kind: str
+    step_count: int
+    created_at: dt.datetime
+    cancelled_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepRow:
+    """A step as the workflow's page and status show it (no result: see ``results``)."""
+
+    id: int
+    name: str
+    task_path: str
+    status: str
+    policy: str
+    pending_parents: int
+
+
+def read_workflow(db: str, workflow_id: int) -> WorkflowRow | None:
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.GET_WORKFLOW, [workflow_id])
+        row = cursor.fetchone()
+    return None if row is None else WorkflowRow(*row)
+
+
+def read_steps(db: str, workflow_id: int) -> list[StepRow]:
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.WORKFLOW_STEPS, [workflow_id])
+        return [StepRow(*row) for row in cursor.fetchall()]
+
+
+def read_edges(db: str, workflow_id: int) -> list[tuple[int, int]]:
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.WORKFLOW_EDGES, [workflow_id])
+        return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
+def cancel(db: str, workflow_id: int) -> list[tuple[int, str]] | None:
+    """Cancel a workflow: its row marked, every step not ended cancelled (a running
+    one asked to abort), in the caller's transaction. None: no such workflow."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.MARK_WORKFLOW_CANCELLED, [workflow_id])
+        if cursor.fetchone() is None:
+            return None
+    return job_store.cancel_workflow_steps(db, workflow_id)
