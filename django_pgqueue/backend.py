@@ -333,23 +333,20 @@ class PgQueueBackend(BaseTaskBackend):
             task_enqueued.send(type(self), task_result=result)
         return result
 
-    def enqueue_step(
+    def step_row(
         self,
         task: Task,
         args: Sequence[Any],
         kwargs: dict[str, Any],
         *,
-        workflow_id: int,
         name: str,
         policy: str,
         parents: int,
-    ) -> int:
-        """Write one workflow step in the caller's transaction (``workflows.Workflow``
-        calls it for each step, in one transaction); return its job id.
-
-        Checked and serialised as :meth:`enqueue` does, so a step keeps its task's
-        options (queue, priority, retries, timeout, atomic, concurrency key). A
-        unique task cannot be a step: the workflow is what is unique.
+    ) -> store.NewStep:
+        """One workflow step's row, checked and serialised as :meth:`enqueue` does (no
+        SQL: ``workflows.Workflow.enqueue`` writes all the steps at once). A step keeps
+        its task's options (queue, priority, retries, timeout, atomic, concurrency
+        key). A unique task cannot be a step: the workflow is what is unique.
         """
         self._raise_if_misconfigured()
         self._validate_once(task)
@@ -358,25 +355,22 @@ class PgQueueBackend(BaseTaskBackend):
             problem = atomic_database_problem()
             if problem:
                 raise InvalidTask(f"{task.module_path}: atomic=True cannot work here: {problem}")
-        conf = get_settings()
         if unique_key_for(task, args, kwargs) is not None:
             raise InvalidTask(
                 f"{task.module_path}: a unique task cannot be a workflow step "
                 "(make the workflow unique instead)"
             )
-        args_json, kwargs_json = serialize_arguments(task, args, kwargs, conf)
-        step = store.NewStep(
-            workflow_id,
+        args_json, kwargs_json = serialize_arguments(task, args, kwargs, get_settings())
+        return store.NewStep(
+            self._new_jobs(task),
+            args_json,
+            kwargs_json,
             name,
             policy,
             parents,
             atomic=atomic,
             concurrency_key=getattr(task, "concurrency_key", None),
         )
-        job_id, _ = store.insert_step(
-            conf.DATABASE, self._new_jobs(task), step, args_json, kwargs_json
-        )
-        return job_id
 
     def _duplicate(self, task: Task, live_id: int, unique_key: str | None) -> TaskResult:
         """The answer to an enqueue whose unique key a live job holds: that job's

@@ -182,37 +182,53 @@ def insert_many(db: str, new: NewJobs, runs: Sequence[bulk.Run]) -> tuple[list[i
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NewStep:
-    """What makes a job a workflow step (``workflows/``): its workflow, its name, what
-    a parent's failure does to it, and how many parents it waits for."""
+    """One workflow step to write (``workflows/``): the job's columns, its name, what a
+    parent's failure does to it, and how many parents it waits for."""
 
-    workflow_id: int
-    name: str
-    policy: str
-    parents: int
+    new: NewJobs
+    args_json: str
+    kwargs_json: str
+    name: str = ""
+    policy: str = "cancel"
+    parents: int = 0
     atomic: bool = False
     concurrency_key: str | None = None
 
 
-def insert_step(
-    db: str, new: NewJobs, step: NewStep, args_json: str, kwargs_json: str
-) -> tuple[int, dt.datetime]:
-    """Write one workflow step in the caller's transaction: ``waiting`` when it has
-    parents (released by the completion of the last one), else ``pending``."""
-    status = "waiting" if step.parents else "pending"
-    values = [
-        status,
-        *new.values(args_json, kwargs_json),
-        step.atomic,
-        step.concurrency_key,
-        step.workflow_id,
-        step.name,
-        step.policy,
-        step.parents,
-    ]
+def reserve_ids(db: str, count: int) -> list[int]:
+    """Draw ``count`` job ids, in order (a workflow's edges name its steps' ids)."""
     with connections[db].cursor() as cursor:
-        cursor.execute(sql.INSERT_STEP_JOB, values)
-        row = cursor.fetchone()
-    return row[0], row[1]
+        cursor.execute(sql.RESERVE_JOB_IDS, [count])
+        return list(cursor.fetchone()[0])
+
+
+def insert_steps(db: str, workflow_id: int, ids: Sequence[int], steps: Sequence[NewStep]) -> None:
+    """Write every step of a workflow in one statement, in the caller's transaction:
+    ``waiting`` when it has parents (released by the completion of the last one),
+    else ``pending``."""
+    columns: dict[str, list[Any]] = {
+        "id": list(ids),
+        "status": ["waiting" if s.parents else "pending" for s in steps],
+        "priority": [s.new.priority for s in steps],
+        "max_attempts": [s.new.max_attempts for s in steps],
+        "next_attempt_at": [s.new.run_after for s in steps],
+        "task_path": [s.new.task_path for s in steps],
+        "queue_name": [s.new.queue_name for s in steps],
+        "backend": [s.new.backend for s in steps],
+        "args": [s.args_json for s in steps],
+        "kwargs": [s.kwargs_json for s in steps],
+        "atomic": [s.atomic for s in steps],
+        "concurrency_key": [s.concurrency_key for s in steps],
+        "step_name": [s.name for s in steps],
+        "step_policy": [s.policy for s in steps],
+        "pending_parents": [s.parents for s in steps],
+    }
+    if tuple(columns) != sql.STEP_COLUMNS:  # pragma: no cover - a mistake in sql/jobs.py
+        raise RuntimeError(
+            f"sql.STEP_COLUMNS is {sql.STEP_COLUMNS}, the store gives {tuple(columns)}"
+        )
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.INSERT_STEP_JOBS, {**columns, "workflow_id": workflow_id})
 
 
 def cancel_workflow_steps(db: str, workflow_id: int) -> list[tuple[int, str]]:

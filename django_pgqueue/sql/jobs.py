@@ -127,17 +127,52 @@ DO NOTHING
 RETURNING id, created_at
 """
 
-# Enqueue one workflow step (workflows/, through the job store), in the caller's
-# transaction with its workflow's other rows. INSERT_JOB's row with the step's
-# columns; its status comes first, as a parameter: ``waiting`` for a step with
-# parents (no due index holds it, so the claim never sees it), ``pending`` for a
-# root. A step has no unique key (its workflow is what is unique).
-_STEP_VALUES = _NEW_JOB_VALUES.replace("'pending'", "%s", 1)
-INSERT_STEP_JOB = f"""/* pgqueue:enqueue_step */
-INSERT INTO {JOB_TABLE} ({_NEW_JOB_NAMES}, atomic, concurrency_key,
+
+# Enqueue every step of a workflow in one statement (workflows/, through the job
+# store), in the caller's transaction with the workflow's other rows. The ids are
+# drawn first (RESERVE_JOB_IDS), so the edges can name them. INSERT_JOB's columns,
+# each read from its own array (``t``: steps differ in task, queue, options), and
+# the step's: ``status`` is ``waiting`` for a step with parents (no due index
+# holds it, so the claim never sees it) or ``pending`` for a root. A step has no
+# unique key (its workflow is what is unique).
+def _step_value(column: str, value: str) -> str:
+    """INSERT_JOB's value of ``column`` read from the step's own array (``t``)."""
+    if column == "status":
+        return "t.status"
+    return value.replace("%s", f"t.{column}")
+
+
+STEP_COLUMNS = (
+    "id",
+    "status",
+    *NEW_JOB_PARAMETERS,
+    "atomic",
+    "concurrency_key",
+    "step_name",
+    "step_policy",
+    "pending_parents",
+)
+#: Each array's element type (text unless named).
+_STEP_TYPES = {
+    "id": "bigint",
+    "priority": "smallint",
+    "max_attempts": "int",
+    "next_attempt_at": "timestamptz",
+    "atomic": "bool",
+    "pending_parents": "int",
+}
+_STEP_ARRAY_TYPES = {column: _STEP_TYPES.get(column, "text") for column in STEP_COLUMNS}
+_STEP_ARRAYS_SQL = ", ".join(
+    f"(SELECT %({column})s::{type_sql}[])" for column, type_sql in _STEP_ARRAY_TYPES.items()
+)
+_STEP_NAMES_SQL = ", ".join(STEP_COLUMNS)
+_STEP_VALUES_SQL = ", ".join(_step_value(c, v) for c, v, _ in NEW_JOB_COLUMNS)
+INSERT_STEP_JOBS = f"""/* pgqueue:enqueue_steps */
+INSERT INTO {JOB_TABLE} (id, {_NEW_JOB_NAMES}, atomic, concurrency_key,
     workflow_id, step_name, step_policy, pending_parents, failed_parents)
-VALUES ({_STEP_VALUES}, %s, %s, %s, %s, %s, %s, 0)
-RETURNING id, created_at
+SELECT t.id, {_STEP_VALUES_SQL}, t.atomic, t.concurrency_key,
+       %(workflow_id)s, t.step_name, t.step_policy, t.pending_parents, 0
+FROM unnest({_STEP_ARRAYS_SQL}) AS t({_STEP_NAMES_SQL})
 """
 
 # The live job holding a unique key (the partial unique index answers it).

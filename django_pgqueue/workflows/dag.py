@@ -77,6 +77,7 @@ class Workflow:
         self.name = name
         self.policy = _policy(on_parent_failure)
         self.steps: list[Step] = []
+        self._names: set[str] = set()
         self.id: int | None = None
 
     def add(
@@ -97,13 +98,14 @@ class Workflow:
         name = step_name or f"{the_call.task.name}-{len(self.steps) + 1}"
         if not isinstance(name, str) or len(name) > NAME_MAX_LENGTH:
             raise InvalidWorkflow(f"{self.name!r}: step name {name!r} is too long or not a string")
-        if any(s.name == name for s in self.steps):
+        if name in self._names:
             raise InvalidWorkflow(f"{self.name!r}: two steps are named {name!r}")
         if isinstance(after, Step | str):
             after = [after]
         policy = _policy(on_parent_failure) if on_parent_failure else self.policy
         step = Step(self, name, the_call, tuple(after), policy)
         self.steps.append(step)
+        self._names.add(name)
         return step
 
     def _parents(self) -> dict[Step, list[Step]]:
@@ -113,6 +115,7 @@ class Workflow:
         parents: dict[Step, list[Step]] = {}
         for step in self.steps:
             found: list[Step] = []
+            seen: set[int] = set()
             for parent in step.after:
                 if isinstance(parent, str):
                     if parent not in by_name:
@@ -133,10 +136,11 @@ class Workflow:
                     )
                 if parent is step:
                     raise InvalidWorkflow(f"{self.name!r}: step {step.name!r} waits for itself")
-                if parent in found:
+                if id(parent) in seen:
                     raise InvalidWorkflow(
                         f"{self.name!r}: step {step.name!r} lists {parent.name!r} twice"
                     )
+                seen.add(id(parent))
                 found.append(parent)
             parents[step] = found
         return parents
@@ -156,32 +160,32 @@ class Workflow:
         except graphlib.CycleError as exc:
             cycle = " -> ".join(s.name for s in exc.args[1])
             raise InvalidWorkflow(f"{self.name!r} has a cycle: {cycle}") from None
-        db = get_settings().DATABASE
-        with transaction.atomic(using=db):
-            workflow_id = store.insert_workflow(db, self.name, self.kind, len(self.steps))
-            ids: dict[Step, int] = {}
-            for step in order:
-                backend = task_backends[step.call.task.backend]
-                if not hasattr(backend, "enqueue_step"):
-                    raise InvalidWorkflow(
-                        f"{self.name!r}: step {step.name!r} uses backend "
-                        f"{step.call.task.backend!r}, which is not django_pgqueue's"
-                    )
-                ids[step] = backend.enqueue_step(
+        # Every step checked and serialised before the first row is written.
+        rows = []
+        for step in order:
+            backend = task_backends[step.call.task.backend]
+            if not hasattr(backend, "step_row"):
+                raise InvalidWorkflow(
+                    f"{self.name!r}: step {step.name!r} uses backend "
+                    f"{step.call.task.backend!r}, which is not django_pgqueue's"
+                )
+            rows.append(
+                backend.step_row(
                     step.call.task,
                     step.call.args,
                     step.call.kwargs,
-                    workflow_id=workflow_id,
                     name=step.name,
                     policy=step.policy,
                     parents=len(parents[step]),
                 )
-            store.insert_edges(
-                db,
-                workflow_id,
-                [(ids[p], ids[s]) for s in self.steps for p in parents[s]],
             )
+        position = {step: i for i, step in enumerate(order)}
+        edges = [(position[p], position[s]) for s in self.steps for p in parents[s]]
+        db = get_settings().DATABASE
+        with transaction.atomic(using=db):
+            workflow_id, job_ids = store.insert(db, self.name, self.kind, rows, edges)
             wake_workers(db)
+        ids = {step: job_ids[position[step]] for step in order}
         self.id = workflow_id
         for step in self.steps:
             step.id = ids[step]

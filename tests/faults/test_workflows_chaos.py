@@ -52,7 +52,8 @@ def _enqueue(url: str, count: int) -> tuple[list[int], list[int]]:
 
 def _left(dsn: str) -> int:
     return query(
-        dsn, "SELECT count(*) FROM pgqueue_job WHERE status NOT IN ('succeeded', 'dead', 'cancelled')"
+        dsn,
+        "SELECT count(*) FROM pgqueue_job WHERE status NOT IN ('succeeded', 'dead', 'cancelled')",
     )[0][0]
 
 
