@@ -41,6 +41,14 @@ def release(done_sql: str) -> str:
       zero, becomes ``pending`` and due now; a ``cancel`` step with a failed parent
       and an ``if_failed`` step without one are cancelled. The children are
       visited in id order so that two completions lock shared children in one order.
+
+    The ended parents and the counted children are folded into arrays
+    (``parents``, ``tally``) and joined back through ``unnest``, as the claim does
+    (fragments.py, "The claim's skeleton"): the planner estimates an unnest at 100
+    rows and keeps each join an index lookup per row. Joined as CTEs, their
+    estimates (hundreds of rows) made it hash a sequential scan of the job table,
+    or merge-join the whole edge index, in every release. For a plain job the
+    arrays are NULL and ``unnest`` yields nothing.
     """
     cancelled_sql = """(c.step_policy = 'cancel' AND c.failed_parents + n.failed > 0)
               OR (c.pending_parents = n.ended AND c.step_policy = 'if_failed'
@@ -58,11 +66,21 @@ def release(done_sql: str) -> str:
     FROM doomed JOIN {EDGE_TABLE} AS e ON e.parent_id = doomed.id
     JOIN {JOB_TABLE} AS c ON c.id = e.child_id
     WHERE c.status IN {WAITING_SQL} AND c.step_policy = 'cancel'
+), parents AS (
+    SELECT pg_catalog.array_agg(id) AS ids, pg_catalog.array_agg(ok) AS oks
+    FROM (SELECT id, ok FROM ended UNION ALL SELECT id, false FROM doomed) AS all_ended
 ), counted AS (
     UPDATE {EDGE_TABLE} AS e SET counted = true
-    FROM (SELECT id, ok FROM ended UNION ALL SELECT id, false FROM doomed) AS p
+    FROM parents, unnest(parents.ids, parents.oks) AS p(id, ok)
     WHERE e.parent_id = p.id AND NOT e.counted
     RETURNING e.child_id, p.ok
+), tally AS (
+    SELECT pg_catalog.array_agg(child_id ORDER BY child_id) AS ids,
+           pg_catalog.array_agg(ended ORDER BY child_id) AS ended,
+           pg_catalog.array_agg(failed ORDER BY child_id) AS failed
+    FROM (SELECT child_id, pg_catalog.count(*) AS ended,
+                 pg_catalog.count(*) FILTER (WHERE NOT ok) AS failed
+          FROM counted GROUP BY child_id) AS per_child
 ), released AS (
     UPDATE {JOB_TABLE} AS c SET
         pending_parents = c.pending_parents - n.ended,
@@ -78,9 +96,7 @@ def release(done_sql: str) -> str:
                           ELSE c.last_error END,
         next_attempt_at = now(),
         updated_at = now()
-    FROM (SELECT child_id, pg_catalog.count(*) AS ended,
-                 pg_catalog.count(*) FILTER (WHERE NOT ok) AS failed
-          FROM counted GROUP BY child_id ORDER BY child_id) AS n
+    FROM tally, unnest(tally.ids, tally.ended, tally.failed) AS n(child_id, ended, failed)
     WHERE c.id = n.child_id AND c.status IN {WAITING_SQL}
     RETURNING c.id, c.status
 ), woken AS (
