@@ -29,6 +29,7 @@ EVIDENCE = {
     "mq": ("message queues", ""),
     "tenant_fanout": ("tenant fan-out", ""),
     "ingest": ("ingest", "keep-alive clients"),
+    "workflows": ("workflows", "chains"),
 }
 
 
