@@ -11,9 +11,12 @@ import dataclasses
 import json
 from typing import Any
 
+from django.db import transaction
+
 from ..conf import get_settings
 from ..jobs import store as job_store
 from ..jobs.rows import JobRow
+from ..notify import abort_channel, wake_workers
 from ..states import TERMINAL, Status
 from . import store
 
@@ -138,10 +141,6 @@ def get_result(workflow_id: int) -> dict[str, Any]:
 def cancel_workflow(workflow_id: int) -> int:
     """Cancel a workflow: no step starts afterwards (a running one is asked to abort).
     Returns how many steps changed; raises LookupError for an unknown workflow."""
-    from django.db import transaction
-
-    from ..notify import abort_channel, wake_workers
-
     db = get_settings().DATABASE
     with transaction.atomic(using=db):
         changed = store.cancel(db, workflow_id)
