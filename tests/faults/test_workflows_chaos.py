@@ -3,8 +3,7 @@ and an ambiguous commit of a completion, while real worker processes run many
 five-step workflows (diamonds and chains) and batches (docs/workflows.md).
 
 Each step must have exactly one successful attempt and start only after every one
-of its parents succeeded (by the database clock, and by the step's own reading of
-its parents), every workflow must finish, every batch callback run exactly once,
+of its parents succeeded (by the step's own reading of its parents when it runs), every workflow must finish, every batch callback run exactly once,
 and nothing may be lost. ``PGQUEUE_CHAOS_WORKFLOWS`` raises the size (CI: 200).
 """
 
@@ -112,14 +111,15 @@ def test_workflows_finish_exactly_once_under_chaos(
     atomic_duplicates = [job_id for job_id, atomic, _, n, _ in runs if atomic and n > 1]
     duplicates = sum(n - 1 for _, _, _, n, _ in runs if n > 1)
     assert not lost and not early and not atomic_duplicates
-    # By the database clock: every child was first claimed after each parent ended.
-    too_soon = query(
-        dsn,
-        "SELECT e.child_id FROM pgqueue_workflow_edge e"
-        " JOIN pgqueue_job p ON p.id = e.parent_id JOIN pgqueue_job c ON c.id = e.child_id"
-        " WHERE NOT e.counted OR c.started_at < p.finished_at",
-    )
-    assert not too_soon
+    # Every edge was counted. Whether a step started only after its parents succeeded
+    # is the step's own reading above ("early:" labels): the release and the parent's
+    # end commit together, so a claim that sees the step due sees its parents ended.
+    # (Comparing the child's ``started_at`` with the parent's ``finished_at`` is no
+    # oracle: ``now()`` is the claim's transaction start, which may precede the
+    # parent's commit by the claim's planning time on a loaded machine, while the
+    # claim's snapshot is taken after it.)
+    uncounted = query(dsn, "SELECT child_id FROM pgqueue_workflow_edge WHERE NOT counted")
+    assert not uncounted
     # Released exactly once: no counter went below zero or stayed above it.
     assert query(
         dsn,
