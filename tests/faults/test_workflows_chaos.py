@@ -3,7 +3,8 @@ and an ambiguous commit of a completion, while real worker processes run many
 five-step workflows (diamonds and chains) and batches (docs/workflows.md).
 
 Each step must have exactly one successful attempt and start only after every one
-of its parents succeeded (by the step's own reading of its parents when it runs), every workflow must finish, every batch callback run exactly once,
+of its parents succeeded (by the step's own reading of its parents when it
+runs), every workflow must finish, every batch callback run exactly once,
 and nothing may be lost. ``PGQUEUE_CHAOS_WORKFLOWS`` raises the size (CI: 200).
 """
 
