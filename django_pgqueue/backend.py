@@ -73,6 +73,8 @@ STATUS_MAP: dict[str, Any] = {
     Status.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
     Status.DEAD: TaskResultStatus.FAILED,
     Status.CANCELLED: TaskResultStatus.FAILED,
+    # A workflow step waiting for its parents: queued, not yet claimable.
+    Status.WAITING: TaskResultStatus.READY,
 }
 
 
@@ -351,6 +353,45 @@ class PgQueueBackend(BaseTaskBackend):
         if _enqueued_wanted():
             task_enqueued.send(type(self), task_result=result)
         return result
+
+    def step_row(
+        self,
+        task: Task,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        *,
+        name: str,
+        policy: str,
+        parents: int,
+    ) -> store.NewStep:
+        """One workflow step's row, checked and serialised as :meth:`enqueue` does (no
+        SQL: ``workflows.Workflow.enqueue`` writes all the steps at once). A step keeps
+        its task's options (queue, priority, retries, timeout, atomic, concurrency
+        key). A unique task cannot be a step: the workflow is what is unique.
+        """
+        self._raise_if_misconfigured()
+        self._validate_once(task)
+        atomic = bool(getattr(task, "atomic", False))
+        if atomic:
+            problem = atomic_database_problem()
+            if problem:
+                raise InvalidTask(f"{task.module_path}: atomic=True cannot work here: {problem}")
+        if unique_key_for(task, args, kwargs) is not None:
+            raise InvalidTask(
+                f"{task.module_path}: a unique task cannot be a workflow step "
+                "(make the workflow unique instead)"
+            )
+        args_json, kwargs_json = serialize_arguments(task, args, kwargs, get_settings())
+        return store.NewStep(
+            self._new_jobs(task),
+            args_json,
+            kwargs_json,
+            name,
+            policy,
+            parents,
+            atomic=atomic,
+            concurrency_key=getattr(task, "concurrency_key", None),
+        )
 
     def _duplicate(self, task: Task, live_id: int, unique_key: str | None) -> TaskResult:
         """The answer to an enqueue whose unique key a live job holds: that job's

@@ -105,3 +105,8 @@ class EventSchemaError(PgQueueError, ValueError):
 class IdempotencyKeyConflict(PgQueueError, ValueError):
     """``send_event``: the idempotency key was already used by an event of another
     application. Nothing was sent."""
+
+
+class InvalidWorkflow(PgQueueError, ValueError):
+    """A workflow or batch that cannot be enqueued as given: a cycle, an unknown
+    parent, a step of another workflow, an empty workflow. Nothing was written."""

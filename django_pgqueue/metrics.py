@@ -50,6 +50,9 @@ logger = logging.getLogger("django_pgqueue.worker")
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 QUEUE_STATES = ("due", "deferred", "in_progress", "lapsed", "dead")
+#: A job queue's states: ``waiting`` counts its workflow steps whose parents have not
+#: ended (docs/workflows.md); deliveries never wait, so their gauges do not have it.
+JOB_STATES = ("waiting", *QUEUE_STATES)
 
 
 def _require_client() -> Any:
@@ -192,7 +195,7 @@ class _QueueGauges:
             labels=["queue"],
         )
         for queue in data["queues"]:
-            for state in QUEUE_STATES:
+            for state in JOB_STATES:
                 rows.add_metric([queue["name"], state], queue[state])
             oldest.add_metric([queue["name"]], queue["oldest_due_seconds"] or 0.0)
         yield from _delivery_gauges(data["endpoints"], get_settings().METRICS_ENDPOINTS)

@@ -22,7 +22,9 @@ class Status(models.TextChoices):
     ``pending`` -> ``in_progress`` -> ``succeeded``; an error moves the row to
     ``failed`` (a retry is scheduled) or ``dead`` (attempts exhausted: the
     dead-letter queue); an operator may ``cancel`` it. ``replay`` moves any
-    terminal or failed row back to ``pending``.
+    terminal or failed row back to ``pending``. A workflow step with parents is
+    born ``waiting`` (never claimable); the completion of its last parent moves it
+    to ``pending`` (or ``cancelled``, when a parent failed and its policy says so).
     """
 
     PENDING = "pending", _("Pending")
@@ -31,12 +33,15 @@ class Status(models.TextChoices):
     FAILED = "failed", _("Failed, retry scheduled")
     DEAD = "dead", _("Dead (DLQ)")
     CANCELLED = "cancelled", _("Cancelled")
+    WAITING = "waiting", _("Waiting for its parents")
 
 
 #: States a worker may claim (when due).
 CLAIMABLE = (Status.PENDING, Status.FAILED)
 #: States that end a row's life until an operator replays it.
 TERMINAL = (Status.SUCCEEDED, Status.DEAD, Status.CANCELLED)
+#: States of a workflow step not released yet: no claim, no index of the claim sees it.
+WAITING = (Status.WAITING,)
 #: States of a "live" job: at most one live job per (task, unique key).
 LIVE = (Status.PENDING, Status.IN_PROGRESS, Status.FAILED)
 

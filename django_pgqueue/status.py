@@ -66,6 +66,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def _queue_fields(stats: QueueStats) -> dict[str, Any]:
     return {
+        "waiting": stats.counts.get("waiting", 0),
         "due": stats.due,
         "deferred": stats.deferred,
         "in_progress": stats.in_flight - stats.lapsed,
@@ -219,8 +220,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     ]
 
 
-_COUNTS = ["due", "deferred", "in_progress", "lapsed", "oldest_due_seconds", "dead"]
-_COUNT_HEADERS = ["due", "deferred", "in progress", "lapsed", "oldest due (s)", "dead"]
+_COUNTS = ["waiting", "due", "deferred", "in_progress", "lapsed", "oldest_due_seconds", "dead"]
+_COUNT_HEADERS = ["waiting", "due", "deferred", "in progress", "lapsed", "oldest due (s)", "dead"]
 
 
 _MQ_COUNTS = ["messages", "visible", "in_flight", "delayed", "oldest_visible_seconds"]

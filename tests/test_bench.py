@@ -31,6 +31,7 @@ EVIDENCE = {
     "tenant_fanout": ("tenant fan-out", ""),
     "ingest": ("ingest", "keep-alive clients"),
     "relay": ("relay", "relay to NATS JetStream"),
+    "workflows": ("workflows", "chains"),
 }
 
 

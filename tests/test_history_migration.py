@@ -1,5 +1,5 @@
 """Upgrading online: a database filled by the previous schema (0017) migrates to the
-history (0021 creates the table, moves nothing), then the mover files the old
+history (0022 creates the table, moves nothing), then the mover files the old
 finished rows in batches; and the documented rollback brings them back."""
 
 from __future__ import annotations

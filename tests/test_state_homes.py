@@ -40,13 +40,16 @@ QUEUE_MODELS = {
     "Queue": "pgqueue_queue",
     "Rollup": "pgqueue_rollup",
     "QueueKeyRate": "pgqueue_queue_key_rate",
+    "Workflow": "pgqueue_workflow",
+    "WorkflowEdge": "pgqueue_workflow_edge",
 }
 QUEUE_TABLES = set(QUEUE_MODELS.values())
 
 #: The stores: module (or package, ending in "/") -> the tables it writes. The
 #: same list as the table in docs/architecture.md (test_the_page_lists_the_stores).
 STORES: dict[str, set[str]] = {
-    "jobs/": {"pgqueue_job", "pgqueue_queue", "pgqueue_queue_key_rate"},
+    "jobs/": {"pgqueue_job", "pgqueue_queue", "pgqueue_queue_key_rate", "pgqueue_workflow_edge"},
+    "workflows/": {"pgqueue_workflow", "pgqueue_workflow_edge"},
     "queues.py": {"pgqueue_queue", "pgqueue_queue_key_rate"},
     "webhooks/store.py": {
         "pgqueue_application",
@@ -277,6 +280,8 @@ def f(cursor, endpoint):
         "pgqueue_job",
         "pgqueue_job",
         "pgqueue_job",
+        # COMPLETE_JOBS releases workflow steps: it marks their edges counted.
+        "pgqueue_workflow_edge",
     ]
 
 

@@ -16,6 +16,7 @@ from .jobs import JobAdmin
 from .mq import MessageQueueAdmin
 from .queues import QueueAdmin
 from .schedules import ScheduleAdmin
+from .workflows import WorkflowAdmin
 
 __all__ = [
     "ApiKeyAdmin",
@@ -28,6 +29,7 @@ __all__ = [
     "MessageQueueAdmin",
     "QueueAdmin",
     "ScheduleAdmin",
+    "WorkflowAdmin",
 ]
 
 if admin.site.index_template is None:

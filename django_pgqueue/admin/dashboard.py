@@ -24,6 +24,7 @@ QUEUE_NAME_MAX = 100
 
 #: Columns of the per-queue table, in lifecycle order.
 STATUS_COLUMNS = (
+    Status.WAITING,
     Status.PENDING,
     Status.IN_PROGRESS,
     Status.FAILED,

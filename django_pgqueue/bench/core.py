@@ -52,6 +52,7 @@ WORKLOADS = (
     "tenant_fanout",
     "ingest",
     "relay",
+    "workflows",
 )
 
 #: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
@@ -273,7 +274,7 @@ class Bench:
             conn.execute(statement, params)
 
     def reset(self) -> None:
-        self.sql(f"TRUNCATE {sql.JOB_TABLE}")
+        self.sql(f"TRUNCATE {sql.JOB_TABLE}, {sql.WORKFLOW_TABLE}, {sql.EDGE_TABLE}")
         self.checkpoint()
 
     def checkpoint(self, vacuum: bool = False) -> None:
@@ -404,10 +405,17 @@ class Bench:
             raise RuntimeError(f"raw drain finished {done} of {n} rows")
         return n / elapsed
 
-    def worker_drain(self, n: int, concurrency: int, processes: int = 1) -> dict[str, float]:
-        """Preload ``n`` no-ops, run ``runworkers --burst`` and time it until it exits."""
+    def worker_drain(
+        self,
+        n: int,
+        concurrency: int,
+        processes: int = 1,
+        load: Callable[[int], None] | None = None,
+    ) -> dict[str, float]:
+        """Preload ``n`` no-ops (or what ``load(n)`` writes: workflows), run
+        ``runworkers --burst`` and time it until it exits."""
         self.reset()
-        self.preload(n)
+        (load or self.preload)(n)
         self.checkpoint(vacuum=True)
         argv = [
             *self._manage(),
@@ -992,7 +1000,14 @@ class Bench:
 
         bench_message_queues(self)
 
-    # 9. the HTTP API's ingest on a real server (bench/ingest.py) -----------------------------
+    # 9. workflows: chains and a wide fan-out and fan-in against plain jobs (bench/workflows.py)
+
+    def bench_workflows(self) -> None:
+        from .workflows import bench_workflows
+
+        bench_workflows(self)
+
+    # 10. the HTTP API's ingest on a real server (bench/ingest.py) ----------------------------
 
     def bench_ingest(self) -> None:
         from .ingest import bench_ingest

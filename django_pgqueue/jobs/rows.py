@@ -116,6 +116,9 @@ class JobRow:
     progress: float | None
     progress_message: str | None
     progress_at: dt.datetime | None
+    #: The workflow of a step and its name in it (None for a plain job).
+    workflow_id: int | None
+    step_name: str | None
 
 
 CLAIMED_JOB: RowDecoder[ClaimedJob] = RowDecoder(

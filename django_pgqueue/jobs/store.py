@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, transaction
+from psycopg.types.string import TextLoader
 
 from .. import bulk, sql
 from ..conf import get_settings
@@ -181,13 +182,76 @@ def insert_many(db: str, new: NewJobs, runs: Sequence[bulk.Run]) -> tuple[list[i
     return ids, created_at
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewStep:
+    """One workflow step to write (``workflows/``): the job's columns, its name, what a
+    parent's failure does to it, and how many parents it waits for."""
+
+    new: NewJobs
+    args_json: str
+    kwargs_json: str
+    name: str = ""
+    policy: str = "cancel"
+    parents: int = 0
+    atomic: bool = False
+    concurrency_key: str | None = None
+
+
+def reserve_ids(db: str, count: int) -> list[int]:
+    """Draw ``count`` job ids, in order (a workflow's edges name its steps' ids)."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.RESERVE_JOB_IDS, [count])
+        return list(cursor.fetchone()[0])
+
+
+def insert_steps(db: str, workflow_id: int, ids: Sequence[int], steps: Sequence[NewStep]) -> None:
+    """Write every step of a workflow in one statement, in the caller's transaction:
+    ``waiting`` when it has parents (released by the completion of the last one),
+    else ``pending``."""
+    columns: dict[str, list[Any]] = {
+        "id": list(ids),
+        "status": ["waiting" if s.parents else "pending" for s in steps],
+        "priority": [s.new.priority for s in steps],
+        "max_attempts": [s.new.max_attempts for s in steps],
+        "next_attempt_at": [s.new.run_after for s in steps],
+        "task_path": [s.new.task_path for s in steps],
+        "queue_name": [s.new.queue_name for s in steps],
+        "backend": [s.new.backend for s in steps],
+        "args": [s.args_json for s in steps],
+        "kwargs": [s.kwargs_json for s in steps],
+        "atomic": [s.atomic for s in steps],
+        "concurrency_key": [s.concurrency_key for s in steps],
+        "step_name": [s.name for s in steps],
+        "step_policy": [s.policy for s in steps],
+        "pending_parents": [s.parents for s in steps],
+    }
+    if tuple(columns) != sql.STEP_COLUMNS:  # pragma: no cover - a mistake in sql/jobs.py
+        raise RuntimeError(
+            f"sql.STEP_COLUMNS is {sql.STEP_COLUMNS}, the store gives {tuple(columns)}"
+        )
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.INSERT_STEP_JOBS, {**columns, "workflow_id": workflow_id})
+
+
+def cancel_workflow_steps(db: str, workflow_id: int) -> list[tuple[int, str]]:
+    """Cancel the steps of a workflow that have not ended (a running one is asked to
+    abort); return each changed step with the state it left."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql.CANCEL_WORKFLOW_STEPS, {"workflow_id": workflow_id})
+        return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
 def read(db: str, job_id: int) -> JobRow | None:
     """One job as ``get_result`` reports it, or None when there is no such job.
 
     A finished job moved to history (history.py) is read from there: one
     statement reads the live table, then history only when the job is not live.
+    JSON columns come back as text, whatever the connection loads jsonb as: a task
+    reading a result inside ``run_queued_jobs`` (which loads jsonb as JSON on the
+    same connection) must decode it as every other caller does.
     """
     with connections[db].cursor() as cursor:
+        cursor.cursor.adapters.register_loader("jsonb", TextLoader)  # this cursor only
         cursor.execute(sql.GET_JOB_OR_HISTORY, [job_id, job_id])
         row = cursor.fetchone()
     return None if row is None else JOB_ROW.one(row)
@@ -259,6 +323,8 @@ def complete(conn: Any, outcomes: Sequence[JobOutcome]) -> set[int]:
         "errors": text_array_literal([o.error_json for o in outcomes]),
         "last_errors": text_array_literal([o.last_error for o in outcomes]),
         "refunds": array_literal([str(int(o.refund)) for o in outcomes]),
+        # Released workflow steps wake idle workers (sql/workflows.py, ``release``).
+        "channel": get_settings().NOTIFY_CHANNEL,
     }
     return {row[0] for row in conn.execute(sql.COMPLETE_JOBS, params).fetchall()}
 
@@ -325,7 +391,13 @@ def bound_atomic_transaction(cursor: Any, timeout_ms: int) -> None:
 def complete_atomic(cursor: Any, job_id: int, token: uuid.UUID, result_json: str | None) -> bool:
     """Record an atomic job's success in the transaction of its body; False when the
     attempt no longer holds the row (its writes must then be rolled back)."""
-    cursor.execute(sql.COMPLETE_ATOMIC_JOB, {"id": job_id, "token": token, "result": result_json})
+    params = {
+        "id": job_id,
+        "token": token,
+        "result": result_json,
+        "channel": get_settings().NOTIFY_CHANNEL,
+    }
+    cursor.execute(sql.COMPLETE_ATOMIC_JOB, params)
     return cursor.fetchone() is not None
 
 

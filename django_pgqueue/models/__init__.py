@@ -32,6 +32,7 @@ from .webhooks import (
     RatePeriod,
 )
 from .workers import WorkerHeartbeat
+from .workflows import Workflow, WorkflowEdge, WorkflowKind
 
 __all__ = [
     "ApiKey",
@@ -59,4 +60,7 @@ __all__ = [
     "Status",
     "TopicBinding",
     "WorkerHeartbeat",
+    "Workflow",
+    "WorkflowEdge",
+    "WorkflowKind",
 ]

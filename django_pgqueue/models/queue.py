@@ -172,6 +172,32 @@ class JobColumns(QueueRow):
         null=True, blank=True, editable=False, db_default=None
     )
     progress_at = models.DateTimeField(null=True, blank=True, editable=False, db_default=None)
+    # Workflow steps (docs/workflows.md). NULL on every plain job: the release the
+    # completion runs for a step is guarded by ``workflow_id IS NOT NULL`` and costs
+    # a plain job nothing. ``pending_parents`` counts the parents that have not
+    # ended; the statement that ends the last one releases the step.
+    workflow_id = models.BigIntegerField(
+        null=True, blank=True, editable=False, help_text=_("The workflow or batch of this step.")
+    )
+    step_name = models.CharField(  # noqa: DJ001 - NULL: not a workflow step
+        max_length=200, null=True, blank=True, editable=False
+    )
+    step_policy = models.CharField(  # noqa: DJ001 - NULL: not a workflow step
+        max_length=16,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "What a parent's failure does to this step: cancel, continue or "
+            "if_failed (a batch's on_failure callback)."
+        ),
+    )
+    pending_parents = models.PositiveIntegerField(
+        null=True, blank=True, editable=False, help_text=_("Parents that have not ended yet.")
+    )
+    failed_parents = models.PositiveIntegerField(
+        null=True, blank=True, editable=False, help_text=_("Parents that ended without success.")
+    )
 
     class Meta:
         abstract = True
@@ -222,6 +248,19 @@ class Job(JobColumns):
                 fields=["updated_at"],
                 name="pgq_job_finished_idx",
                 condition=Q(status__in=[s.value for s in TERMINAL]),
+            ),
+            # Workflows (docs/workflows.md): the steps of one workflow (its page, its
+            # cancel), and the waiting ones apart: a waiting step is in neither due
+            # index, so a million of them cost the claim nothing.
+            models.Index(
+                fields=["workflow_id"],
+                name="pgq_job_step_idx",
+                condition=Q(workflow_id__isnull=False),
+            ),
+            models.Index(
+                fields=["workflow_id"],
+                name="pgq_job_waiting_idx",
+                condition=Q(status=Status.WAITING),
             ),
         ]
         constraints = [

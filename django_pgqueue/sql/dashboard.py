@@ -9,6 +9,7 @@ from .fragments import (
     ENDPOINT_TABLE,
     JOB_TABLE,
     TERMINAL_SQL,
+    WAITING_SQL,
 )
 
 # The planner's row estimate of a whole table, for admin changelists on big
@@ -38,10 +39,19 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)
 EXACT_TERMINAL_ROWS = 100_000
 
 
-def overview(marker: str, table: str, column: str, cast_sql: str) -> str:
+def overview(marker: str, table: str, column: str, cast_sql: str, *, waiting: bool = False) -> str:
     """Per value of the group ``column`` (of type ``cast_sql``) and state: count, oldest
-    due time, lapsed, due, estimated."""
+    due time, lapsed, due, estimated. ``waiting``: also count the waiting workflow
+    steps, exactly, through their partial index (jobs only: deliveries never wait)."""
     due_sql = f"status IN {CLAIMABLE_SQL} AND next_attempt_at <= now()"
+    waiting_sql = (
+        f"""
+    UNION ALL
+    SELECT {column}, status, next_attempt_at, locked_until FROM {table}
+    WHERE status IN {WAITING_SQL}"""
+        if waiting
+        else ""
+    )
     return f"""/* pgqueue:{marker} */
 WITH size AS (
     SELECT c.reltuples AS n, ns.nspname
@@ -66,7 +76,7 @@ FROM (
     WHERE status IN {CLAIMABLE_SQL}
     UNION ALL
     SELECT {column}, status, next_attempt_at, locked_until FROM {table}
-    WHERE status = 'in_progress'
+    WHERE status = 'in_progress'{waiting_sql}
 ) AS live
 GROUP BY 1, 2
 UNION ALL
@@ -84,7 +94,7 @@ WHERE size.n > {EXACT_TERMINAL_ROWS}
 """
 
 
-JOB_OVERVIEW = overview("overview", JOB_TABLE, "queue_name", "text")
+JOB_OVERVIEW = overview("overview", JOB_TABLE, "queue_name", "text", waiting=True)
 _DELIVERY_COUNTS = overview("delivery_counts", DELIVERY_TABLE, "endpoint_id", "bigint")
 
 # The webhook half of the dashboard: every endpoint (its switch and circuit) with

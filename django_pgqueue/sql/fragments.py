@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from ..states import CLAIMABLE, LIVE, TERMINAL, sql_list
+from ..states import CLAIMABLE, LIVE, TERMINAL, WAITING, sql_list
 
 JOB_TABLE = "pgqueue_job"
 APPLICATION_TABLE = "pgqueue_application"
@@ -22,6 +22,8 @@ TICK_TABLE = "pgqueue_schedule_tick"
 WORKER_TABLE = "pgqueue_worker"
 QUEUE_TABLE = "pgqueue_queue"
 QUEUE_KEY_RATE_TABLE = "pgqueue_queue_key_rate"
+WORKFLOW_TABLE = "pgqueue_workflow"
+EDGE_TABLE = "pgqueue_workflow_edge"
 
 # The state sets of a queue row as SQL lists, from their one declaration
 # (states.py, which the partial indexes in the models' Meta are built from too):
@@ -32,6 +34,8 @@ CLAIMABLE_SQL = sql_list(CLAIMABLE)
 LIVE_SQL = sql_list(LIVE)
 #: ``('succeeded', 'dead', 'cancelled')``: finished rows.
 TERMINAL_SQL = sql_list(TERMINAL)
+#: ``('waiting')``: workflow steps whose parents have not all ended.
+WAITING_SQL = sql_list(WAITING)
 
 #: The queue tables whose rows a worker claims (retention and the dashboard read both).
 QUEUE_TABLES = (JOB_TABLE, DELIVERY_TABLE)

@@ -23,6 +23,11 @@ from .fragments import (
     read_outcomes,
     unnest_picked,
 )
+from .workflows import release
+
+# The release of workflow steps both completions run (sql/workflows.py), over the
+# rows their ``done`` CTE ended.
+_RELEASE_DONE = release("done")
 
 #: What the claims return of a job (CLAIM_JOBS, CLAIM_ATOMIC_JOB): each attribute of
 #: ``jobs.rows.ClaimedJob`` with the expression that reads it. The one list both the
@@ -124,6 +129,54 @@ ON CONFLICT (task_path, unique_key)
     WHERE unique_key IS NOT NULL AND status IN {LIVE_SQL}
 DO NOTHING
 RETURNING id, created_at
+"""
+
+
+# Enqueue every step of a workflow in one statement (workflows/, through the job
+# store), in the caller's transaction with the workflow's other rows. The ids are
+# drawn first (RESERVE_JOB_IDS), so the edges can name them. INSERT_JOB's columns,
+# each read from its own array (``t``: steps differ in task, queue, options), and
+# the step's: ``status`` is ``waiting`` for a step with parents (no due index
+# holds it, so the claim never sees it) or ``pending`` for a root. A step has no
+# unique key (its workflow is what is unique).
+def _step_value(column: str, value: str) -> str:
+    """INSERT_JOB's value of ``column`` read from the step's own array (``t``)."""
+    if column == "status":
+        return "t.status"
+    return value.replace("%s", f"t.{column}")
+
+
+STEP_COLUMNS = (
+    "id",
+    "status",
+    *NEW_JOB_PARAMETERS,
+    "atomic",
+    "concurrency_key",
+    "step_name",
+    "step_policy",
+    "pending_parents",
+)
+#: Each array's element type (text unless named).
+_STEP_TYPES = {
+    "id": "bigint",
+    "priority": "smallint",
+    "max_attempts": "int",
+    "next_attempt_at": "timestamptz",
+    "atomic": "bool",
+    "pending_parents": "int",
+}
+_STEP_ARRAY_TYPES = {column: _STEP_TYPES.get(column, "text") for column in STEP_COLUMNS}
+_STEP_ARRAYS_SQL = ", ".join(
+    f"(SELECT %({column})s::{type_sql}[])" for column, type_sql in _STEP_ARRAY_TYPES.items()
+)
+_STEP_NAMES_SQL = ", ".join(STEP_COLUMNS)
+_STEP_VALUES_SQL = ", ".join(_step_value(c, v) for c, v, _ in NEW_JOB_COLUMNS)
+INSERT_STEP_JOBS = f"""/* pgqueue:enqueue_steps */
+INSERT INTO {JOB_TABLE} (id, {_NEW_JOB_NAMES}, atomic, concurrency_key,
+    workflow_id, step_name, step_policy, pending_parents, failed_parents)
+SELECT t.id, {_STEP_VALUES_SQL}, t.atomic, t.concurrency_key,
+       %(workflow_id)s, t.step_name, t.step_policy, t.pending_parents, 0
+FROM unnest({_STEP_ARRAYS_SQL}) AS t({_STEP_NAMES_SQL})
 """
 
 # The live job holding a unique key (the partial unique index answers it).
@@ -449,12 +502,17 @@ SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
 # Guarded like COMPLETE_JOBS (token, and still held): an attempt whose lease was
 # lost, or that the worker already recorded as given up, matches no row, and
 # the caller then rolls the task's writes back instead of committing them.
+# It releases the job's children when it is a workflow step, as COMPLETE_JOBS does,
+# so the release commits with the task's writes too.
 COMPLETE_ATOMIC_JOB = f"""/* pgqueue:complete_atomic */
+WITH RECURSIVE done AS (
 UPDATE {JOB_TABLE} SET
     status = 'succeeded', result = %(result)s::jsonb, locked_until = NULL,
     finished_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = %(id)s AND locked_by = %(token)s AND locked_until IS NOT NULL
-RETURNING id
+RETURNING id, status, workflow_id
+), {_RELEASE_DONE}
+SELECT done.id FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
 """
 
 # A paused queue's waiting jobs are not waited for (``--until-empty`` would never
@@ -543,7 +601,13 @@ SELECT pg_catalog.count(*) FROM (
 # steady drain the index holds every claim since the last VACUUM (dead entries),
 # and each completion then reads thousands of them. This form leaves the planner
 # one plan: a primary-key lookup per row of the batch.
+#
+# The completion also releases workflow steps (sql/workflows.py, ``release``): the
+# rows it ended come back from the ``done`` CTE, and the children of those that
+# are steps are released by the same statement. For plain jobs ``workflow_id`` is
+# NULL and the release reads nothing.
 COMPLETE_JOBS = f"""/* pgqueue:complete */
+WITH RECURSIVE done AS (
 UPDATE {JOB_TABLE} AS j SET
     status = v.status,
     result = CASE WHEN v.status = 'succeeded' THEN v.result::jsonb ELSE j.result END,
@@ -567,7 +631,9 @@ FROM unnest(
 ) AS v(id, token, status, result, delay, error, last_error, refund)
 WHERE j.id = v.id AND j.locked_by = v.token AND j.locked_until IS NOT NULL
   AND {PLAN_EACH_RUN_IDS}
-RETURNING j.id
+RETURNING j.id, j.status, j.workflow_id
+), {_RELEASE_DONE}
+SELECT done.id FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
 """
 
 # Settle an ambiguous commit and extend leases (fragments.py). Extending a job's
@@ -642,6 +708,8 @@ JOB_ROW_COLUMNS: tuple[str, ...] = (
     "progress",
     "progress_message",
     "progress_at",
+    "workflow_id",
+    "step_name",
 )
 
 _JOB_ROW_NAMES = ", ".join(JOB_ROW_COLUMNS)

@@ -222,3 +222,66 @@ def refuse_bad_progress(context) -> list:
         except (TypeError, ValueError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
     return errors
+
+
+# ---- Workflows (docs/workflows.md) ------------------------------------------------
+
+
+def _record_step(context, label: str, fail: bool) -> str:
+    import os
+
+    from django_pgqueue.workflows import parents
+
+    from .models import TaskRun
+
+    # A step released before all its parents succeeded would be a bug: say so loudly
+    # (the chaos tests count these rows).
+    early = [p.name for p in parents(context) if p.status != "succeeded"]
+    TaskRun.objects.create(
+        job_id=int(context.task_result.id),
+        attempt=context.attempt,
+        pid=os.getpid(),
+        label=f"early:{','.join(early)}" if early else label,
+    )
+    if fail:
+        raise RuntimeError(f"step {label} fails as asked")
+    return label
+
+
+@task(takes_context=True, atomic=True)
+def record_step(context, label: str = "", fail: bool = False) -> str:
+    """A workflow step recorded in the same transaction as its success (one TaskRun
+    per successful attempt, exactly): the chaos tests count them."""
+    return _record_step(context, label, fail)
+
+
+@task(takes_context=True)
+def record_plain_step(context, label: str = "", fail: bool = False) -> str:
+    """The same step as an ordinary (at-least-once) job: completed by the worker's
+    batched completion rather than in the task's transaction."""
+    return _record_step(context, label, fail)
+
+
+@task(takes_context=True)
+def add_parents(context, extra: int = 0) -> int:
+    """The sum of the parents' return values (results flow downstream)."""
+    from django_pgqueue.workflows import parent_results
+
+    return sum(parent_results(context).values()) + extra
+
+
+@task(takes_context=True, atomic=True)
+def record_batch_counts(context, label: str = "") -> str:
+    """A batch callback: records the counts it saw (one TaskRun per run, exactly)."""
+    import os
+
+    from django_pgqueue.workflows import batch_counts
+
+    from .models import TaskRun
+
+    counts = batch_counts(context)
+    text = f"{label}:{counts.total}/{counts.succeeded}/{counts.failed}/{counts.cancelled}"
+    TaskRun.objects.create(
+        job_id=int(context.task_result.id), attempt=context.attempt, pid=os.getpid(), label=text
+    )
+    return text

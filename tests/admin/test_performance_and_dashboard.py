@@ -177,10 +177,11 @@ def test_dashboard_numbers_per_queue(operator, make_job):
     assert 2 * 86400 - 60 < stats["other"].oldest_due_age.total_seconds() <= 2 * 86400
 
     cells = _row_cells(page.content.decode(), "pgq-queues", "reports")
-    # pending, in progress, failed, dead, succeeded, cancelled, oldest, in flight, stuck
-    assert cells[:6] == ["3", "2", "1", "3", "2", "0"]
-    assert cells[6].startswith("59 min") or cells[6] == "1 h", cells[6]
-    assert cells[7:] == ["2", "1"]
+    # waiting (workflow steps), pending, in progress, failed, dead, succeeded, cancelled,
+    # oldest, in flight, stuck
+    assert cells[:7] == ["0", "3", "2", "1", "3", "2", "0"]
+    assert cells[7].startswith("59 min") or cells[7] == "1 h", cells[7]
+    assert cells[8:] == ["2", "1"]
 
 
 def test_dashboard_endpoint_numbers_and_open_circuits(webhook_operator, make_delivery):
@@ -217,4 +218,5 @@ def test_dashboard_endpoint_numbers_and_open_circuits(webhook_operator, make_del
     cells = _row_cells(
         html, "pgq-endpoints", f"#{tripped.pk} https://hooks.example.com/tripped · global"
     )
-    assert cells[:6] == ["2", "0", "0", "1", "0", "0"] and cells[7:] == ["0", "0"]
+    # The first column counts waiting workflow steps: a delivery never waits.
+    assert cells[:7] == ["0", "2", "0", "0", "1", "0", "0"] and cells[8:] == ["0", "0"]

@@ -56,6 +56,7 @@ def _complete_params(job_id: int, token, status: str = "succeeded") -> dict:
         "errors": [None],
         "last_errors": [None],
         "refunds": [0],
+        "channel": "pgqueue_test",  # where released workflow steps are announced
     }
 
 

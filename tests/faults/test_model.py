@@ -90,6 +90,7 @@ class QueueMachine(RuleBasedStateMachine):
                 "errors": [json.dumps({"attempt": 0}) if status != "succeeded" else None],
                 "last_errors": [None],
                 "refunds": [0],
+                "channel": "pgqueue_test",  # where released workflow steps are announced
             },
         ).fetchall()
         return bool(rows)
@@ -179,6 +180,7 @@ class QueueMachine(RuleBasedStateMachine):
                 "errors": [None],
                 "last_errors": [None],
                 "refunds": [0],
+                "channel": "pgqueue_test",  # where released workflow steps are announced
             },
         )
         conn.close()  # no COMMIT: the server rolls back

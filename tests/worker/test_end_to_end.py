@@ -211,6 +211,7 @@ def _complete(job_id: int, token, status: str = "succeeded") -> list:
                 "errors": [None],
                 "last_errors": [None],
                 "refunds": [0],
+                "channel": "pgqueue_test",  # where released workflow steps are announced
             },
         ).fetchall()
 

@@ -16,11 +16,12 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from django_pgqueue import enqueue_many
-from django_pgqueue.models import Job
+from django_pgqueue.models import Job, Workflow, WorkflowEdge
+from django_pgqueue.workflows import Batch, call, chord, get_workflow
 from testproject.demo import tasks
 from testproject.demo.models import TaskRun
 
-UNFINISHED = ("pending", "failed", "in_progress")
+UNFINISHED = ("waiting", "pending", "failed", "in_progress")
 
 
 class Command(BaseCommand):
@@ -37,6 +38,8 @@ class Command(BaseCommand):
         out = self.stdout
         if not opts["keep"]:
             Job.objects.all().delete()
+            Workflow.objects.all().delete()
+            WorkflowEdge.objects.all().delete()
             TaskRun.objects.all().delete()
         started = time.monotonic()
         self._enqueue(opts["jobs"])
@@ -81,6 +84,24 @@ class Command(BaseCommand):
         # completes it; the failing ones leave none behind (their writes roll back).
         for i in range(20):
             tasks.record_atomic.enqueue(label="atomic", fail=i % 10 == 9)
+        # A workflow: three additions at once, then their sum once all three succeeded
+        # (released by the completion of the last one), reading their results.
+        self.workflow_id = (
+            chord(
+                [call(tasks.add, i, i) for i in range(1, 4)],
+                call(tasks.add_parents, 100),
+                name="demo-chord",
+            )
+            .enqueue()
+            .id
+        )
+        # A batch: its callback runs once, when the last of its jobs ends, and sees
+        # the counts (one job fails for good).
+        batch = Batch("demo-batch", on_complete=call(tasks.record_batch_counts, "batch"))
+        for i in range(4):
+            batch.add(tasks.record_step, f"batch-{i}")
+        batch.add(tasks.always_fails, 99)
+        self.batch_id = batch.enqueue().id
 
     def _drain(self, opts: dict[str, Any], out: Any) -> None:
         """Run burst workers until every job is finished (retries included)."""
@@ -131,6 +152,22 @@ class Command(BaseCommand):
         )
         for line in _rate_explained():
             out.write(f"  {line}")
+        workflow = get_workflow(self.workflow_id)
+        batch = get_workflow(self.batch_id)
+        out.write("\n=== Workflows and batches ===")
+        if workflow is not None:
+            out.write(
+                f"  workflow #{workflow.id} {workflow.name}: {workflow.status}; "
+                f"results {workflow.results()}"
+            )
+        if batch is not None:
+            seen = TaskRun.objects.filter(label__startswith="batch:").values_list(
+                "label", flat=True
+            )
+            out.write(
+                f"  batch #{batch.id}: {batch.status}, on_complete ran {len(seen)} time(s) and saw "
+                f"total/succeeded/failed/cancelled = {', '.join(s.split(':')[1] for s in seen)}"
+            )
         atomic = Job.objects.filter(atomic=True)
         out.write("\n=== Atomic tasks (exactly-once database effects) ===")
         out.write(

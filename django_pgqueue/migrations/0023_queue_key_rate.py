@@ -17,7 +17,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgqueue", "0021_job_history"),
+        ("django_pgqueue", "0022_job_history"),
     ]
 
     operations = [

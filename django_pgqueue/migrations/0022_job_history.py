@@ -46,7 +46,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("django_pgqueue", "0020_console_rollup_progress"),
+        ("django_pgqueue", "0021_workflows"),
     ]
 
     operations = [
