@@ -99,7 +99,10 @@ class QueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if not self.has_limits_permission(request):
             raise PermissionDenied
         name = unquote(object_id)
-        state = queues.get(name) if Queue.objects.filter(pk=name).exists() else None
+        try:
+            state = queues.get(name)
+        except ValueError:  # no queue can have this name (too long, a NUL): none has it
+            state = None
         if state is None:
             raise Http404(f"No queue {name!r} is configured.")
         form = QueueLimitsForm(

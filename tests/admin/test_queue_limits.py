@@ -120,7 +120,8 @@ def test_reset_hands_the_queue_back_to_its_settings(limits_client, reports):
     assert LogEntry.objects.get(object_id="reports").change_message == "Limits reset to settings."
 
 
-def test_an_unknown_queue_is_404(limits_client):
-    url = reverse("admin:django_pgqueue_queue_limits", args=["nowhere"])
+@pytest.mark.parametrize("name", ["nowhere", "q" * 101, "nul\x00name"])
+def test_an_unknown_or_impossible_queue_name_is_404(limits_client, name):
+    url = reverse("admin:django_pgqueue_queue_limits", args=[name])
     assert limits_client.get(url).status_code == 404
-    assert queues.get("nowhere") is None
+    assert not LogEntry.objects.exists()
