@@ -61,7 +61,9 @@ def test_the_queue_pages_link_to_the_form(limits_client, reports):
 def test_get_changes_nothing_and_shows_the_current_limits(limits_client, reports):
     page = limits_client.get(URL)
     assert page.status_code == 200
-    assert 'name="concurrency"' in page.content.decode()
+    html = page.content.decode()
+    assert 'name="concurrency"' in html and 'value="3"' not in html  # reset: no limit
+    assert 'id="id_concurrency_helptext"' in html  # the input's aria-describedby target
     assert queues.get("reports") == reports
     assert not LogEntry.objects.exists()
 
@@ -111,6 +113,7 @@ def test_a_bad_value_rerenders_with_the_fields_error_and_writes_nothing(
 
 def test_reset_hands_the_queue_back_to_its_settings(limits_client, reports):
     queues.configure("reports", concurrency=7)
+    assert 'value="7"' in limits_client.get(URL).content.decode()  # the form shows them
     token = csrf_token(limits_client, URL)
     response = limits_client.post(URL, {**BLANK, "_reset": "1", "csrfmiddlewaretoken": token})
     assert response.status_code == 302
