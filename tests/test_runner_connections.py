@@ -19,7 +19,7 @@ def claimed(task: Any, **kwargs: Any) -> ClaimedJob:
     now = timezone.now()
     return ClaimedJob(
         1, "in_progress", uuid.uuid4(), 1, 3, task.module_path, [], kwargs,
-        "default", 0, "default", now, now, now, [], ["w"],
+        "default", 0, "default", now, now, now, [], ["w"], 0.0,
     )  # fmt: skip
 
 
