@@ -187,3 +187,15 @@ def test_hints_point_at_the_documentation_url():
 
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert pyproject["project"]["urls"]["Documentation"] == FALLBACK_BASE
+
+
+def test_the_checks_need_no_contrib_app_the_quickstart_does_not_list():
+    """Django 6.0 refuses django.contrib.postgres's ArrayField without that app in
+    INSTALLED_APPS (postgres.E005); no model of ours may need an app the quickstart
+    does not tell users to add, or every worker stops at its system checks."""
+    from django.conf import settings
+    from django.core import checks
+
+    assert "django.contrib.postgres" not in settings.INSTALLED_APPS
+    problems = [e for e in checks.run_checks() if e.level >= checks.ERROR]
+    assert problems == []

@@ -8,9 +8,10 @@ so a page view never scans the history of jobs or deliveries.
 
 from __future__ import annotations
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from .fields import BigIntArrayField
 
 
 class RollupKind(models.TextChoices):
@@ -41,8 +42,8 @@ class Rollup(models.Model):
     ok = models.BigIntegerField(_("succeeded"), default=0)
     failed = models.BigIntegerField(_("failed"), default=0)
     retried = models.BigIntegerField(_("retried"), default=0)
-    wait_hist = ArrayField(models.BigIntegerField(), default=list, blank=True)
-    run_hist = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    wait_hist = BigIntArrayField(default=list, blank=True)
+    run_hist = BigIntArrayField(default=list, blank=True)
     depth = models.BigIntegerField(_("depth"), null=True, blank=True)
 
     class Meta:
