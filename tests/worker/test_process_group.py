@@ -136,7 +136,10 @@ def test_a_repeat_within_the_window_is_the_same_request(worker_process):
     assert "Second signal" not in proc.output()
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pgqueue_job WHERE id = ANY(%s) AND status = 'succeeded'",
+            "SELECT status, count(*) FROM pgqueue_job WHERE id = ANY(%s) GROUP BY status",
             [[int(r.id) for r in results]],
         )
-        assert cursor.fetchone()[0] == 2
+        states = dict(cursor.fetchall())
+    # One drain: each job finished, or, claimed but not yet handed to its thread when
+    # the signal came, was given back untouched. None is left held or interrupted.
+    assert set(states) <= {"succeeded", "pending"} and sum(states.values()) == 2, states
