@@ -21,7 +21,7 @@ from ..models.queue import Job, JobHistory
 from ..operations import HISTORY_OPERATIONS, Operation, replay_from_history
 from .audit import log_changes, report
 from .filters import RecentValuesFilter, StatusFilter
-from .jobs import JobColumnsAdmin
+from .jobs import JobColumnsAdmin, job_fieldsets
 
 
 @admin.register(JobHistory)
@@ -48,27 +48,8 @@ class JobHistoryAdmin(JobColumnsAdmin):
     ordering = ("-finished_at",)
     search_fields = ("task_path",)
     search_help_text = _("A job id, or part of a task path.")
-    fieldsets = (
-        (None, {"fields": ("id", "task_path", "queue_name", "backend", "status_display")}),
-        (
-            _("Scheduling"),
-            {
-                "fields": (
-                    "priority",
-                    "attempts_display",
-                    "worker_id",
-                    "created_at",
-                    "started_at",
-                    "last_attempted_at",
-                    "finished_at",
-                    "updated_at",
-                )
-            },
-        ),
-        (_("Call"), {"fields": ("args_json", "kwargs_json", "result_json")}),
-        (_("Errors"), {"fields": ("last_error_pre", "errors_history", "workers_json")}),
-    )
-    readonly_fields = flatten_fieldsets(fieldsets)  # type: ignore[arg-type]
+    fieldsets = job_fieldsets(live=False)
+    readonly_fields = flatten_fieldsets(fieldsets)
 
     def run_operation(
         self, request: HttpRequest, op: Operation, ids: list[int], data: dict[str, Any]
