@@ -106,7 +106,9 @@ def test_children_die_with_a_killed_supervisor(worker_process):
     try:
         os.kill(proc.pid, signal.SIGKILL)
         proc.proc.wait(10)
-        wait_for(lambda: not any(_alive(c) for c in children), 2, "the children to exit", 0.02)
+        # Drain and interpreter exit take about 0.6 s on a quiet machine, several
+        # seconds on a loaded one; what matters is that they exit, well inside the lease.
+        wait_for(lambda: not any(_alive(c) for c in children), 10, "the children to exit", 0.02)
         # They drained: nothing waits out its 30 s lease, nothing is lost.
         assert _held_rows() == 0
         with connection.cursor() as cursor:
