@@ -51,6 +51,12 @@ def stuck(label: str) -> str:
     return label
 
 
+@task(timeout=0.5, max_attempts=1)
+def stuck_once(label: str) -> str:
+    """``stuck`` with one attempt: only the child that claims it keeps a stuck thread."""
+    return stuck.func(label)
+
+
 @task(takes_context=True)
 def cooperative(context, label: str) -> str:
     """Works until its attempt is given up, then writes what it saw and returns."""

@@ -83,10 +83,18 @@ def test_a_child_killed_by_the_drain_makes_the_exit_code_non_zero(worker_process
     enqueue_many(tasks.sleep_for, [((30,), {})] * 2)
     proc = worker_process(
         "--processes", "2", "--concurrency", "1", "--lease", "30",
-        env={"PGQUEUE_POLL_INTERVAL": "0.2", "PGQUEUE_SHUTDOWN_GRACE_SECONDS": "30"},
-    )  # fmt: skip
+        env={
+            "PGQUEUE_POLL_INTERVAL": "0.2",
+            "PGQUEUE_SHUTDOWN_GRACE_SECONDS": "30",
+            "PGQUEUE_LOG_LEVEL": "INFO",
+        },
+    )
     wait_for(lambda: _held_rows() >= 2, 60, "both children to run a task", interval=0.05)
     proc.signal(signal.SIGTERM)
+    # A child logs the drain only after the supervisor handled the signal and forwarded
+    # it: from there, 1.5 s is past the duplicate window on any machine (a fixed sleep
+    # after sending was not, when a loaded machine ran the handler late).
+    wait_for(lambda: proc.output().count("no new claims") >= 2, 30, "both drains", 0.05)
     time.sleep(1.5)  # past the duplicate window: the second signal is deliberate
     proc.signal(signal.SIGTERM)
     assert proc.wait(30) != 0, proc.output()
