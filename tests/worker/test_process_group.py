@@ -82,7 +82,12 @@ def test_group_signal_drains_every_child_once(worker_process, sig):
 def test_a_child_killed_by_the_drain_makes_the_exit_code_non_zero(worker_process):
     enqueue_many(tasks.sleep_for, [((30,), {})] * 2)
     proc = worker_process(
-        "--processes", "2", "--concurrency", "1", "--lease", "30",
+        "--processes",
+        "2",
+        "--concurrency",
+        "1",
+        "--lease",
+        "30",
         env={
             "PGQUEUE_POLL_INTERVAL": "0.2",
             "PGQUEUE_SHUTDOWN_GRACE_SECONDS": "30",
