@@ -169,8 +169,9 @@ def restore_password(url: str, stored: str) -> str:
         same = False
     if stored_span is None or not same:
         raise UnsafeURLError(
-            "The password is masked (***): write it again when the scheme, host, port "
-            "or user name change."
+            "The password is masked (***): write it again. A masked password is kept "
+            "only when an endpoint is edited and its scheme, host, port and user name stay "
+            "the same."
         )
     return url[: span[0]] + stored[stored_span[0] : stored_span[1]] + url[span[1] :]
 
