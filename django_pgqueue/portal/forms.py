@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from ..authority import customer_fields
 from ..conf import DESTINATION_SCHEMES, get_settings
 from ..models.webhooks import DestinationFormField, Endpoint
+from ..webhooks.brokers.urls import has_typed_password
 from ..webhooks.catalogue import catalogue
 from ..webhooks.routing import subscription_keys
 
@@ -117,6 +118,16 @@ class EndpointForm(forms.ModelForm):
                 "One per line, or a wildcard such as order.* for several. Leave empty to "
                 "receive every event. The event types we send: %(types)s."
             ) % {"types": ", ".join(declared)}
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        # A refused form shows the URL masked; on an edit, *** sent back keeps the
+        # stored password: say so, or a new one would be dropped without a word.
+        if self.errors and has_typed_password(self.data.get("url")):
+            again = [_("Type the password again: it is not shown back.")]
+            if self.instance.pk is not None:
+                again.append(_("Left as ***, the saved password is kept."))
+            self.add_error("url", " ".join(map(str, again)))
 
     def clean_event_types(self) -> list[str]:
         """With a declared catalogue, each line names a declared type or a wildcard that

@@ -161,3 +161,23 @@ def test_an_unchanged_masked_url_is_not_recorded_as_a_change(client):
     client.post(f"{PORTAL}endpoints/{endpoint.pk}/edit/", {"url": shown, "description": "d"})
     entry = LogEntry.objects.get(object_id=str(endpoint.pk), action_flag=CHANGE)
     assert entry.change_message.startswith("Changed description.")
+
+
+def test_a_refused_form_asks_for_a_typed_password_again(client):
+    # The page shows it masked, and on an edit *** keeps the stored password: without
+    # a word, the customer's new password would be silently dropped.
+    client.post(f"{PORTAL}endpoints/new/", {"url": AMQP})
+    endpoint = Endpoint.objects.get()
+    typed = AMQP.replace(PASSWORD, "brand-new-pw")
+    refused = client.post(
+        f"{PORTAL}endpoints/{endpoint.pk}/edit/", {"url": typed, "event_types": "order*"}
+    )
+    body = html.unescape(refused.content.decode())
+    assert "Type the password again" in body and "brand-new-pw" not in body
+    assert stored_password(Endpoint.objects.get()) == PASSWORD
+    # Kept as ***, nothing to type again.
+    kept = client.post(
+        f"{PORTAL}endpoints/{endpoint.pk}/edit/",
+        {"url": AMQP.replace(PASSWORD, "***"), "event_types": "order*"},
+    )
+    assert "Type the password again" not in html.unescape(kept.content.decode())

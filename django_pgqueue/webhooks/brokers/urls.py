@@ -33,6 +33,7 @@ from ..ssrf import (
 __all__ = [
     "BROKER_SCHEMES",
     "BrokerURL",
+    "has_typed_password",
     "is_broker_url",
     "masked",
     "open_password",
@@ -100,6 +101,16 @@ def masked(url: str) -> str:
     """``url`` with its password replaced by ``***``: the form shown in the admin and logs."""
     span = _password_span(url)
     return url if span is None else url[: span[0]] + _MASK + url[span[1] :]
+
+
+def has_typed_password(url: object) -> bool:
+    """True when ``url`` is a broker URL carrying a password as typed, neither empty nor
+    the ``***`` that keeps the stored one: a form refused for another reason shows it
+    masked, so the password must be typed again."""
+    if not isinstance(url, str):
+        return False
+    span = _password_span(url)
+    return span is not None and url[span[0] : span[1]] not in ("", _MASK)
 
 
 #: How a stored broker URL's password starts: what follows is its Fernet token.
