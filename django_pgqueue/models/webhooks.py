@@ -29,14 +29,18 @@ def _masked(value: Any) -> Any:
     return masked(value) if isinstance(value, str) else value
 
 
-class MaskedURLInput(forms.URLInput):
-    """A URL input that writes a broker URL's password as ``***``, be the value the
-    stored URL or the one just typed into a form refused for another reason: the
+class MaskedURLMixin:
+    """For a URL widget: write a broker URL's password as ``***``, be the value the
+    stored URL or the one just typed into a form refused for another reason, so the
     password is never written into a page. Sent back as shown, ``Endpoint.clean``
     puts the stored password back."""
 
     def format_value(self, value: Any) -> str | None:
-        return super().format_value(_masked(value))
+        return super().format_value(_masked(value))  # type: ignore[misc]
+
+
+class MaskedURLInput(MaskedURLMixin, forms.URLInput):
+    """The endpoint URL's input, password masked."""
 
 
 class DestinationFormField(forms.URLField):
