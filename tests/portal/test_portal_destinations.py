@@ -181,3 +181,31 @@ def test_a_refused_form_asks_for_a_typed_password_again(client):
         {"url": AMQP.replace(PASSWORD, "***"), "event_types": "order*"},
     )
     assert "Type the password again" not in html.unescape(kept.content.decode())
+
+
+def test_http_opened_to_customers_without_allow_http_is_a_warning(settings):
+    from django_pgqueue.checks import check_portal
+
+    configure(settings, ["https", "http"])
+    [warning] = check_portal()
+    assert warning.id == "django_pgqueue.W031"
+    assert "holds 'http'" in warning.msg and "['ALLOW_HTTP'] is False" in warning.msg
+    webhooks = {**settings.PGQUEUE["WEBHOOKS"], "ALLOW_HTTP": True}
+    settings.PGQUEUE = {**settings.PGQUEUE, "WEBHOOKS": webhooks}
+    assert check_portal() == []
+
+
+def test_a_broker_opened_to_customers_without_its_client_is_a_warning(settings, monkeypatch):
+    import importlib.util
+
+    from django_pgqueue.checks import check_portal
+
+    configure(settings, ["https", "amqp", "nats"])
+    assert check_portal() == []  # the broker extra is installed here
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pika" else find_spec(name)
+    )
+    [warning] = check_portal()
+    assert warning.id == "django_pgqueue.W031"
+    assert "holds 'amqp'" in warning.msg and "install the 'brokers' extra" in warning.msg

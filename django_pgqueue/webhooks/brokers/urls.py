@@ -38,6 +38,7 @@ __all__ = [
     "masked",
     "open_password",
     "parse",
+    "require_client",
     "reseal_password",
     "restore_password",
     "seal_password",
@@ -273,7 +274,7 @@ def validate(
     nobody can deliver to is never saved.
     """
     target = parse(url)
-    _require_client(target.scheme)
+    require_client(target.scheme)
     check_port(target.port, allowed_ports)
     if not resolve:
         return []
@@ -290,7 +291,8 @@ def validate(
 _CLIENTS = {"amqp": "pika", "nats": "nats"}
 
 
-def _require_client(scheme: str) -> None:
+def require_client(scheme: str) -> None:
+    """Raise :class:`UnsafeURLError` when the client library of ``scheme`` is missing."""
     import importlib.util
 
     if importlib.util.find_spec(_CLIENTS[scheme]) is None:
