@@ -95,6 +95,10 @@ def test_a_customer_adds_and_edits_a_broker_endpoint_and_never_sees_its_password
     for body in bodies:
         assert PASSWORD not in body
     assert PASSWORD not in caplog.text
+    from django.contrib.admin.models import LogEntry
+
+    for entry in LogEntry.objects.filter(object_id=str(endpoint.pk)):
+        assert PASSWORD not in entry.object_repr + entry.change_message
 
 
 def test_a_scheme_not_in_portal_destinations_is_refused_in_words(settings):
