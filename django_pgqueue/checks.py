@@ -292,7 +292,8 @@ def _framework_checks_registered(module: str) -> bool:
 
 @checks.register(checks.Tags.compatibility)
 def check_portal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """E030: PORTAL_APPLICATION or PORTAL_PERMISSION does not import to a callable."""
+    """E030: PORTAL_APPLICATION or PORTAL_PERMISSION does not import to a callable.
+    W031: PORTAL_DESTINATIONS opens a kind of URL the endpoint's own check refuses."""
     from django.utils.module_loading import import_string
 
     from .conf import validate
@@ -321,7 +322,34 @@ def check_portal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                 id="django_pgqueue.E030",
             )
         )
-    return errors
+    return errors + _portal_destination_warnings(conf.WEBHOOKS)
+
+
+def _portal_destination_warnings(conf: Any) -> list[checks.CheckMessage]:
+    """W031: a scheme of PORTAL_DESTINATIONS whose every URL Endpoint.clean refuses."""
+    from .webhooks.brokers.urls import BROKER_SCHEMES, require_client
+    from .webhooks.ssrf import UnsafeURLError
+
+    problems: list[tuple[str, str]] = []
+    for scheme in conf["PORTAL_DESTINATIONS"]:
+        if scheme == "http" and not conf["ALLOW_HTTP"]:
+            problems.append((scheme, "PGQUEUE['WEBHOOKS']['ALLOW_HTTP'] is False"))
+        elif scheme in BROKER_SCHEMES:
+            try:
+                require_client(scheme)
+            except UnsafeURLError as exc:
+                problems.append((scheme, str(exc)))
+    return [
+        checks.Warning(
+            f"PGQUEUE['WEBHOOKS']['PORTAL_DESTINATIONS'] holds {scheme!r}, but every such "
+            f"endpoint URL is refused: {why}",
+            hint=check_hint(
+                "django_pgqueue.W031", "Remove it from PORTAL_DESTINATIONS, or allow it."
+            ),
+            id="django_pgqueue.W031",
+        )
+        for scheme, why in problems
+    ]
 
 
 @checks.register(checks.Tags.compatibility)

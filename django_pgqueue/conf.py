@@ -30,6 +30,10 @@ DEFAULT_MAX_DEPTH = 100
 #: arguments recursively (``normalize_json``) and fails a few hundred levels down.
 DEPTH_CEILING = 200
 
+#: Every scheme an endpoint URL may have: HTTP receivers and the broker destinations
+#: (docs/webhooks.md, "Destinations"). The values PORTAL_DESTINATIONS chooses from.
+DESTINATION_SCHEMES = ("https", "http", "amqp", "nats")
+
 #: Webhook delivery defaults (``PGQUEUE["WEBHOOKS"]``). The retry schedule follows
 #: Svix: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 WEBHOOK_DEFAULTS: dict[str, Any] = {
@@ -66,6 +70,10 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     # function (request, application) -> bool allowing the portal's pages.
     "PORTAL_APPLICATION": None,
     "PORTAL_PERMISSION": "django_pgqueue.portal.views.default_permission",
+    # The kinds of endpoint URL a customer may add in the portal, among
+    # DESTINATION_SCHEMES; each URL still passes the endpoint's own check (SSRF rules,
+    # ALLOW_HTTP, the broker allow-lists).
+    "PORTAL_DESTINATIONS": ["https"],
     # The event type catalogue: {"order.paid": {"description": ..., "schema": {...}}}
     # (docs/multi-tenant.md). With VALIDATE_EVENT_TYPES, send_event refuses types not
     # declared here and payloads their schema refuses.
@@ -283,6 +291,20 @@ def _bool(name: str, value: Any) -> bool:
     return value
 
 
+def _destinations(name: str, value: Any) -> list[str]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ImproperlyConfigured(
+            f"{name} must be a list of schemes such as ['https', 'amqp'], got {value!r}"
+        )
+    for scheme in value:
+        if scheme not in DESTINATION_SCHEMES:
+            raise ImproperlyConfigured(
+                f"{name} holds {scheme!r}, which is not a destination: use "
+                f"{', '.join(map(repr, DESTINATION_SCHEMES))}"
+            )
+    return list(value)
+
+
 def validate_webhooks(raw: Any) -> dict[str, Any]:
     """Merge ``PGQUEUE["WEBHOOKS"]`` with its defaults and validate every value."""
     if not isinstance(raw, Mapping):
@@ -353,6 +375,9 @@ def validate_webhooks(raw: Any) -> dict[str, Any]:
             raise ImproperlyConfigured(
                 f"{prefix}[{key!r}] must be None or a non-empty string, got {merged[key]!r}"
             )
+    merged["PORTAL_DESTINATIONS"] = _destinations(
+        f"{prefix}['PORTAL_DESTINATIONS']", merged["PORTAL_DESTINATIONS"]
+    )
     from .webhooks.event_types import parse_catalogue
 
     merged["EVENT_TYPES"] = parse_catalogue(merged["EVENT_TYPES"], f"{prefix}['EVENT_TYPES']")

@@ -77,6 +77,7 @@ CHECK_DOCS: dict[str, tuple[str, str]] = {
     "django_pgqueue.E020": ("periodic", "validation-and-isolation"),
     "django_pgqueue.E021": ("periodic", "validation-and-isolation"),
     "django_pgqueue.E030": ("multi-tenant", "the-customer-portal"),
+    "django_pgqueue.W031": ("multi-tenant", "destinations-in-the-portal"),
     "django_pgqueue.W001": ("quickstart", "2-configure"),
     "django_pgqueue.W002": ("operations", "migrate"),
     "django_pgqueue.W040": ("http-api", "limits"),

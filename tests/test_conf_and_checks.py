@@ -101,6 +101,31 @@ def test_check_e001_bad_settings():
         assert ids(check_settings()) == ["django_pgqueue.E001"]
 
 
+def test_portal_destinations_default_to_https_and_take_the_four_schemes():
+    assert validate({}).WEBHOOKS["PORTAL_DESTINATIONS"] == ["https"]
+    chosen = validate({"WEBHOOKS": {"PORTAL_DESTINATIONS": ("nats", "https", "amqp", "http")}})
+    assert chosen.WEBHOOKS["PORTAL_DESTINATIONS"] == ["nats", "https", "amqp", "http"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (["https", "ftp"], r"holds 'ftp', which is not a destination: use 'https', 'http', "),
+        (["HTTPS"], r"holds 'HTTPS', which is not a destination"),
+        ("https", r"must be a list of schemes such as \['https', 'amqp'\], got 'https'"),
+        ([], "must be a list of schemes"),
+        ([None], "holds None"),
+    ],
+)
+def test_a_bad_portal_destination_is_a_system_check_error_naming_it(value, message):
+    prefix = r"PGQUEUE\['WEBHOOKS'\]\['PORTAL_DESTINATIONS'\] "
+    with pytest.raises(ImproperlyConfigured, match=prefix + message):
+        validate({"WEBHOOKS": {"PORTAL_DESTINATIONS": value}})
+    with override_settings(PGQUEUE={"WEBHOOKS": {"PORTAL_DESTINATIONS": value}}):
+        [error] = check_settings()
+    assert error.id == "django_pgqueue.E001" and "PORTAL_DESTINATIONS" in error.msg
+
+
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_check_e002_sqlite():
     sqlite = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}

@@ -17,6 +17,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import AdminURLFieldWidget
 from django.db import models
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -28,7 +29,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import get_settings
 from ..models.queue import Status
-from ..models.webhooks import BreakerState, Delivery, Endpoint
+from ..models.webhooks import BreakerState, Delivery, Endpoint, MaskedURLMixin
 from ..operations import (
     DELIVERY_OPERATIONS,
     ENDPOINT_OPERATIONS,
@@ -40,7 +41,6 @@ from ..operations import (
     send_test_event,
 )
 from ..webhooks import store
-from ..webhooks.brokers.urls import masked
 from .audit import log_changes, report
 from .display import WhenDatesMixin, json_display
 from .filters import application_filter
@@ -60,14 +60,9 @@ class ReplaySinceForm(forms.Form):
         self.fields["since"].initial = (timezone.now() - timedelta(hours=24)).replace(microsecond=0)
 
 
-class _MaskedURLForm(forms.ModelForm):
-    """Shows a broker URL's password as ``***``; ``Endpoint.clean`` puts the stored one
-    back when the form sends ``***`` again."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.initial.get("url"):
-            self.initial["url"] = masked(self.initial["url"])
+class MaskedAdminURLWidget(MaskedURLMixin, AdminURLFieldWidget):
+    """The admin's URL input (with its "Currently" link), a broker URL's password
+    shown as ``***``: stored, or typed into a form refused for another field."""
 
 
 @admin.register(Endpoint)
@@ -112,8 +107,9 @@ class EndpointAdmin(WhenDatesMixin, RowActionsAdmin):
         "headers_json",
     )
     # Receivers are https unless PGQUEUE["WEBHOOKS"]["ALLOW_HTTP"]; a bare host means https.
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
-    form = _MaskedURLForm
+    formfield_overrides = {
+        models.URLField: {"assume_scheme": "https", "widget": MaskedAdminURLWidget}
+    }
     operations = ENDPOINT_OPERATIONS
     detail_only = ("rotate_secret", "replay_failed", "reveal_secret")
     operation_forms = {"replay_failed": ReplaySinceForm}

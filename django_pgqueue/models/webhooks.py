@@ -14,16 +14,44 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import DESTINATION_SCHEMES
 from ..sql import PARKED_AT
 from .queue import QueueRow, Status, queue_row_constraints, queue_row_indexes
 
 # Endpoint URLs: an HTTP receiver or a broker destination (docs/webhooks.md,
 # "Destinations"). This is only the generic shape; Endpoint.clean applies the rules.
-_DESTINATION_URL = URLValidator(schemes=["http", "https", "amqp", "nats"])
+_DESTINATION_URL = URLValidator(schemes=list(DESTINATION_SCHEMES))
 
 
-class _DestinationFormField(forms.URLField):
+def _masked(value: Any) -> Any:
+    from ..webhooks.brokers.urls import masked
+
+    return masked(value) if isinstance(value, str) else value
+
+
+class MaskedURLMixin:
+    """For a URL widget: write a broker URL's password as ``***``, be the value the
+    stored URL or the one just typed into a form refused for another reason, so the
+    password is never written into a page. Sent back as shown, ``Endpoint.clean``
+    puts the stored password back."""
+
+    def format_value(self, value: Any) -> str | None:
+        return super().format_value(_masked(value))  # type: ignore[misc]
+
+
+class MaskedURLInput(MaskedURLMixin, forms.URLInput):
+    """The endpoint URL's input, password masked."""
+
+
+class DestinationFormField(forms.URLField):
+    """The form field of an endpoint's URL: any destination's shape, shown masked."""
+
+    widget = MaskedURLInput
     default_validators = [_DESTINATION_URL]
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        # The page showed the masked URL: sent back as shown, nothing changed.
+        return super().has_changed(_masked(initial), data)
 
 
 class DestinationURLField(models.URLField):
@@ -36,7 +64,7 @@ class DestinationURLField(models.URLField):
     default_validators = [_DESTINATION_URL]
 
     def formfield(self, **kwargs: Any) -> Any:
-        return super().formfield(**{"form_class": _DestinationFormField, **kwargs})
+        return super().formfield(**{"form_class": DestinationFormField, **kwargs})
 
     def deconstruct(self) -> Any:
         name, _path, args, kwargs = super().deconstruct()
@@ -449,12 +477,14 @@ class Endpoint(models.Model):
 
         errors: dict[str, str] = {}
         try:
-            if self.pk is not None and "***" in self.url:
-                stored = Endpoint.objects.filter(pk=self.pk).values_list("url", flat=True).first()
-                self.url = restore_password(self.url, stored or "")
+            if "***" in self.url:
+                # A new endpoint has no stored password: a masked one must be typed again.
+                stored = Endpoint.objects.filter(pk=self.pk).values_list("url", flat=True)
+                self.url = restore_password(self.url, (self.pk and stored.first()) or "")
             validate_url_with_settings(self.url)
         except UnsafeURLError as exc:
-            log_refusal(self.url, exc, where="save time")
+            # Never the password in a log line: the URL may carry one just typed.
+            log_refusal(self.display_url, exc, where="save time")
             errors["url"] = f"This URL cannot receive webhooks: {exc}"
         try:
             validate_custom_headers(self.headers or {})

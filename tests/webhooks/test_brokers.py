@@ -337,6 +337,20 @@ def test_the_admin_and_the_api_show_the_url_masked(make_endpoint, admin_client):
     assert render(endpoint)["url"] == "nats://pub:***@127.0.0.1:4222?subject=a.b"
 
 
+def test_an_admin_form_refused_for_another_field_shows_the_typed_password_masked(admin_client):
+    from django.urls import reverse
+
+    typed = "nats://pub:typed-s3cret@127.0.0.1:4222?subject=a.b"
+    refused = admin_client.post(
+        reverse("admin:django_pgqueue_endpoint_add"),
+        {"url": typed, "headers": "not json", "event_types": "[]", "channels": "[]"},
+    )
+    assert refused.status_code == 200 and refused.context["adminform"].form.errors
+    body = refused.content.decode()
+    assert "pub:***@127.0.0.1" in body and "typed-s3cret" not in body
+    assert not Endpoint.objects.exists()
+
+
 @pytest.fixture
 def silent_server() -> Iterator[int]:
     """A TCP server that accepts connections and never says a word: a hung broker."""

@@ -54,7 +54,10 @@ def gone_during_edit(receiver, webhooks_conf, run_worker, monkeypatch):
     after it loaded the row and before it saves) lets a real worker deliver the due
     one: the 410 trips the breaker and disables the endpoint, which parks the other."""
     webhooks_conf(
-        BREAKER_THRESHOLD=1, PORTAL_APPLICATION="testproject.demo.portal.current_application"
+        BREAKER_THRESHOLD=1,
+        PORTAL_APPLICATION="testproject.demo.portal.current_application",
+        # The receiver is http on 127.0.0.1: a destination the portal must be opened to.
+        PORTAL_DESTINATIONS=["https", "http"],
     )
     receiver.routes["/gone"] = receivers.status(410)
     app = Application.objects.create(uid="cust_a")

@@ -33,10 +33,12 @@ from ..ssrf import (
 __all__ = [
     "BROKER_SCHEMES",
     "BrokerURL",
+    "has_typed_password",
     "is_broker_url",
     "masked",
     "open_password",
     "parse",
+    "require_client",
     "reseal_password",
     "restore_password",
     "seal_password",
@@ -100,6 +102,16 @@ def masked(url: str) -> str:
     """``url`` with its password replaced by ``***``: the form shown in the admin and logs."""
     span = _password_span(url)
     return url if span is None else url[: span[0]] + _MASK + url[span[1] :]
+
+
+def has_typed_password(url: object) -> bool:
+    """True when ``url`` is a broker URL carrying a password as typed, neither empty nor
+    the ``***`` that keeps the stored one: a form refused for another reason shows it
+    masked, so the password must be typed again."""
+    if not isinstance(url, str):
+        return False
+    span = _password_span(url)
+    return span is not None and url[span[0] : span[1]] not in ("", _MASK)
 
 
 #: How a stored broker URL's password starts: what follows is its Fernet token.
@@ -169,8 +181,9 @@ def restore_password(url: str, stored: str) -> str:
         same = False
     if stored_span is None or not same:
         raise UnsafeURLError(
-            "The password is masked (***): write it again when the scheme, host, port "
-            "or user name change."
+            "The password is masked (***): write it again. A masked password is kept "
+            "only when an endpoint is edited and its scheme, host, port and user name stay "
+            "the same."
         )
     return url[: span[0]] + stored[stored_span[0] : stored_span[1]] + url[span[1] :]
 
@@ -261,7 +274,7 @@ def validate(
     nobody can deliver to is never saved.
     """
     target = parse(url)
-    _require_client(target.scheme)
+    require_client(target.scheme)
     check_port(target.port, allowed_ports)
     if not resolve:
         return []
@@ -278,7 +291,8 @@ def validate(
 _CLIENTS = {"amqp": "pika", "nats": "nats"}
 
 
-def _require_client(scheme: str) -> None:
+def require_client(scheme: str) -> None:
+    """Raise :class:`UnsafeURLError` when the client library of ``scheme`` is missing."""
     import importlib.util
 
     if importlib.util.find_spec(_CLIENTS[scheme]) is None:
