@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from django_pgqueue.api.keys import SCOPES, create_key
+from django_pgqueue.api.keys import CUSTOMER_SCOPES, SCOPES, create_key
 from django_pgqueue.models import Application, Delivery, Endpoint, Status
 from django_pgqueue.webhooks.fanout import send_event
 
@@ -74,14 +74,14 @@ def api_conf(settings: Any) -> Callable[..., None]:
 @pytest.fixture
 def api(api_conf: Any, transactional_db: None) -> Callable[..., ApiClient]:
     """``api("send", "read", application="cust_a")``: a client with a new key (every
-    scope when none is named)."""
+    scope it may hold when none is named)."""
 
     def make(
         *scopes: str, application: str | None = None, rate_limit: int | None = None
     ) -> ApiClient:
         new = create_key(
             "test",
-            scopes or SCOPES,
+            scopes or (SCOPES if application is None else CUSTOMER_SCOPES),
             application=application,
             rate_limit=rate_limit,
         )

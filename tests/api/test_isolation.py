@@ -9,7 +9,7 @@ import pytest
 from django.urls import URLPattern
 
 from django_pgqueue.api import urls
-from django_pgqueue.api.keys import SCOPES
+from django_pgqueue.api.keys import CUSTOMER_SCOPES, SCOPES
 from django_pgqueue.api.openapi import build_document
 from django_pgqueue.models import Application, Delivery, Endpoint, Queue, Status
 
@@ -64,7 +64,10 @@ def test_the_route_table_covers_every_documented_operation_and_url():
         for method in item
     }
     tested = {
-        (m, p.replace("{ep}", "{x}").replace("{dlv}", "{x}").replace("{app}", "{x}"))
+        (
+            m,
+            p.replace("{ep}", "{x}").replace("{dlv}", "{x}").replace("{app}", "{x}"),
+        )
         for m, p, _, _ in ROUTES
     }
     assert tested == documented
@@ -112,7 +115,7 @@ def _snapshot():
 
 @pytest.mark.parametrize(("method", "path", "scope", "body"), ROUTES)
 def test_a_key_of_one_application_never_reaches_another(api, world, method, path, scope, body):
-    client = api(*SCOPES, application="cust_a")
+    client = api(*CUSTOMER_SCOPES, application="cust_a")
     before = _snapshot()
     response = client.call(method, _path(path, world), _fill(body, world))
     if "{app}" in path:
@@ -167,6 +170,7 @@ def test_no_key_is_a_401_everywhere(api, world, method, path, scope, body):
 def test_the_scopes_are_send_read_manage_secrets_and_queues():
     assert set(SCOPES) == {"send", "read", "manage", "secrets", "queues"}
     assert {scope for _, _, scope, _ in ROUTES} == set(SCOPES)
+    assert set(CUSTOMER_SCOPES) == {"send", "read", "manage", "secrets"}
 
 
 def test_rotating_a_secret_needs_the_secrets_scope_manage_is_not_enough(api, world):
