@@ -55,13 +55,15 @@ SCOPE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     "secrets": ("manage_endpoint_secret",),
     # The job queues' flow control: fleet-wide, so for operators' keys only.
     "queues": ("view_queue", "change_queue", "pause_queue"),
+    # A job's state and outcome, live or in the history.
+    "jobs": ("view_job", "view_jobhistory"),
 }
 
 #: The scopes only an operator's key (bound to no application) may hold: what they
 #: reach serves the whole fleet, not one customer. A key bound to an application is
 #: never made with one (:func:`check_key_scopes`) and is refused one on every route
 #: (:func:`check_scope`). The one declaration of the rule.
-OPERATOR_SCOPES: frozenset[str] = frozenset({"queues"})
+OPERATOR_SCOPES: frozenset[str] = frozenset({"queues", "jobs"})
 
 #: The fields an operator sets and a customer may not change, by model. The API's
 #: serializers and the portal's forms refuse them from this table.

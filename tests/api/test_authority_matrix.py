@@ -119,6 +119,7 @@ def test_the_fleet_doors_are_found():
         "queue.reset",
         "queue.pause",
         "queue.resume",
+        "job.view",
     }
 
 
@@ -148,10 +149,12 @@ def _bound(new: Any, uid: str) -> Any:
 )
 def test_each_fleet_door_allows_only_the_operators_keys(objects, route, method, op):
     from django_pgqueue import queues
+    from testproject.demo import tasks
 
     every = tuple(authority.SCOPE_PERMISSIONS)
     others = tuple(s for s in every if s != op.scope)
-    path = route.replace("<str:name>", "reports")
+    job = tasks.add.enqueue(1, 2).id
+    path = route.replace("<str:name>", "reports").replace("<str:pk>", job)
     queues.configure("reports", concurrency=3)
     before = queues.get("reports")
     inactive = _bound(create_key("off", every), "cust_b")
