@@ -55,7 +55,15 @@ SCOPE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     "secrets": ("manage_endpoint_secret",),
     # The job queues' flow control: fleet-wide, so for operators' keys only.
     "queues": ("view_queue", "change_queue", "pause_queue"),
+    # A job's state and outcome, live or in the history.
+    "jobs": ("view_job", "view_jobhistory"),
 }
+
+#: The scopes only an operator's key (bound to no application) may hold: what they
+#: reach serves the whole fleet, not one customer. A key bound to an application is
+#: never made with one (:func:`check_key_scopes`) and is refused one on every route
+#: (:func:`check_scope`). The one declaration of the rule.
+OPERATOR_SCOPES: frozenset[str] = frozenset({"queues", "jobs"})
 
 #: The fields an operator sets and a customer may not change, by model. The API's
 #: serializers and the portal's forms refuse them from this table.
@@ -189,11 +197,30 @@ def authorized_ids(
 
 
 def check_scope(key: Any, scope: str) -> None:
-    """Refuse a key without ``scope`` (the HTTP API's routes check it first)."""
+    """Refuse a key without ``scope`` (the HTTP API's routes check it first), and a key
+    bound to an application an operator's scope, whatever it holds."""
+    if scope in OPERATOR_SCOPES and key.application_id is not None:
+        raise Refused(_operator_scope_refusal(scope))
     if scope not in key.scopes:
         raise Refused(
             f"This API key lacks the {scope!r} scope (it has: {', '.join(sorted(key.scopes))})."
         )
+
+
+def _operator_scope_refusal(scope: str) -> str:
+    return (
+        f"The {scope!r} scope is for operators only: it reaches the whole fleet, not one "
+        "application, so a key bound to an application cannot hold or use it."
+    )
+
+
+def check_key_scopes(scopes: Iterable[str], *, bound: bool) -> None:
+    """ValueError naming each operator's scope (:data:`OPERATOR_SCOPES`) among ``scopes``
+    of a key ``bound`` to an application (``api.keys`` and the admin's key form)."""
+    if bound:
+        refused = sorted(set(scopes) & OPERATOR_SCOPES)
+        if refused:
+            raise ValueError("; ".join(_operator_scope_refusal(scope) for scope in refused))
 
 
 def check_owned_fields(actor: Any, obj: models.Model, changes: Mapping[str, Any]) -> None:

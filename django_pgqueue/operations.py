@@ -403,6 +403,20 @@ QUEUE_OPERATIONS: dict[str, Operation] = {
     ),
 }
 
+#: Reading a job (``GET /jobs/{id}`` of the HTTP API, through the job store's one
+#: read): the operator's alone, as a job belongs to the whole fleet, not to one
+#: application. It changes nothing, so it is no row operation of the admin's.
+JOB_READ = Operation(
+    "job",
+    "view",
+    "view_job",
+    _("See jobs"),
+    "",
+    _("A job's state, attempts, progress and result or error, live or in the history."),
+    scope="jobs",
+    fleet=True,
+)
+
 #: Every declaration, by the model it changes (its ``model_name``).
 OPERATIONS: dict[str, dict[str, Any]] = {
     "job": JOB_OPERATIONS,

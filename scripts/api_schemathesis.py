@@ -11,8 +11,8 @@ makes an API key holding every scope, starts gunicorn (several worker processes)
 serving the test project on it, and runs ``st run`` on the API's ``openapi.json``
 with the checks ``not_a_server_error`` and ``response_schema_conformance``. The
 database is seeded first (applications, endpoints, events and their deliveries, two
-job queues), and half of the generated ``{id}``, ``{uid}`` and ``{name}`` path
-values are drawn from the seeded
+job queues, jobs succeeded, dead, with progress and waiting), and half of the
+generated ``{id}``, ``{uid}`` and ``{name}`` path values are drawn from the seeded
 objects (a Schemathesis dictionary), so the operations on one object reach past
 their 404 to the real work and its 2xx responses. The
 number of test cases per operation is bounded (``--max-examples``, default 20) to
@@ -62,6 +62,13 @@ for n in range(4):
     send_event("order.paid", {"order_id": n})
 send_event("order.paid", {"order_id": 99}, application="st_acme")
 ids = [e.pk for e in endpoints] + list(Delivery.objects.values_list("pk", flat=True))
+# Jobs in every outcome GET /jobs/{id} renders: a result, an error, progress, waiting.
+from django_pgqueue.testing import run_queued_jobs
+from testproject.demo import tasks
+done = [tasks.add.enqueue(2, 3), tasks.always_fails.enqueue(7),
+        tasks.report_progress.enqueue([[0.5, "half"]])]
+run_queued_jobs()
+ids += [int(r.id) for r in done] + [int(tasks.add.enqueue(1, 1).id)]
 names = ["st_reports", "st_tenants"]
 queues.configure(names[0], concurrency=3)
 queues.pause(names[1])
@@ -157,7 +164,7 @@ def main() -> int:
             url,
             *("pgqueue_api_key", "create", "--name", "schemathesis"),
             *("--scope", "send", "--scope", "read", "--scope", "manage", "--scope", "secrets"),
-            *("--scope", "queues"),
+            *("--scope", "queues", "--scope", "jobs"),
             # Thousands of requests in a minute: the limit must not turn them into 429s.
             *("--rate-limit", "1000000"),
         )

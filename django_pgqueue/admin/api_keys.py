@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.utils.translation import gettext_lazy as _
 
 from ..api.keys import assign_new_key, check_scopes, revoke_keys
-from ..authority import check_grant
+from ..authority import check_grant, check_key_scopes
 from ..models.api import ApiKey, ApiScope
 from .display import WhenDatesMixin
 
@@ -39,6 +39,17 @@ class ApiKeyForm(forms.ModelForm):
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
         return scopes
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        # The application is cleaned after the scopes: an operator's scope on a key
+        # bound to one is refused here, naming the scope.
+        if cleaned.get("scopes") and cleaned.get("application") is not None:
+            try:
+                check_key_scopes(cleaned["scopes"], bound=True)
+            except ValueError as exc:
+                self.add_error("scopes", str(exc))
+        return cleaned
 
 
 @admin.register(ApiKey)

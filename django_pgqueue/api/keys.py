@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..authority import check_grant
+from ..authority import OPERATOR_SCOPES, check_grant, check_key_scopes
 from ..conf import get_settings
 from ..contract import strict_text
 from ..models.api import ApiKey, ApiScope
@@ -25,6 +25,9 @@ from ..models.webhooks import Application
 KEY_PREFIX = "pgq_"
 PREFIX_LENGTH = 12
 SCOPES = tuple(scope.value for scope in ApiScope)
+#: The scopes a key bound to an application may hold (``authority.OPERATOR_SCOPES``
+#: are the operator's).
+CUSTOMER_SCOPES = tuple(scope for scope in SCOPES if scope not in OPERATOR_SCOPES)
 
 
 def hash_key(key: str) -> str:
@@ -45,14 +48,16 @@ def split_key(key: str) -> str | None:
     return None
 
 
-def check_scopes(scopes: Iterable[str]) -> list[str]:
-    """The scopes as a sorted list without repeats; ValueError naming an unknown one."""
+def check_scopes(scopes: Iterable[str], *, bound: bool = False) -> list[str]:
+    """The scopes as a sorted list without repeats; ValueError naming an unknown one,
+    or an operator's scope when the key is ``bound`` to an application."""
     result = sorted(set(scopes))
     unknown = [s for s in result if s not in SCOPES]
     if unknown or not result:
         raise ValueError(
             f"Scopes must be one or more of {', '.join(SCOPES)}; got {', '.join(result) or 'none'}"
         )
+    check_key_scopes(result, bound=bound)
     return result
 
 
@@ -75,12 +80,13 @@ def create_key(
     """Create a key and return it with the full key, which is never stored.
 
     ``application`` (an Application or its uid) limits the key to that
-    application's objects. ``LookupError`` when no application has that uid.
+    application's objects, and to ``CUSTOMER_SCOPES`` (ValueError naming an
+    operator's scope). ``LookupError`` when no application has that uid.
     ``creator``: the Django user the key is made for; ValueError naming each scope
     whose permissions they lack (``authority.check_grant``). Without one (the
     ``pgqueue_api_key`` command, run by whoever has the shell) any key is made.
     """
-    scope_list = check_scopes(scopes)
+    scope_list = check_scopes(scopes, bound=application is not None)
     if creator is not None:
         check_grant(creator, scope_list)
     if not name or not name.strip():

@@ -311,9 +311,55 @@ def _schemas() -> dict[str, Any]:
             },
             closed=True,
         ),
+        "Job": _job_schema(),
         "ApplicationIn": _obj({"uid": KEY, **application_fields}, ("uid",), closed=True),
         "ApplicationPatch": _obj(application_fields, closed=True),
     }
+
+
+def _job_schema() -> dict[str, Any]:
+    """``GET /jobs/{id}`` (``api/jobs.render``)."""
+    when = {
+        name: _nullable(DATETIME) for name in ("started_at", "last_attempted_at", "finished_at")
+    }
+    progress = _obj(
+        {
+            "fraction": {"type": "number", "minimum": 0, "maximum": 1},
+            "message": STRING,
+            "at": _nullable(DATETIME),
+        },
+        ("fraction", "message", "at"),
+    )
+    error = _obj(
+        {"exception_class_path": STRING, "traceback": STRING},
+        ("exception_class_path", "traceback"),
+    )
+    return _obj(
+        {
+            "id": ID,
+            "task": STRING,
+            "queue": STRING,
+            "priority": {"type": "integer"},
+            "status": {"type": "string", "enum": [s.value for s in Status]},
+            "attempts": {"type": "integer", "minimum": 0},
+            "max_attempts": {"type": "integer", "minimum": 0},
+            "progress": {
+                **_nullable(progress),
+                "description": "The last report of the running task (context.set_progress).",
+            },
+            "created_at": DATETIME,
+            "next_attempt_at": DATETIME,
+            **when,
+            "result": {"description": "The return value, once succeeded (else null)."},
+            "error": {
+                **_nullable(error),
+                "description": "The last attempt's error, unless succeeded (else null).",
+            },
+            "workflow_id": _nullable(ID),
+            "step_name": _nullable(STRING),
+        },
+        ("id", "task", "queue", "status", "attempts", "max_attempts", "progress", "result"),
+    )
 
 
 #: Problems every authenticated operation may answer with.
@@ -712,6 +758,17 @@ def build_document(base: str = "") -> dict[str, Any]:
                     ("reset", "Hand a queue's limits back to PGQUEUE['QUEUES']."),
                     ("pause", "Pause a queue: no new start from the workers' next claim."),
                     ("resume", "Resume a paused queue."),
+                )
+            },
+            "/jobs/{id}": {
+                "get": _op(
+                    "jobs_get",
+                    "A job, live or in the history: state, attempts, progress, result or "
+                    "error. For keys bound to no application.",
+                    "jobs",
+                    ("200", "Job"),
+                    params=ep,
+                    problems=("404",),
                 )
             },
         },

@@ -9,8 +9,8 @@ are taken as strings and parsed by the views, so a malformed one is a problem+js
 from django.urls import path, re_path
 from django.views.decorators.http import require_GET
 
-from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS, QUEUE_OPERATIONS
-from . import applications, deliveries, endpoints, event_types, events, queues
+from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS, JOB_READ, QUEUE_OPERATIONS
+from . import applications, deliveries, endpoints, event_types, events, jobs, queues
 from .http import no_such_route, route
 from .openapi import openapi_view
 
@@ -118,6 +118,7 @@ urlpatterns = [
         route(POST=(QUEUE["resume"], queues.resume_queue)),
         name="queue_resume",
     ),
+    path("jobs/<str:pk>", route(GET=(JOB_READ, jobs.get_job)), name="job"),
     # Last: any other URL under the API is a problem+json 404, not Django's HTML page.
     re_path(r"^(?P<rest>.*)$", no_such_route, name="no_such_route"),
 ]

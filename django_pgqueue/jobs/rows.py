@@ -119,6 +119,9 @@ class JobRow:
     #: The workflow of a step and its name in it (None for a plain job).
     workflow_id: int | None
     step_name: str | None
+    #: Attempts started so far, and how many it may have (``GET /jobs/{id}``).
+    attempts: int
+    max_attempts: int
 
 
 CLAIMED_JOB: RowDecoder[ClaimedJob] = RowDecoder(

@@ -8,8 +8,8 @@ last write, and the reads that decide them.
 * The worker's claim, completion and leases (``worker/sources.JobSource``,
   ``worker/atomic``), which run no SQL themselves.
 * A running task's progress (``set_progress``, throttled by ``worker/attempt.py``).
-* Reads: ``read`` for ``get_result``, the due/left questions of ``--burst`` and
-* Reads: ``read`` for ``get_result`` (live, else history), the due/left questions of ``--burst`` and
+* Reads: ``read`` for ``get_result`` and the HTTP API's ``GET /jobs/{id}`` (live,
+  else history), the due/left questions of ``--burst`` and
   ``--until-empty``, the trace contexts (tracing.py).
 
 Operator actions (cancel, retry, replay, abort) are ``operations.py``'s and

@@ -22,6 +22,9 @@ class ApiScope(models.TextChoices):
     SECRETS = "secrets", _("Rotate endpoint signing secrets")
     #: The job queues' flow control (operators' keys only: a queue is the fleet's).
     QUEUES = "queues", _("Read, configure, pause and resume job queues")
+    #: A job's state, progress and outcome (operators' keys only: a job is the fleet's,
+    #: of no application).
+    JOBS = "jobs", _("Read jobs: state, progress, result or error")
 
 
 class ApiKey(models.Model):

@@ -710,6 +710,8 @@ JOB_ROW_COLUMNS: tuple[str, ...] = (
     "progress_at",
     "workflow_id",
     "step_name",
+    "attempts",
+    "max_attempts",
 )
 
 _JOB_ROW_NAMES = ", ".join(JOB_ROW_COLUMNS)

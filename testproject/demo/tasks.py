@@ -213,6 +213,22 @@ def report_progress(context, steps: list) -> list:
 
 
 @task(takes_context=True)
+def report_and_wait(context, fraction: float, message: str, timeout: float = 30.0) -> str:
+    """Report progress, then wait for a TaskRun labelled ``release <job id>`` (up to
+    ``timeout`` seconds): tests read the job while it is running."""
+    from .models import TaskRun
+
+    context.set_progress(fraction, message)
+    label = f"release {context.task_result.id}"
+    deadline = time.monotonic() + timeout
+    while not TaskRun.objects.filter(label=label).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nobody wrote {label!r} within {timeout} s")
+        time.sleep(0.02)
+    return "released"
+
+
+@task(takes_context=True)
 def refuse_bad_progress(context) -> list:
     """The errors set_progress raises for values it refuses."""
     errors = []

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from django_pgqueue.api.keys import SCOPES, create_key
+from django_pgqueue.api.keys import CUSTOMER_SCOPES, SCOPES, create_key
 from django_pgqueue.models import Application, Delivery, Endpoint, Status
 from django_pgqueue.webhooks.fanout import send_event
+from testproject.demo import tasks
 
 from ..webhooks.conftest import FAST_WEBHOOKS
 
@@ -74,14 +75,14 @@ def api_conf(settings: Any) -> Callable[..., None]:
 @pytest.fixture
 def api(api_conf: Any, transactional_db: None) -> Callable[..., ApiClient]:
     """``api("send", "read", application="cust_a")``: a client with a new key (every
-    scope when none is named)."""
+    scope it may hold when none is named)."""
 
     def make(
         *scopes: str, application: str | None = None, rate_limit: int | None = None
     ) -> ApiClient:
         new = create_key(
             "test",
-            scopes or SCOPES,
+            scopes or (SCOPES if application is None else CUSTOMER_SCOPES),
             application=application,
             rate_limit=rate_limit,
         )
@@ -106,12 +107,13 @@ def tenants(transactional_db: None) -> dict[str, Any]:
 
 @pytest.fixture
 def world(api_conf, tenants):
-    """Each application has an event delivered (dead) to its endpoint."""
+    """Each application has an event delivered (dead) to its endpoint; one job waits."""
     send_event("a.order", {"n": 1}, application="cust_a")
     send_event("b.secret", {"n": 2}, application="cust_b")
     Delivery.objects.update(status=Status.DEAD, finished_at="2026-01-01T00:00:00Z")
     tenants["dlv_a"] = Delivery.objects.get(endpoint=tenants["ep_a"])
     tenants["dlv_b"] = Delivery.objects.get(endpoint=tenants["ep_b"])
+    tenants["job"] = int(tasks.add.enqueue(1, 2).id)
     return tenants
 
 

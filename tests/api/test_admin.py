@@ -71,3 +71,19 @@ def test_keys_are_revoked_by_the_admin_action(admin_client, api, tenants):
 def test_a_key_needs_a_scope(admin_client, tenants):
     response = admin_client.post("/admin/django_pgqueue/apikey/add/", {"name": "none"})
     assert response.status_code == 200 and not ApiKey.objects.exists()
+
+
+def test_the_admin_form_keeps_the_operators_scopes_off_a_key_of_an_application(
+    admin_client, api_conf, tenants
+):
+    add = "/admin/django_pgqueue/apikey/add/"
+    for scopes in (["read", "jobs"], ["queues"]):
+        data = {"name": "c", "scopes": scopes, "application": tenants["a"].pk, "rate_limit": ""}
+        response = admin_client.post(add, data)
+        assert response.status_code == 200 and not ApiKey.objects.exists()
+        assert b"scope is for operators only" in response.content, scopes
+    response = admin_client.post(
+        add, {"name": "ops", "scopes": ["jobs", "queues"], "application": "", "rate_limit": ""}
+    )
+    assert response.status_code == 302, response.content[:2000]
+    assert ApiKey.objects.get().scopes == ["jobs", "queues"]

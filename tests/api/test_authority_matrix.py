@@ -119,7 +119,29 @@ def test_the_fleet_doors_are_found():
         "queue.reset",
         "queue.pause",
         "queue.resume",
+        "job.view",
     }
+
+
+def test_the_fleet_doors_need_the_operators_scopes_and_nothing_else_does():
+    """``Operation.fleet`` and ``authority.OPERATOR_SCOPES`` state one rule from its two
+    sides (the object, the key): they must agree."""
+    declared = [*ALL_OPERATIONS, *(op for _, _, op in FLEET_DOORS)]
+    assert {op.scope for op in declared if op.fleet} == authority.OPERATOR_SCOPES
+    assert not [op for op in declared if not op.fleet and op.scope in authority.OPERATOR_SCOPES]
+
+
+def _customer_scopes() -> tuple[str, ...]:
+    return tuple(s for s in authority.SCOPE_PERMISSIONS if s not in authority.OPERATOR_SCOPES)
+
+
+def _bound(new: Any, uid: str) -> Any:
+    """An operator's key bound to application ``uid`` after it was made (as the admin's
+    form once allowed): it holds the operator's scopes, and must still be refused."""
+    from django_pgqueue.models import ApiKey
+
+    ApiKey.objects.filter(pk=new.api_key.pk).update(application=Application.objects.get(uid=uid))
+    return new
 
 
 @pytest.mark.parametrize(
@@ -127,16 +149,23 @@ def test_the_fleet_doors_are_found():
 )
 def test_each_fleet_door_allows_only_the_operators_keys(objects, route, method, op):
     from django_pgqueue import queues
+    from testproject.demo import tasks
 
     every = tuple(authority.SCOPE_PERMISSIONS)
     others = tuple(s for s in every if s != op.scope)
-    path = route.replace("<str:name>", "reports")
+    job = tasks.add.enqueue(1, 2).id
+    path = route.replace("<str:name>", "reports").replace("<str:pk>", job)
     queues.configure("reports", concurrency=3)
     before = queues.get("reports")
-    inactive = create_key("off", every, application="cust_b")
+    inactive = _bound(create_key("off", every), "cust_b")
     Application.objects.filter(uid="cust_b").update(is_active=False)
     for name, new, expected in [
-        ("key of an application, every scope", create_key("k", every, application="cust_a"), 403),
+        ("key of an application, every scope", _bound(create_key("k", every), "cust_a"), 403),
+        (
+            "key of an application, its scopes",
+            create_key("c", _customer_scopes(), application="cust_a"),
+            403,
+        ),
         ("key of an inactive application", inactive, 403),
         ("operator's key without the scope", create_key("n", others), 403),
     ]:
@@ -195,12 +224,13 @@ def _api_call(client: ApiClient, route: str, method: str, op: Any, objects: dict
 @pytest.mark.parametrize("route, method, op", API_DOORS, ids=[f"{m} {r}" for r, m, _ in API_DOORS])
 def test_each_api_door_allows_exactly_the_declared_keys(objects, route, method, op):
     every = tuple(authority.SCOPE_PERMISSIONS)
-    others = tuple(s for s in every if s != op.scope)
+    customer = _customer_scopes()
+    others = tuple(s for s in customer if s != op.scope)
     cases = [
-        ("key with the scope", create_key("k", every, application="cust_a"), 2),
+        ("key with the scope", create_key("k", customer, application="cust_a"), 2),
         ("operator's key", create_key("g", every), 2),
         ("key without the scope", create_key("n", others, application="cust_a"), 403),
-        ("key of another application", create_key("b", every, application="cust_b"), 404),
+        ("key of another application", create_key("b", customer, application="cust_b"), 404),
     ]
     for name, new, expected in cases:
         _prepare(op, objects)
@@ -212,7 +242,7 @@ def test_each_api_door_allows_exactly_the_declared_keys(objects, route, method, 
         got = response.status_code // 100 if expected == 2 else response.status_code
         assert got == expected, (name, response.content[:300])
     _prepare(op, objects)
-    inactive = create_key("off", every, application="cust_a")
+    inactive = create_key("off", customer, application="cust_a")
     Application.objects.filter(uid="cust_a").update(is_active=False)
     deliveries = Delivery.objects.count()
     response = _api_call(ApiClient(inactive.key), route, method, op, objects)

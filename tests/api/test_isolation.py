@@ -9,7 +9,7 @@ import pytest
 from django.urls import URLPattern
 
 from django_pgqueue.api import urls
-from django_pgqueue.api.keys import SCOPES
+from django_pgqueue.api.keys import CUSTOMER_SCOPES, SCOPES
 from django_pgqueue.api.openapi import build_document
 from django_pgqueue.models import Application, Delivery, Endpoint, Queue, Status
 
@@ -54,6 +54,8 @@ ROUTES = [
     ("post", "queues/{name}/reset", "queues", None),
     ("post", "queues/{name}/pause", "queues", None),
     ("post", "queues/{name}/resume", "queues", None),
+    # A job: the fleet's too, of no application.
+    ("get", "jobs/{job}", "jobs", None),
 ]
 
 
@@ -64,7 +66,13 @@ def test_the_route_table_covers_every_documented_operation_and_url():
         for method in item
     }
     tested = {
-        (m, p.replace("{ep}", "{x}").replace("{dlv}", "{x}").replace("{app}", "{x}"))
+        (
+            m,
+            p.replace("{ep}", "{x}")
+            .replace("{dlv}", "{x}")
+            .replace("{app}", "{x}")
+            .replace("{job}", "{x}"),
+        )
         for m, p, _, _ in ROUTES
     }
     assert tested == documented
@@ -94,6 +102,7 @@ def _path(path, world):
         .replace("{dlv}", str(world["dlv_b"].pk))
         .replace("{app}", "cust_b")
         .replace("{name}", "reports")
+        .replace("{job}", str(world["job"]))
     )
 
 
@@ -112,7 +121,7 @@ def _snapshot():
 
 @pytest.mark.parametrize(("method", "path", "scope", "body"), ROUTES)
 def test_a_key_of_one_application_never_reaches_another(api, world, method, path, scope, body):
-    client = api(*SCOPES, application="cust_a")
+    client = api(*CUSTOMER_SCOPES, application="cust_a")
     before = _snapshot()
     response = client.call(method, _path(path, world), _fill(body, world))
     if "{app}" in path:
@@ -124,6 +133,7 @@ def test_a_key_of_one_application_never_reaches_another(api, world, method, path
         assert b"cust_b" not in response.content
     assert b"b.secret" not in response.content
     assert str(world["ep_b"].url).encode() not in response.content
+    assert b"testproject" not in response.content  # no job's task
     if "{" in path or path == "queues" or (method != "get" and path != "deliveries/replay"):
         assert response.status_code in (403, 404), response.content
         problem_of(response, response.status_code)
@@ -164,9 +174,10 @@ def test_no_key_is_a_401_everywhere(api, world, method, path, scope, body):
     problem_of(response, 401)
 
 
-def test_the_scopes_are_send_read_manage_secrets_and_queues():
-    assert set(SCOPES) == {"send", "read", "manage", "secrets", "queues"}
+def test_the_scopes_are_send_read_manage_secrets_queues_and_jobs():
+    assert set(SCOPES) == {"send", "read", "manage", "secrets", "queues", "jobs"}
     assert {scope for _, _, scope, _ in ROUTES} == set(SCOPES)
+    assert set(CUSTOMER_SCOPES) == {"send", "read", "manage", "secrets"}
 
 
 def test_rotating_a_secret_needs_the_secrets_scope_manage_is_not_enough(api, world):

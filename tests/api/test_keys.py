@@ -7,7 +7,8 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_pgqueue.api.keys import hash_key
+from django_pgqueue.api.keys import create_key, hash_key
+from django_pgqueue.authority import OPERATOR_SCOPES
 from django_pgqueue.models import ApiKey
 
 from .conftest import ApiClient, problem_of
@@ -112,3 +113,14 @@ def test_the_list_starts_with_a_header_naming_its_columns(tenants):
     header, *rows = out.getvalue().splitlines()
     assert header.split("\t") == ["prefix", "name", "scopes", "application", "last used", "state"]
     assert len(rows) == 1 and len(rows[0].split("\t")) == 6
+
+
+@pytest.mark.parametrize("scope", sorted(OPERATOR_SCOPES))
+def test_no_key_of_an_application_is_made_with_an_operators_scope(tenants, scope):
+    refusal = f"The '{scope}' scope is for operators only"
+    with pytest.raises(ValueError, match=refusal):
+        create_key("customer", ["read", scope], application="cust_a")
+    with pytest.raises(CommandError, match=refusal):
+        create("--name", "c", "--scope", scope, "--application", "cust_a")
+    assert not ApiKey.objects.exists()
+    assert create_key("operator", [scope]).api_key.scopes == [scope]

@@ -38,12 +38,17 @@ def test_every_operation_documents_the_scope_its_route_checks(method, path, scop
 
     operation = DOCUMENT["paths"][_template(path)][method]
     assert operation["description"].startswith(f"Scope: `{scope}`.")
-    view = resolve("/webhooks/api/" + path.replace("{ep}", "1").replace("{dlv}", "1"))
+    view = resolve("/webhooks/api/" + _template(path).lstrip("/").replace("{id}", "1"))
     assert view.func.scopes[method.upper()] == scope
 
 
 def _template(path: str) -> str:
-    return "/" + path.replace("{ep}", "{id}").replace("{dlv}", "{id}").replace("{app}", "{uid}")
+    return "/" + (
+        path.replace("{ep}", "{id}")
+        .replace("{dlv}", "{id}")
+        .replace("{job}", "{id}")
+        .replace("{app}", "{uid}")
+    )
 
 
 def _check(response, method: str, path: str) -> None:
@@ -89,6 +94,9 @@ def test_every_operation_answers_as_documented(api, world, method, path, scope, 
         )
     if "{" in path:
         missing = (
-            path.replace("{ep}", "999999").replace("{dlv}", "999999").replace("{app}", "nobody")
+            path.replace("{ep}", "999999")
+            .replace("{dlv}", "999999")
+            .replace("{job}", "999999")
+            .replace("{app}", "nobody")
         )
         _check(client.call(method, missing, _body(body, world) if body else None), method, path)

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_pgqueue import send_event
-from django_pgqueue.api.keys import SCOPES, create_key
+from django_pgqueue.api.keys import CUSTOMER_SCOPES, SCOPES, create_key
 from django_pgqueue.models import Application, Delivery, Endpoint
 from testproject.demo import receivers
 
@@ -127,7 +127,7 @@ def test_an_admin_edit_during_a_410_keeps_the_breaker_and_disable(gone_during_ed
 
 def test_an_api_edit_during_a_410_keeps_the_breaker_and_disable(gone_during_edit):
     ctx = gone_during_edit
-    key = create_key("test", SCOPES, application="cust_a").key
+    key = create_key("test", CUSTOMER_SCOPES, application="cust_a").key
     response = Client().patch(
         f"/webhooks/api/endpoints/{ctx.endpoint.pk}",
         '{"description": "edited"}',
@@ -245,7 +245,7 @@ def test_the_portal_says_a_disabled_endpoint_gets_no_test_event(tenants_api, web
 def tenants_api(webhooks_conf):
     app = Application.objects.create(uid="cust_a")
     endpoint = Endpoint.objects.create(url="https://hooks.example.com/a", application=app)
-    key = create_key("test", SCOPES, application="cust_a").key
+    key = create_key("test", CUSTOMER_SCOPES, application="cust_a").key
     return endpoint, Client(headers={"Authorization": f"Bearer {key}"})
 
 
@@ -388,7 +388,7 @@ def test_the_api_deletes_an_application_with_its_webhook_rows_and_keys():
     app = Application.objects.create(uid="cust_a")
     endpoint = Endpoint.objects.create(url="https://a.example.com/", application=app)
     delivery = _delivered("cust_a", endpoint)
-    create_key("scoped", SCOPES, application="cust_a")
+    create_key("scoped", CUSTOMER_SCOPES, application="cust_a")
     key = create_key("operator", SCOPES).key
     response = Client().delete(
         "/webhooks/api/applications/cust_a", headers={"Authorization": f"Bearer {key}"}

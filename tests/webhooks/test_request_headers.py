@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_pgqueue import send_event
-from django_pgqueue.api.keys import SCOPES, create_key
+from django_pgqueue.api.keys import CUSTOMER_SCOPES, create_key
 from django_pgqueue.models import Application, Delivery, DeliveryAttempt
 from django_pgqueue.webhooks.redaction import REDACTED, is_sensitive, redact_headers
 from testproject.demo import receivers
@@ -110,7 +110,7 @@ def test_admin_portal_and_api_show_the_recorded_headers(
     [request] = receiver.hits("/ok")
     expected = expected_log(request.headers)
 
-    key = create_key("test", SCOPES, application="cust_h").key
+    key = create_key("test", CUSTOMER_SCOPES, application="cust_h").key
     api = Client().get(
         f"/webhooks/api/deliveries/{delivery.pk}", headers={"Authorization": f"Bearer {key}"}
     )
