@@ -32,6 +32,7 @@ EVIDENCE = {
     "ingest": ("ingest", "keep-alive clients"),
     "relay": ("relay", "relay to NATS JetStream"),
     "workflows": ("workflows", "chains"),
+    "rollup": ("rollup", "batches of 50"),
 }
 
 

@@ -48,7 +48,13 @@ QUEUE_TABLES = set(QUEUE_MODELS.values())
 #: The stores: module (or package, ending in "/") -> the tables it writes. The
 #: same list as the table in docs/architecture.md (test_the_page_lists_the_stores).
 STORES: dict[str, set[str]] = {
-    "jobs/": {"pgqueue_job", "pgqueue_queue", "pgqueue_queue_key_rate", "pgqueue_workflow_edge"},
+    "jobs/": {
+        "pgqueue_job",
+        "pgqueue_queue",
+        "pgqueue_queue_key_rate",
+        "pgqueue_workflow_edge",
+        "pgqueue_rollup",
+    },
     "workflows/": {"pgqueue_workflow", "pgqueue_workflow_edge"},
     "queues.py": {"pgqueue_queue", "pgqueue_queue_key_rate"},
     "webhooks/store.py": {

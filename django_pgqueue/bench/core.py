@@ -53,6 +53,7 @@ WORKLOADS = (
     "ingest",
     "relay",
     "workflows",
+    "rollup",
 )
 
 #: "Many endpoints, one slow": endpoints, the slow one's answer time and backlog, and
@@ -1015,6 +1016,11 @@ class Bench:
         bench_ingest(self)
 
     # 10. fan-out from PostgreSQL against the relay to a broker (bench/relay.py) ------------
+
+    def bench_rollup(self) -> None:
+        from .rollup import bench_rollup
+
+        bench_rollup(self)
 
     def bench_relay(self) -> None:
         from .relay import bench_relay

@@ -306,10 +306,14 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
     return claimed + CLAIMED_JOB.all(conn.execute(plain, params).fetchall())
 
 
-def complete(conn: Any, outcomes: Sequence[JobOutcome]) -> set[int]:
+def complete(
+    conn: Any, outcomes: Sequence[JobOutcome], counts: dict[str, str] | None = None
+) -> set[int]:
     """Write a batch of attempts' outcomes in one statement; return the ids written.
 
     An id missing from the answer lost its lease (its token no longer matches).
+    ``counts`` (``rollup.store.record_params``: the batch's rollup rows) are added
+    to the console's rollup by the same statement, if every row was written.
     """
     # The arrays go as PostgreSQL array literals (text, cast by the statement):
     # psycopg's generic list dumper adapts element by element and took the
@@ -326,7 +330,12 @@ def complete(conn: Any, outcomes: Sequence[JobOutcome]) -> set[int]:
         # Released workflow steps wake idle workers (sql/workflows.py, ``release``).
         "channel": get_settings().NOTIFY_CHANNEL,
     }
-    return {row[0] for row in conn.execute(sql.COMPLETE_JOBS, params).fetchall()}
+    if counts is None:
+        statement = sql.COMPLETE_JOBS
+    else:
+        statement = sql.COMPLETE_COUNTED_JOBS
+        params.update(counts)
+    return {row[0] for row in conn.execute(statement, params).fetchall()}
 
 
 def read_outcomes(conn: Any, ids: list[int]) -> dict[int, tuple[str, uuid.UUID | None]]:

@@ -1,8 +1,8 @@
 """The rollup store: the one writer of ``pgqueue_rollup`` rows, and their reads.
 
-* ``record_jobs``: the completer's batch of job outcomes, aggregated here into one
-  row per queue and added to the current minute by one statement, in the
-  transaction of the batch's completion (``worker/sources.JobSource``).
+* ``complete_counted_jobs``: the completer's batch of job outcomes, aggregated here
+  into one row per queue and added to the current minute by the batch's own
+  completion statement (``worker/sources.JobSource``).
 * ``record_deliveries``: the same for webhook deliveries, per endpoint and per
   application (``webhooks/delivery_source``); ``write_counted`` runs a batch's
   completion and its count in one transaction.
@@ -100,30 +100,68 @@ def aggregate_jobs(
     return rows
 
 
+def record_params(rows: dict[tuple[str, str], _Minute]) -> dict[str, str]:
+    """The parameters of the rollup's upsert (``sql.rollup_add``) for ``rows``."""
+    keys = sorted(rows)  # one lock order for every completer (sql.ROLLUP_RECORD)
+    return {
+        "kinds": array_literal([kind for kind, _ in keys]),
+        "names": text_array_literal([name for _, name in keys]),
+        "oks": array_literal([str(rows[k].ok) for k in keys]),
+        "faileds": array_literal([str(rows[k].failed) for k in keys]),
+        "retrieds": array_literal([str(rows[k].retried) for k in keys]),
+        "waits": text_array_literal([histogram.literal(rows[k].wait) for k in keys]),
+        "runs": text_array_literal([histogram.literal(rows[k].run) for k in keys]),
+    }
+
+
+def add(conn: Any, params: dict[str, str]) -> None:
+    """Add the rows of ``params`` (``record_params``) to the current minute."""
+    conn.execute(sql.ROLLUP_RECORD, params)
+
+
 def record(conn: Any, rows: dict[tuple[str, str], _Minute]) -> None:
     """Add ``rows`` to the current minute in one statement (nothing when empty)."""
-    if not rows:
-        return
-    keys = sorted(rows)  # one lock order for every completer (sql.ROLLUP_RECORD)
-    conn.execute(
-        sql.ROLLUP_RECORD,
-        {
-            "kinds": array_literal([kind for kind, _ in keys]),
-            "names": text_array_literal([name for _, name in keys]),
-            "oks": array_literal([str(rows[k].ok) for k in keys]),
-            "faileds": array_literal([str(rows[k].failed) for k in keys]),
-            "retrieds": array_literal([str(rows[k].retried) for k in keys]),
-            "waits": text_array_literal([histogram.literal(rows[k].wait) for k in keys]),
-            "runs": text_array_literal([histogram.literal(rows[k].run) for k in keys]),
-        },
-    )
+    if rows:
+        add(conn, record_params(rows))
 
 
-def record_jobs(conn: Any, outcomes: Sequence[Any], written: set[int]) -> None:
-    """Count the outcomes of a batch that were written (ids in ``written``) into their
-    queues' current minute."""
-    everything = len(written) == len(outcomes)  # the usual case: no lease was lost
-    record(conn, aggregate_jobs(outcomes, None if everything else written))
+def complete_counted_jobs(
+    conn: Any,
+    outcomes: Sequence[Any],
+    complete: Callable[[dict[str, str] | None], set[int]],
+) -> set[int]:
+    """Complete a batch of job outcomes and count them into their queues' minutes.
+
+    ``complete(counts)`` is the job store's completion: given the batch's rollup
+    parameters, its one statement also adds them, if it wrote every row
+    (sql/jobs.py, COMPLETE_COUNTED_JOBS), so counts and completions commit
+    together. A batch with a lost lease (some ids not written) had nothing
+    counted; what it did write is counted by one more statement right after (a
+    crash between the two loses that batch's counts: the rollup is a chart, and
+    the rare case is not worth a transaction on every batch). As ``write_counted``,
+    a refused count never holds up the completions; with ``PGQUEUE["ROLLUP"]`` off
+    this is ``complete(None)``.
+    """
+    if not get_settings().ROLLUP:
+        return complete(None)
+    rows = aggregate_jobs(outcomes)
+    if not rows:  # only releases: nothing to count
+        return complete(None)
+    try:
+        written = complete(record_params(rows))
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise
+        logger.error("Rollup write refused (%s); batch completed uncounted", exc)
+        return complete(None)
+    if len(written) < len(outcomes):
+        try:
+            record(conn, aggregate_jobs(outcomes, written))
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise
+            logger.error("Rollup write refused (%s); batch completed uncounted", exc)
+    return written
 
 
 #: Endpoint id -> its application's uid (None: a global endpoint), as last read,

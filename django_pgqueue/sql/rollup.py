@@ -7,23 +7,31 @@ from .fragments import APPLICATION_TABLE, CLAIMABLE_SQL, ENDPOINT_TABLE, JOB_TAB
 
 ROLLUP_TABLE = "pgqueue_rollup"
 
-# Add one batch of completions to its minutes. The completer aggregates the batch
-# in Python first (one row per kind and name: the statement never touches a row
-# twice, which ON CONFLICT DO UPDATE refuses), and runs this in the transaction of
-# the batch's completion statement: counts and completions commit together or not
-# at all, so a retried or settled batch is never counted twice or lost. Rows come
-# sorted by (kind, name): two completers adding to the same minutes lock them in
-# the same order and cannot deadlock. Histograms (``rollup/histogram.py``) are
-# added bucket by bucket; ``WITH ORDINALITY`` keeps the buckets in order. The
-# minute is the database clock's, like every time the queue keeps.
-ROLLUP_RECORD = f"""/* pgqueue:rollup_record */
-INSERT INTO {ROLLUP_TABLE} AS r (kind, name, minute, ok, failed, retried, wait_hist, run_hist)
+
+# Add one batch of completions to its minutes: the upsert, with a ``WHERE`` of
+# the caller's (``rollup_add``), so that the job completion can carry it as a CTE
+# of its own statement (sql/jobs.py, COMPLETE_COUNTED_JOBS) and ROLLUP_RECORD can
+# run it alone. The completer aggregates the batch in Python first (one row per
+# kind and name: the statement never touches a row twice, which ON CONFLICT DO
+# UPDATE refuses), and the counts are written in the transaction of the batch's
+# completion: counts and completions commit together or not at all, so a retried
+# or settled batch is never counted twice or lost. Rows come sorted by (kind,
+# name): two completers adding to the same minutes lock them in the same order
+# and cannot deadlock. Histograms (``rollup/histogram.py``) are added bucket by
+# bucket; ``WITH ORDINALITY`` keeps the buckets in order. The minute is the
+# database clock's, like every time the queue keeps.
+def rollup_add(where_sql: str = "") -> str:
+    """The rollup's upsert of the parameters ``kinds`` ... ``runs``, rows kept by
+    ``where_sql`` (a ``WHERE`` clause, or nothing)."""
+    return f"""INSERT INTO {ROLLUP_TABLE} AS r
+    (kind, name, minute, ok, failed, retried, wait_hist, run_hist)
 SELECT v.kind, v.name, pg_catalog.date_trunc('minute', now()), v.ok, v.failed, v.retried,
        v.wait_hist::bigint[], v.run_hist::bigint[]
 FROM unnest(
     %(kinds)s::text[], %(names)s::text[], %(oks)s::bigint[], %(faileds)s::bigint[],
     %(retrieds)s::bigint[], %(waits)s::text[], %(runs)s::text[]
 ) AS v(kind, name, ok, failed, retried, wait_hist, run_hist)
+{where_sql}
 ON CONFLICT (kind, name, minute) DO UPDATE SET
     ok = r.ok + excluded.ok,
     failed = r.failed + excluded.failed,
@@ -35,8 +43,10 @@ ON CONFLICT (kind, name, minute) DO UPDATE SET
     run_hist = ARRAY(
         SELECT COALESCE(a, 0) + COALESCE(b, 0)
         FROM unnest(r.run_hist, excluded.run_hist) WITH ORDINALITY AS h(a, b, n)
-        ORDER BY n)
-"""
+        ORDER BY n)"""
+
+
+ROLLUP_RECORD = f"/* pgqueue:rollup_record */\n{rollup_add()}\n"
 
 # The depth of every job queue, sampled once a minute by whichever worker comes
 # first: the ``NOT EXISTS`` is a one-time filter, so the others' tries in the same

@@ -46,6 +46,7 @@ from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..notify import WAKE_ATOMIC
 from ..outcomes import JobOutcome
+from ..rollup import store as rollup_store
 from .attempt import current_attempt
 from .runner import TaskRunner, _error_entry, _exception_path
 from .sources import JobSource, tagged
@@ -172,9 +173,15 @@ class AtomicJobSource(JobSource):
         if is_connection_error(getattr(exc, "__cause__", None) or exc):
             connections[db].close()
 
-    def complete(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
+    def complete(
+        self, conn: Any, batch: list[JobOutcome], counts: dict[str, str] | None = None
+    ) -> set[int]:
         """Successes committed with their body are written already; the rest as jobs'.
-        (The rollup counts both, with the completer's batch.)"""
+        (``counts`` cover both: written with the rest, or alone when there is none.)"""
         done = {outcome.id for outcome in batch if outcome.committed}
         rest = [outcome for outcome in batch if not outcome.committed]
-        return done | (super().complete(conn, rest) if rest else set())
+        if rest:
+            return done | super().complete(conn, rest, counts)
+        if counts is not None:
+            rollup_store.add(conn, counts)
+        return done

@@ -200,18 +200,18 @@ class JobSource(Source):
         return {job_id for job_id, _ in held}
 
     def write_outcomes(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
-        """Complete the batch and, in the same transaction, count what was written
-        into the console's rollup (one more statement per batch, not per job): the
-        counts commit exactly when the completions do."""
-        return rollup_store.write_counted(
-            conn,
-            lambda: self.complete(conn, batch),
-            lambda written: rollup_store.record_jobs(conn, batch, written),
+        """Complete the batch and count it into the console's rollup, in the one
+        statement of the completion: the counts commit exactly when it does."""
+        return rollup_store.complete_counted_jobs(
+            conn, batch, lambda counts: self.complete(conn, batch, counts)
         )
 
-    def complete(self, conn: Any, batch: list[JobOutcome]) -> set[int]:
-        """Write the outcomes; return the ids written (guarded by token)."""
-        return store.complete(conn, batch)
+    def complete(
+        self, conn: Any, batch: list[JobOutcome], counts: dict[str, str] | None = None
+    ) -> set[int]:
+        """Write the outcomes (and ``counts``, the batch's rollup rows, if every one
+        was written); return the ids written (guarded by token)."""
+        return store.complete(conn, batch, counts)
 
     def unstorable(self, outcome: JobOutcome, reason: str, worker_id: str) -> JobOutcome:
         """The attempt ran (or was released), so it is recorded, with ``reason`` and

@@ -73,6 +73,31 @@ def test_nothing_is_counted_when_the_completion_writes_nothing():
     assert _queue_rows("default") == []
 
 
+def test_a_batch_with_a_lost_lease_counts_exactly_what_was_written():
+    # The completion statement adds the batch's counts only if it wrote every row;
+    # when one lease was lost, the rows it did write are counted right after.
+    import uuid
+
+    from django_pgqueue.outcomes import JobOutcome
+    from django_pgqueue.worker.runner import TaskRunner
+    from django_pgqueue.worker.sources import JobSource, tagged
+
+    for i in range(2):
+        tasks.add.enqueue(i, 1)
+    source = JobSource(TaskRunner("w", 30.0))
+    params = {"all_queues": True, "queues": [], "limit": 2, "lease": 30.0, "worker_id": "w"}
+    with connect("test") as conn:
+        held, lost = source.claim(conn, params)
+        batch = [
+            tagged(held, JobOutcome(held.id, held.token, "succeeded", result_json="1")),
+            tagged(lost, JobOutcome(lost.id, uuid.uuid4(), "succeeded", result_json="2")),
+        ]
+        assert source.write_outcomes(conn, batch) == {held.id}
+    (row,) = _queue_rows("default")
+    assert (row.ok, row.failed, row.retried) == (1, 0, 0)
+    assert sum(row.run_hist) == sum(row.wait_hist) == 1
+
+
 @override_settings(PGQUEUE={"ROLLUP": False})
 def test_rollup_off_writes_no_rows(run_worker):
     tasks.add.enqueue(1, 2)
