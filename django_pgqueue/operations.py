@@ -486,11 +486,17 @@ def apply_operation(
     conn = connections[alias]
     table = conn.ops.quote_name(model._meta.db_table)
     set_clause = op.set_clause
-    statement, states = sql.operator_update(table, set_clause), [str(s) for s in op.allowed]
+    # A job an operation ends may be a workflow step: the same statement applies its
+    # failure to its children (sql.operator_update, ``releases_steps``).
+    statement = sql.operator_update(table, set_clause, releases_steps=op.kind == "job")
+    params: dict[str, Any] = {
+        "states": [str(s) for s in op.allowed],
+        "channel": get_settings().NOTIFY_CHANNEL,
+    }
     with transaction.atomic(using=alias), conn.cursor() as cursor:
         try:
             with transaction.atomic(using=alias):
-                cursor.execute(statement, [id_list, states])
+                cursor.execute(statement, {**params, "ids": id_list})
                 result.changed = {row[0]: row[1] for row in cursor.fetchall()}
         except IntegrityError as exc:
             # A replayed unique job whose key another live job holds: the unique
@@ -500,7 +506,7 @@ def apply_operation(
             for i in id_list:
                 try:
                     with transaction.atomic(using=alias):
-                        cursor.execute(statement, [[i], states])
+                        cursor.execute(statement, {**params, "ids": [i]})
                         result.changed.update({row[0]: row[1] for row in cursor.fetchall()})
                 except IntegrityError as row_exc:
                     if UNIQUE_LIVE_INDEX not in str(row_exc):
