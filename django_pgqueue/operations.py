@@ -512,6 +512,8 @@ def apply_operation(
                     if UNIQUE_LIVE_INDEX not in str(row_exc):
                         raise
                     result.skipped[i] = "its unique key is held by another live job"
+        if op.name == "replay" and op.kind == "job":
+            _restore_downstream(cursor, [i for i, was in result.changed.items() if was in _ENDED])
         missing = [i for i in id_list if i not in result.changed and i not in result.skipped]
         if missing:
             cursor.execute(sql.row_states(table), [missing])
@@ -530,6 +532,22 @@ def apply_operation(
             wake_workers(alias, channel=abort_channel())
     _record(model, result)
     return result
+
+
+#: The states whose replay brings back what a workflow step's failure settled.
+_ENDED = (Status.DEAD, Status.CANCELLED)
+
+
+def _restore_downstream(cursor: Any, ids: list[int]) -> None:
+    """The children that replayed steps' failure settled back to waiting for them, in
+    the replay's transaction: one level a statement (``sql.RESTORE_CHILDREN``), the
+    steps brought back being the next level's parents. Ids of plain jobs read one
+    index entry and bring nothing back."""
+    while ids:
+        cursor.execute(
+            sql.RESTORE_CHILDREN, {"ids": ids, "cancelled_error": sql.PARENT_FAILED_ERROR}
+        )
+        ids = [row[0] for row in cursor.fetchall() if row[1] == Status.WAITING]
 
 
 def replay(model: type[models.Model], ids: Sequence[int], *, actor: Any = None) -> OperationResult:
