@@ -227,3 +227,45 @@ UPDATE {JOB_TABLE} AS c SET
 FROM recounted AS r WHERE c.id = r.child_id AND (SELECT pg_catalog.count(*) FROM uncounted) >= 0
 RETURNING c.id, c.status
 """
+
+
+# Retention (``pgqueue_prune``, through the workflow store): a batch of workflows
+# older than ``age`` seconds none of whose steps is left in the job table (each
+# was pruned, or moved to the history), oldest first, with their edges, in one
+# statement. Shaped as PRUNE_EVENTS: a workflow is kept while a step of it
+# remains (``pgq_job_step_idx`` answers that), so a step in the DLQ keeps its
+# graph for its replay. ``expired`` is materialized and locked with SKIP LOCKED,
+# as the claims' sources are, so two prunes take disjoint batches. The edge table
+# has no index by workflow: a batch's edges are found by one scan of it, hashed
+# against the batch (a batch of ``limit`` workflows per scan).
+def _expired_workflows(lock_sql: str) -> str:
+    """The ``expired`` CTE of the workflow retention, its rows locked by ``lock_sql``."""
+    return f"""expired AS MATERIALIZED (
+    SELECT f.id FROM {WORKFLOW_TABLE} AS f
+    WHERE f.created_at < now() - pg_catalog.make_interval(secs => %(age)s)
+      AND NOT EXISTS (SELECT 1 FROM {JOB_TABLE} AS j WHERE j.workflow_id = f.id)
+    ORDER BY f.id
+    LIMIT %(limit)s{lock_sql}
+)"""
+
+
+_EXPIRED_WORKFLOWS_SQL = _expired_workflows("\n    FOR UPDATE OF f SKIP LOCKED")
+_COUNTED_WORKFLOWS_SQL = _expired_workflows("")
+PRUNE_WORKFLOWS = f"""/* pgqueue:prune_workflows */
+WITH {_EXPIRED_WORKFLOWS_SQL}, gone AS (
+    DELETE FROM {WORKFLOW_TABLE} AS w USING expired WHERE w.id = expired.id
+    RETURNING w.id
+), edges AS (
+    DELETE FROM {EDGE_TABLE} AS e USING gone WHERE e.workflow_id = gone.id
+    RETURNING e.id
+)
+SELECT (SELECT pg_catalog.count(*) FROM gone), (SELECT pg_catalog.count(*) FROM edges)
+"""
+
+# What PRUNE_WORKFLOWS would delete (``--dry-run``): every such workflow, and its edges.
+PRUNE_COUNT_WORKFLOWS = f"""/* pgqueue:prune_count_workflows */
+WITH {_COUNTED_WORKFLOWS_SQL}
+SELECT (SELECT pg_catalog.count(*) FROM expired),
+       (SELECT pg_catalog.count(*) FROM {EDGE_TABLE} AS e
+        WHERE e.workflow_id IN (SELECT id FROM expired))
+"""
