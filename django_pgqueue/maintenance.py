@@ -7,6 +7,9 @@ The dead-letter queue (``dead``) is kept unless a retention is configured for it
 or the caller asks (``include_dead``). A delivery's attempt log goes with it, and
 events go once none of their deliveries is left.
 
+Workflows (and their edges) older than the ``succeeded`` retention go once none of
+their steps is left in the job table.
+
 The console's rollup minutes older than ``PGQUEUE["ROLLUP_RETENTION_SECONDS"]``
 go too, in one statement of the rollup store (they are a row per name and minute).
 
@@ -30,6 +33,7 @@ from . import history, sql
 from .conf import get_settings
 from .db import connect
 from .rollup import store as rollup_store
+from .workflows import store as workflow_store
 
 #: Rows examined (and at most deleted) per batch.
 DEFAULT_BATCH_SIZE = 1000
@@ -142,6 +146,13 @@ def prune(
                         break
                     if pause:
                         time.sleep(pause)
+        if event_age is not None:
+            # A workflow's row and edges go with its last step (the same age as events).
+            workflows, edges = workflow_store.prune(
+                conn, event_age, batch_size, dry_run=dry_run, pause=pause
+            )
+            report.add(sql.WORKFLOW_TABLE, "finished", workflows)
+            report.add(sql.EDGE_TABLE, "finished", edges)
         _prune_key_rates(conn, dry_run, batch_size, report)
     return report
 

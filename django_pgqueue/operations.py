@@ -500,11 +500,17 @@ def apply_operation(
     conn = connections[alias]
     table = conn.ops.quote_name(model._meta.db_table)
     set_clause = op.set_clause
-    statement, states = sql.operator_update(table, set_clause), [str(s) for s in op.allowed]
+    # A job an operation ends may be a workflow step: the same statement applies its
+    # failure to its children (sql.operator_update, ``releases_steps``).
+    statement = sql.operator_update(table, set_clause, releases_steps=op.kind == "job")
+    params: dict[str, Any] = {
+        "states": [str(s) for s in op.allowed],
+        "channel": get_settings().NOTIFY_CHANNEL,
+    }
     with transaction.atomic(using=alias), conn.cursor() as cursor:
         try:
             with transaction.atomic(using=alias):
-                cursor.execute(statement, [id_list, states])
+                cursor.execute(statement, {**params, "ids": id_list})
                 result.changed = {row[0]: row[1] for row in cursor.fetchall()}
         except IntegrityError as exc:
             # A replayed unique job whose key another live job holds: the unique
@@ -514,12 +520,14 @@ def apply_operation(
             for i in id_list:
                 try:
                     with transaction.atomic(using=alias):
-                        cursor.execute(statement, [[i], states])
+                        cursor.execute(statement, {**params, "ids": [i]})
                         result.changed.update({row[0]: row[1] for row in cursor.fetchall()})
                 except IntegrityError as row_exc:
                     if UNIQUE_LIVE_INDEX not in str(row_exc):
                         raise
                     result.skipped[i] = "its unique key is held by another live job"
+        if op.name == "replay" and op.kind == "job":
+            _restore_downstream(cursor, [i for i, was in result.changed.items() if was in _ENDED])
         missing = [i for i in id_list if i not in result.changed and i not in result.skipped]
         if missing:
             cursor.execute(sql.row_states(table), [missing])
@@ -538,6 +546,22 @@ def apply_operation(
             wake_workers(alias, channel=abort_channel())
     _record(model, result)
     return result
+
+
+#: The states whose replay brings back what a workflow step's failure settled.
+_ENDED = (Status.DEAD, Status.CANCELLED)
+
+
+def _restore_downstream(cursor: Any, ids: list[int]) -> None:
+    """The children that replayed steps' failure settled back to waiting for them, in
+    the replay's transaction: one level a statement (``sql.RESTORE_CHILDREN``), the
+    steps brought back being the next level's parents. Ids of plain jobs read one
+    index entry and bring nothing back."""
+    while ids:
+        cursor.execute(
+            sql.RESTORE_CHILDREN, {"ids": ids, "cancelled_error": sql.PARENT_FAILED_ERROR}
+        )
+        ids = [row[0] for row in cursor.fetchall() if row[1] == Status.WAITING]
 
 
 def replay(model: type[models.Model], ids: Sequence[int], *, actor: Any = None) -> OperationResult:

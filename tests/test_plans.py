@@ -20,6 +20,7 @@ import pytest
 
 from django_pgqueue import sql
 from django_pgqueue.db import connect
+from django_pgqueue.jobs import store
 from django_pgqueue.outcomes import DeliveryOutcome, JobOutcome
 from django_pgqueue.worker.atomic import AtomicJobSource
 from django_pgqueue.worker.runner import TaskRunner
@@ -127,6 +128,19 @@ def test_job_claim_does_not_scan_a_grown_table(conn):
     claimed: list[Any] = []
     assert seq_scans(conn, sql.JOB_TABLE, lambda: claimed.extend(source.claim(conn, params))) == 0
     assert len(claimed) == 10
+
+
+def test_ending_lapsed_steps_does_not_scan_a_grown_table(conn):
+    # Run before a claim once a second (jobs/store.py): with no step lapsed it reads
+    # one entry of the lease index, whatever the table holds.
+    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
+    warm_then_grow(conn, lambda: store.end_lapsed_steps(conn, params), FILL_JOBS, sql.JOB_TABLE)
+    ended: list[Any] = []
+    assert (
+        seq_scans(conn, sql.JOB_TABLE, lambda: ended.extend(store.end_lapsed_steps(conn, params)))
+        == 0
+    )
+    assert ended == []
 
 
 def test_atomic_claim_does_not_scan_a_grown_table(conn):

@@ -173,3 +173,38 @@ def test_retention_setting_is_validated(retention, message):
 def test_retention_defaults_and_timedelta():
     conf = validate({"RETENTION": {"succeeded": dt.timedelta(hours=12)}})
     assert conf.RETENTION == {"succeeded": 43200.0, "cancelled": 30 * 86400.0, "dead": None}
+
+
+def test_finished_workflows_go_with_their_edges_once_no_step_is_left():
+    from django_pgqueue.models import Workflow as WorkflowRow
+    from django_pgqueue.models import WorkflowEdge
+    from django_pgqueue.workflows import Workflow
+    from testproject.demo import tasks
+
+    def chain(name: str) -> int:
+        wf = Workflow(name)
+        a = wf.add(tasks.add, 1, 1)
+        wf.add(tasks.add, 2, 2, after=[a])
+        return wf.enqueue().id
+
+    finished, running, recent = chain("finished"), chain("running"), chain("recent")
+    old = timezone.now() - 8 * DAY
+    WorkflowRow.objects.filter(pk__in=[finished, running]).update(created_at=old)
+    # The finished workflow's steps were pruned (or moved to the history) already.
+    Job.objects.filter(workflow_id__in=[finished, recent]).update(
+        status="succeeded", finished_at=old
+    )
+    Job.objects.filter(workflow_id=recent).update(finished_at=timezone.now())
+    Job.objects.filter(workflow_id=finished).delete()
+
+    dry = prune(dry_run=True)
+    assert dry.deleted["pgqueue_workflow"] == {"finished": 1}
+    assert dry.deleted["pgqueue_workflow_edge"] == {"finished": 1}
+    assert WorkflowRow.objects.count() == 3
+
+    report = prune()
+    assert report.deleted["pgqueue_workflow"] == {"finished": 1}
+    assert report.deleted["pgqueue_workflow_edge"] == {"finished": 1}
+    # A workflow with a step left (running, or finished but not yet pruned) is kept.
+    assert set(WorkflowRow.objects.values_list("pk", flat=True)) == {running, recent}
+    assert set(WorkflowEdge.objects.values_list("workflow_id", flat=True)) == {running, recent}

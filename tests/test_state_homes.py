@@ -65,7 +65,13 @@ STORES: dict[str, set[str]] = {
         "pgqueue_event",
     },
     "history.py": {"pgqueue_job", "pgqueue_job_history"},
-    "operations.py": {"pgqueue_job", "pgqueue_job_history", "pgqueue_delivery", "pgqueue_endpoint"},
+    "operations.py": {
+        "pgqueue_job",
+        "pgqueue_job_history",
+        "pgqueue_delivery",
+        "pgqueue_endpoint",
+        "pgqueue_workflow_edge",
+    },
     "mq/": {"pgqueue_mq_queue", "pgqueue_mq_topic_binding"},
     "periodic/": {"pgqueue_schedule", "pgqueue_schedule_tick"},
     "rollup/": {"pgqueue_rollup"},
@@ -132,7 +138,12 @@ NAMED_WRITES = {
 #: Builders of UPDATE statements (``sql.endpoint_update(...)``, ``sql.operator_update``).
 NAMED_WRITES |= {
     "endpoint_update": {"pgqueue_endpoint"},
-    "operator_update": {"pgqueue_job", "pgqueue_delivery", "pgqueue_endpoint"},
+    "operator_update": {
+        "pgqueue_job",
+        "pgqueue_delivery",
+        "pgqueue_endpoint",
+        "pgqueue_workflow_edge",
+    },
 }
 
 

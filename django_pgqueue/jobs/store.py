@@ -264,13 +264,20 @@ def claim(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
     """Claim up to ``params['limit']`` due or lapsed jobs of the selected queues.
 
     Rows come back ``in_progress`` with a fresh token, or ``dead``/``cancelled``
-    (a lapsed row out of attempts or aborted, finished by the claim itself).
+    (a lapsed row out of attempts or aborted, finished by the claim itself, or by
+    :func:`end_lapsed_steps` for a workflow step).
     """
     return _claim_with_flow(conn, params, sql.CLAIM_FLOW_JOBS, sql.CLAIM_JOBS)
 
 
 #: When the store last asked whether any queue has a row, and the answer.
 _configured = {"at": -1e9, "any": False}
+#: When this process last ended the workflow steps whose lease lapsed for good.
+_steps_ended = {"at": -1e9}
+#: How often a claim first ends those steps (``end_lapsed_steps``): a lapsed step
+#: out of attempts waits at most this long after its lease for its children to be
+#: released or cancelled.
+LAPSED_STEPS_EVERY = 1.0
 #: How long that answer is trusted: a queue configured for the first time waits at
 #: most this long for the flow claim (the plain claim skips its jobs at once).
 CONFIGURED_TTL = 1.0
@@ -292,8 +299,17 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
     and never takes a configured queue's job, so a pause or a limit never waits for
     this answer; only a newly configured queue waits up to CONFIGURED_TTL to be
     served by the flow claim.
+
+    At most once a second it first ends the workflow steps whose lease lapsed for
+    good (:func:`end_lapsed_steps`, which the claims leave alone so that they carry
+    no release); those rows come first and do not count against the limit, as
+    none of them runs.
     """
     now = time.monotonic()
+    ended: list[ClaimedJob] = []
+    if now - _steps_ended["at"] > LAPSED_STEPS_EVERY:
+        _steps_ended["at"] = now
+        ended = end_lapsed_steps(conn, params)
     if now - _configured["at"] > CONFIGURED_TTL:
         _configured["any"] = bool(conn.execute(sql.ANY_QUEUE_CONFIGURED).fetchone()[0])
         _configured["at"] = now
@@ -301,9 +317,21 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
     if _configured["any"]:
         claimed = CLAIMED_JOB.all(conn.execute(flow, params).fetchall())
         if len(claimed) >= params["limit"]:
-            return claimed
+            return ended + claimed
         params = {**params, "limit": params["limit"] - len(claimed)}
-    return claimed + CLAIMED_JOB.all(conn.execute(plain, params).fetchall())
+    return ended + claimed + CLAIMED_JOB.all(conn.execute(plain, params).fetchall())
+
+
+def end_lapsed_steps(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
+    """End the workflow steps of the selected queues whose lease lapsed on their last
+    attempt (``dead``) or after an operator's abort (``cancelled``), and apply their
+    failure to their children in the same statement (``sql.END_LAPSED_STEPS``).
+
+    The claims leave these rows to it; the rows come back as a claim returns them,
+    so the worker reports them as it reports the rows a claim ended.
+    """
+    params = {**params, "channel": get_settings().NOTIFY_CHANNEL}
+    return CLAIMED_JOB.all(conn.execute(sql.END_LAPSED_STEPS, params).fetchall())
 
 
 def complete(

@@ -57,6 +57,12 @@ CLAIMED_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("wait", "pg_catalog.date_part('epoch', now() - j.next_attempt_at)"),
 )
 _CLAIM_RETURNING = ", ".join(expression for _, expression in CLAIMED_JOB_COLUMNS)
+# The same columns named, for a statement whose UPDATE is a CTE (END_LAPSED_STEPS),
+# and read back from it in the declared order.
+_CLAIMED_RETURNING = ", ".join(
+    f"{expr_sql} AS {column}" for column, expr_sql in CLAIMED_JOB_COLUMNS
+)
+_CLAIMED_NAMES = ", ".join(f"done.{column}" for column, _ in CLAIMED_JOB_COLUMNS)
 
 #: A new job's columns, in one list for every way a job is written (INSERT_JOB,
 #: INSERT_KEYED_JOB, INSERT_JOBS, COPY_JOBS and the COPY rows of
@@ -228,7 +234,9 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 #   still uses up an attempt, so it cannot crash-loop the fleet forever. A lapsed
 #   row that has no attempts left goes to ``dead`` in this same statement instead
 #   of being run again (status 'dead' in RETURNING; the worker skips it). So does
-#   a lapsed row an operator asked to abort, which goes to ``cancelled``.
+#   a lapsed row an operator asked to abort, which goes to ``cancelled``. Such a
+#   row that is a workflow step is not the claim's: END_LAPSED_STEPS ends it and
+#   releases its children (a filter on the few lapsed rows, nothing for the rest).
 # * ``locked_by`` gets a fresh random token per claim: the fencing token every
 #   later write of this attempt must present.
 # * The due source reads the ``(priority DESC, next_attempt_at, id)`` partial
@@ -286,6 +294,18 @@ _PICKED_FLOW_JOBS = picked(
     _CLAIM_JOB_PICKED, "SELECT id, false AS exhausted, false AS lapsed FROM flow_due"
 )
 _JOB_LEASE_EXPIRED = lease_expired_error("j.worker_id")
+# A lapsed row that may not run again: out of attempts, or an operator asked to
+# abort it. The claims end such a row in their UPDATE; a workflow step is left to
+# END_LAPSED_STEPS, which releases its children in the same statement.
+_EXHAUSTED_SQL = "(j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL)"
+# The attempt log's entry of a lapsed lease (the claims and END_LAPSED_STEPS).
+_LEASE_EXPIRED_ENTRY_SQL = """j.errors || pg_catalog.jsonb_build_object(
+                 'attempt', j.attempts,
+                 'exception_class_path', 'django_pgqueue.exceptions.LeaseExpired',
+                 'traceback', 'Lease expired: worker ' || j.worker_id
+                     || ' stopped renewing it (it crashed, was killed or lost the database).',
+                 'at', now(),
+                 'worker_id', j.worker_id)"""
 _UNNEST_PICKED_JOBS = unnest_picked(_CLAIM_JOB_PICKED)
 # The running jobs of queue ``q`` (through the lease index: every running job, a
 # few per worker thread) and of key ``k`` (through pgq_job_flow_run_idx, which holds
@@ -324,10 +344,10 @@ def _claim_jobs(marker: str, kind_sql: str) -> str:
     """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``) in
     queues without a row: today's claim, skipping the configured queues' jobs."""
     lapsed_sql = lapsed_source(
-        "j.id, j.attempts >= j.max_attempts OR j.abort_requested_at IS NOT NULL AS exhausted",
+        f"j.id, {_EXHAUSTED_SQL} AS exhausted",
         f"{JOB_TABLE} AS j",
         "j",
-        f"{IN_QUEUES} AND {kind_sql}",
+        f"{IN_QUEUES} AND {kind_sql}\n      AND (j.workflow_id IS NULL OR NOT {_EXHAUSTED_SQL})",
     )
     update_sql = _claimed_jobs_update()
     return f"""/* pgqueue:{marker} */
@@ -451,14 +471,7 @@ def _claimed_jobs_update() -> str:
     started_at = COALESCE(j.started_at, now()),
     last_attempted_at = CASE WHEN p.exhausted THEN j.last_attempted_at ELSE now() END,
     finished_at = CASE WHEN p.exhausted THEN now() ELSE NULL END,
-    errors = CASE WHEN p.lapsed THEN j.errors || pg_catalog.jsonb_build_object(
-                 'attempt', j.attempts,
-                 'exception_class_path', 'django_pgqueue.exceptions.LeaseExpired',
-                 'traceback', 'Lease expired: worker ' || j.worker_id
-                     || ' stopped renewing it (it crashed, was killed or lost the database).',
-                 'at', now(),
-                 'worker_id', j.worker_id)
-             ELSE j.errors END,
+    errors = CASE WHEN p.lapsed THEN {_LEASE_EXPIRED_ENTRY_SQL} ELSE j.errors END,
     last_error = CASE WHEN p.lapsed THEN {_JOB_LEASE_EXPIRED}
                       ELSE j.last_error END,
     updated_at = now()
@@ -469,6 +482,39 @@ RETURNING {_CLAIM_RETURNING}"""
 
 CLAIM_JOBS = _claim_jobs("claim", "NOT atomic")
 CLAIM_FLOW_JOBS = _claim_flow_jobs("claim_flow", "NOT atomic")
+
+# End the workflow steps whose lease lapsed on their last attempt (or that an
+# operator asked to abort), and apply their failure to their children in the same
+# statement: the release COMPLETE_JOBS runs (sql/workflows.py, ``release``), over
+# the rows ended here (``done``). The claims skip these rows (their ``lapsed``
+# source) so that the claim of plain jobs carries no release: planned at every run,
+# the release's CTEs doubled its planning time. The job store runs this at most
+# once a second per process, before a claim (jobs/store.py, ``claim``); with no
+# step lapsed, it is one descent of the lease index. ``lapsed`` is the claims' own
+# source (SKIP LOCKED, oldest lapse first), so two workers end a step once; what
+# the row gets is what a claim writes to a lapsed row it ends. Rows come back as a
+# claim returns them (``CLAIMED_JOB_COLUMNS``), ``dead`` or ``cancelled``. Planned
+# at every run (PLAN_EACH_RUN, "Plans and table growth" below), as the claims are.
+_LAPSED_STEPS = lapsed_source(
+    "j.id",
+    f"{JOB_TABLE} AS j",
+    "j",
+    f"{IN_QUEUES} AND j.workflow_id IS NOT NULL AND {_EXHAUSTED_SQL}",
+)
+END_LAPSED_STEPS = f"""/* pgqueue:end_lapsed_steps */
+WITH RECURSIVE {_LAPSED_STEPS}, done AS (
+UPDATE {JOB_TABLE} AS j SET
+    status = CASE WHEN j.abort_requested_at IS NOT NULL THEN 'cancelled' ELSE 'dead' END,
+    locked_until = NULL,
+    finished_at = now(),
+    errors = {_LEASE_EXPIRED_ENTRY_SQL},
+    last_error = {_JOB_LEASE_EXPIRED},
+    updated_at = now()
+FROM lapsed WHERE j.id = lapsed.id AND {PLAN_EACH_RUN_QUEUES}
+RETURNING {_CLAIMED_RETURNING}, j.workflow_id
+), {_RELEASE_DONE}
+SELECT {_CLAIMED_NAMES} FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
+"""
 
 # ---- Atomic jobs (worker/atomic.py) ----------------------------------------------
 #

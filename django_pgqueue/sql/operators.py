@@ -9,6 +9,8 @@ is in this module. Each ``*_SET`` is the SET clause of one action, without
 
 from __future__ import annotations
 
+from .workflows import release
+
 # -- what the row operations of jobs and deliveries set ---------------------------------
 
 # Back to the start: pending, due now, attempts reset, the lease cleared. The error
@@ -56,23 +58,43 @@ ENABLE_SET = "is_active = true, disabled_at = NULL, disabled_reason = '', " + CI
 DISABLE_SET = "is_active = false, disabled_at = now(), disabled_reason = %s"
 
 
-def operator_update(table: str, set_clause: str) -> str:
-    """An operator action (replay, retry, cancel, move to DLQ) as one guarded UPDATE.
+def operator_update(table: str, set_clause: str, *, releases_steps: bool = False) -> str:
+    """An operator action (replay, retry, cancel, move to DLQ) as one guarded UPDATE,
+    with the parameters ``ids``, ``states`` (and ``channel``, see below).
 
     ``old`` locks exactly the requested rows that are in one of the allowed
     states (never ``in_progress``: a row a worker holds is skipped), so a double
     submit changes nothing the second time, and RETURNING reports each changed
     row with the state it left (for the audit log).
+
+    ``releases_steps`` (jobs): the UPDATE is the ``done`` CTE and the release of
+    workflow steps follows it (sql/workflows.py, ``release``, the one the worker's
+    completion runs), so a step an operator ends (cancelled, dead) applies its
+    failure to its children in the same statement; ``channel`` is the NOTIFY
+    channel that wakes workers for a child made due. Rows that are no step, or
+    that the action does not end, give the release nothing to read.
     """
-    return f"""/* pgqueue:operator */
-WITH old AS MATERIALIZED (
+    update_sql = f"""UPDATE {table} AS t SET {set_clause}, updated_at = now()
+FROM old WHERE t.id = old.id"""
+    locked_sql = f"""old AS MATERIALIZED (
     SELECT id, status FROM {table}
-    WHERE id = ANY(%s) AND status = ANY(%s)
+    WHERE id = ANY(%(ids)s) AND status = ANY(%(states)s)
+    ORDER BY id
     FOR UPDATE
-)
-UPDATE {table} AS t SET {set_clause}, updated_at = now()
-FROM old WHERE t.id = old.id
+)"""
+    if not releases_steps:
+        return f"""/* pgqueue:operator */
+WITH {locked_sql}
+{update_sql}
 RETURNING t.id, old.status
+"""
+    release_sql = release("done")
+    return f"""/* pgqueue:operator_steps */
+WITH RECURSIVE {locked_sql}, done AS (
+{update_sql}
+RETURNING t.id, t.status, t.workflow_id, old.status AS was
+), {release_sql}
+SELECT done.id, done.was FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
 """
 
 

@@ -22,6 +22,10 @@ from __future__ import annotations
 
 from .fragments import EDGE_TABLE, JOB_TABLE, TERMINAL_SQL, WAITING_SQL, WORKFLOW_TABLE
 
+#: What the release writes on a step it cancels because a parent failed; replay
+#: (RESTORE_CHILDREN) brings back the steps that carry it.
+PARENT_FAILED_ERROR = "Cancelled: a parent failed"
+
 
 def release(done_sql: str) -> str:
     """The CTEs that release the children of the rows ``done_sql`` (a CTE of the
@@ -90,9 +94,9 @@ def release(done_sql: str) -> str:
                       ELSE 'pending' END,
         finished_at = CASE WHEN {cancelled_sql} THEN now() END,
         last_error = CASE WHEN {cancelled_sql}
-                          THEN 'Cancelled: ' || CASE WHEN c.step_policy = 'if_failed'
-                                                     THEN 'no parent failed'
-                                                     ELSE 'a parent failed' END
+                          THEN CASE WHEN c.step_policy = 'if_failed'
+                                    THEN 'Cancelled: no parent failed'
+                                    ELSE '{PARENT_FAILED_ERROR}' END
                           ELSE c.last_error END,
         next_attempt_at = now(),
         updated_at = now()
@@ -171,4 +175,97 @@ UPDATE {JOB_TABLE} AS j SET
     updated_at = now()
 FROM steps AS s WHERE j.id = s.id
 RETURNING j.id, s.status
+"""
+
+# Replay of steps whose failure (dead, cancelled) settled their children: one level
+# of the children back, for the operator's replay (operations.py), which runs it
+# again with the steps it brought back until none comes back. Each edge of the
+# given steps that their failure counted is counted no longer (``settled``), so
+# the steps' next end releases it. Only children the failure settled and nothing
+# else has changed since are touched: ``waiting`` ones (they wait for more
+# parents) and those the release cancelled (PARENT_FAILED_ERROR); a child that was
+# released and ran, or that an operator ended, keeps its outcome and its edge.
+# Each touched child's counters are counted again from its edges, not adjusted:
+# a child cancelled already does not count a later parent's end, so its counters
+# say less than its edges. ``pending_parents``: its edges not counted, these
+# included; ``failed_parents``: its other counted edges whose parent did not
+# succeed (a parent no longer in this table, moved to the history, counts as
+# succeeded). A cancelled child with no failed parent left goes back to
+# ``waiting``; its id comes back, as its own children were cancelled with it.
+RESTORE_CHILDREN = f"""/* pgqueue:restore_children */
+WITH settled AS MATERIALIZED (
+    SELECT e.id AS edge_id, e.child_id
+    FROM unnest(%(ids)s::bigint[]) AS p(id)
+    JOIN {EDGE_TABLE} AS e ON e.parent_id = p.id
+    JOIN {JOB_TABLE} AS c ON c.id = e.child_id
+    WHERE e.counted AND (c.status IN {WAITING_SQL}
+                         OR (c.status = 'cancelled' AND c.last_error = %(cancelled_error)s))
+    ORDER BY e.child_id
+    FOR UPDATE OF e, c
+), uncounted AS (
+    UPDATE {EDGE_TABLE} AS e SET counted = false
+    FROM settled WHERE e.id = settled.edge_id
+    RETURNING e.child_id
+), recounted AS (
+    SELECT k.child_id,
+           (SELECT pg_catalog.count(*) FROM {EDGE_TABLE} AS e
+            WHERE e.child_id = k.child_id
+              AND (NOT e.counted OR e.id IN (SELECT edge_id FROM settled))) AS pending,
+           (SELECT pg_catalog.count(*) FROM {EDGE_TABLE} AS e
+            JOIN {JOB_TABLE} AS p ON p.id = e.parent_id
+            WHERE e.child_id = k.child_id AND e.counted AND p.status <> 'succeeded'
+              AND e.id NOT IN (SELECT edge_id FROM settled)) AS failed
+    FROM (SELECT DISTINCT child_id FROM settled) AS k
+)
+UPDATE {JOB_TABLE} AS c SET
+    pending_parents = r.pending,
+    failed_parents = r.failed,
+    status = CASE WHEN c.status = 'cancelled' AND r.failed > 0 THEN c.status ELSE 'waiting' END,
+    finished_at = CASE WHEN c.status = 'cancelled' AND r.failed > 0 THEN c.finished_at END,
+    last_error = CASE WHEN c.status = 'cancelled' AND r.failed > 0 THEN c.last_error ELSE '' END,
+    updated_at = now()
+FROM recounted AS r WHERE c.id = r.child_id AND (SELECT pg_catalog.count(*) FROM uncounted) >= 0
+RETURNING c.id, c.status
+"""
+
+
+# Retention (``pgqueue_prune``, through the workflow store): a batch of workflows
+# older than ``age`` seconds none of whose steps is left in the job table (each
+# was pruned, or moved to the history), oldest first, with their edges, in one
+# statement. Shaped as PRUNE_EVENTS: a workflow is kept while a step of it
+# remains (``pgq_job_step_idx`` answers that), so a step in the DLQ keeps its
+# graph for its replay. ``expired`` is materialized and locked with SKIP LOCKED,
+# as the claims' sources are, so two prunes take disjoint batches. The edge table
+# has no index by workflow: a batch's edges are found by one scan of it, hashed
+# against the batch (a batch of ``limit`` workflows per scan).
+def _expired_workflows(lock_sql: str) -> str:
+    """The ``expired`` CTE of the workflow retention, its rows locked by ``lock_sql``."""
+    return f"""expired AS MATERIALIZED (
+    SELECT f.id FROM {WORKFLOW_TABLE} AS f
+    WHERE f.created_at < now() - pg_catalog.make_interval(secs => %(age)s)
+      AND NOT EXISTS (SELECT 1 FROM {JOB_TABLE} AS j WHERE j.workflow_id = f.id)
+    ORDER BY f.id
+    LIMIT %(limit)s{lock_sql}
+)"""
+
+
+_EXPIRED_WORKFLOWS_SQL = _expired_workflows("\n    FOR UPDATE OF f SKIP LOCKED")
+_COUNTED_WORKFLOWS_SQL = _expired_workflows("")
+PRUNE_WORKFLOWS = f"""/* pgqueue:prune_workflows */
+WITH {_EXPIRED_WORKFLOWS_SQL}, gone AS (
+    DELETE FROM {WORKFLOW_TABLE} AS w USING expired WHERE w.id = expired.id
+    RETURNING w.id
+), edges AS (
+    DELETE FROM {EDGE_TABLE} AS e USING gone WHERE e.workflow_id = gone.id
+    RETURNING e.id
+)
+SELECT (SELECT pg_catalog.count(*) FROM gone), (SELECT pg_catalog.count(*) FROM edges)
+"""
+
+# What PRUNE_WORKFLOWS would delete (``--dry-run``): every such workflow, and its edges.
+PRUNE_COUNT_WORKFLOWS = f"""/* pgqueue:prune_count_workflows */
+WITH {_COUNTED_WORKFLOWS_SQL}
+SELECT (SELECT pg_catalog.count(*) FROM expired),
+       (SELECT pg_catalog.count(*) FROM {EDGE_TABLE} AS e
+        WHERE e.workflow_id IN (SELECT id FROM expired))
 """

@@ -487,6 +487,14 @@ class Worker:
                 )
                 self._count("dead")
                 continue
+            if item.status == "cancelled":  # lapsed after an operator's abort
+                logger.warning(
+                    "%s %s (%s): lease lapsed after an abort; cancelled without running it again",
+                    source.name,
+                    item.id,
+                    source.describe(item),
+                )
+                continue
             runnable.append(item)
         with self.held_lock:
             for item in runnable:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connections
 
@@ -101,3 +103,28 @@ def cancel(db: str, workflow_id: int) -> list[tuple[int, str]] | None:
         if cursor.fetchone() is None:
             return None
     return job_store.cancel_workflow_steps(db, workflow_id)
+
+
+def prune(
+    conn: Any, age: float, batch_size: int, *, dry_run: bool, pause: float = 0.0
+) -> tuple[int, int]:
+    """Retention (``pgqueue_prune``): delete, a batch a transaction, the workflows
+    older than ``age`` seconds none of whose steps is left in the job table, with
+    their edges; return how many of each went (with ``dry_run``: would go).
+    ``conn`` is the prune's autocommit connection."""
+    if dry_run:
+        workflows, edges = conn.execute(
+            sql.PRUNE_COUNT_WORKFLOWS, {"age": age, "limit": None}
+        ).fetchone()
+        return int(workflows), int(edges)
+    total_workflows = total_edges = 0
+    while True:
+        workflows, edges = conn.execute(
+            sql.PRUNE_WORKFLOWS, {"age": age, "limit": batch_size}
+        ).fetchone()
+        total_workflows += int(workflows)
+        total_edges += int(edges)
+        if workflows < batch_size:
+            return total_workflows, total_edges
+        if pause:
+            time.sleep(pause)

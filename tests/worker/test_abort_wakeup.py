@@ -31,3 +31,23 @@ def test_abort_of_a_running_job_is_recorded_within_moments(worker_process):
     assert "TaskAborted" in job.last_error
     proc.signal(signal.SIGTERM)
     assert proc.wait(60) == 0, proc.output()
+
+
+def test_a_job_aborted_while_its_lease_lapsed_is_not_run_again(run_worker):
+    from django.db.models.functions import Now
+
+    from django_pgqueue import sql
+    from django_pgqueue.db import connect
+    from testproject.demo.models import TaskRun
+
+    result = tasks.record_run.enqueue("aborted")
+    params = {"all_queues": True, "queues": [], "limit": 1, "lease": 0.2, "worker_id": "gone"}
+    with connect("test-claim") as conn:
+        assert len(conn.execute(sql.CLAIM_JOBS, params).fetchall()) == 1
+    django_pgqueue.abort(result)  # flagged: its worker is gone and never sees it
+    lapsed = Job.objects.filter(pk=int(result.id), locked_until__lt=Now())
+    wait_for(lapsed.exists, 5, "the lease to lapse (by the database clock)")
+    run_worker(burst=True)  # its claim ends the row ``cancelled``
+    job = Job.objects.get(pk=int(result.id))
+    assert job.status == "cancelled" and "LeaseExpired" in job.last_error
+    assert not TaskRun.objects.exists()
