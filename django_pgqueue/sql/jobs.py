@@ -701,7 +701,8 @@ _ALL_WRITTEN = (
     " = pg_catalog.cardinality((SELECT %(ids)s::bigint[]))"
 )
 COMPLETE_JOBS = _complete_jobs()
-COMPLETE_COUNTED_JOBS = _complete_jobs(f", rolled_up AS (\n{rollup_add(_ALL_WRITTEN)}\n)")
+_ROLLED_UP = rollup_add(_ALL_WRITTEN)
+COMPLETE_COUNTED_JOBS = _complete_jobs(f", rolled_up AS (\n{_ROLLED_UP}\n)")
 
 # Settle an ambiguous commit and extend leases (fragments.py). Extending a job's
 # lease also says whether an operator asked to abort it (operations' ``abort``):

@@ -46,7 +46,8 @@ ON CONFLICT (kind, name, minute) DO UPDATE SET
         ORDER BY n)"""
 
 
-ROLLUP_RECORD = f"/* pgqueue:rollup_record */\n{rollup_add()}\n"
+_ROLLUP_ADD = rollup_add()
+ROLLUP_RECORD = f"/* pgqueue:rollup_record */\n{_ROLLUP_ADD}\n"
 
 # The depth of every job queue, sampled once a minute by whichever worker comes
 # first: the ``NOT EXISTS`` is a one-time filter, so the others' tries in the same
