@@ -11,6 +11,12 @@ then run it next to the others, in one run::
 
     PEERS="raw-psycopg pgqueuer django-pgqueue" bash peers/run_peers.sh
 
+Copied also as ``peers/bench_django_pgqueue_chains.py`` (with a
+``requirements-django-pgqueue-chains.txt`` like the one above), the same file is
+the workflows peer: the no-op task as chains of 10 steps, steps per second and
+CPU per step beside plain jobs (``PEERS="raw-psycopg django-pgqueue
+django-pgqueue-chains"``).
+
 It is self-contained: on first use it writes a tiny Django project (``djpgq/``:
 settings and the two benchmark tasks) next to itself. Settings: Django 6's
 built-in Tasks framework with our backend, ``DEBUG = False``,
@@ -51,7 +57,7 @@ DATABASES = {{
         "HOST": os.environ.get("BENCH_PGHOST", "127.0.0.1"),
         "PORT": os.environ.get("BENCH_PGPORT", "5432"),
         "USER": os.environ.get("BENCH_PGUSER", "postgres"),
-        "NAME": "{DB}",
+        "NAME": os.environ.get("BENCH_DB", "{DB}"),
         "CONN_MAX_AGE": 0,
     }}
 }}
@@ -182,6 +188,45 @@ class DjangoPgQueue(harness.Adapter):
         return {"config": cfg.get("label")}
 
 
+class DjangoPgQueueChains(DjangoPgQueue):
+    """Workflows: the same no-op task, enqueued as chains of 10 steps
+    (``django_pgqueue.workflows.chain``), each step released by its parent's
+    completion. ``jobs_per_s`` are steps per second; run it beside the plain peer."""
+
+    peer = "django-pgqueue-chains"
+    db = f"{DB}_chains"
+    remaining_sql = (
+        f"SELECT count(*) FROM {TABLE} WHERE status IN ('pending', 'in_progress', 'waiting')"
+    )
+    has_single = False
+    latency_configs: list[dict] = []
+    CHAIN = 10
+
+    def reset(self) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute(f"TRUNCATE {TABLE}, pgqueue_workflow, pgqueue_workflow_edge")
+
+    def enqueue_batch(self, n: int) -> None:
+        from django.db import transaction
+
+        from django_pgqueue.workflows import call, chain
+
+        noop = self.tasks.noop
+        with transaction.atomic():
+            for _ in range(n // self.CHAIN):
+                chain(*(call(noop) for _ in range(self.CHAIN)), name="bench-chain").enqueue()
+
+    def worker_cmds(self, cfg: dict, env: dict) -> list[tuple[list[str], dict]]:
+        return [(argv, dict(e, BENCH_DB=self.db)) for argv, e in super().worker_cmds(cfg, env)]
+
+
 if __name__ == "__main__":
     write_project()
-    harness.main(DjangoPgQueue)
+    # Copied as bench_django_pgqueue_chains.py, this file is the workflows peer.
+    if os.path.basename(__file__).endswith("_chains.py"):
+        os.environ["BENCH_DB"] = DjangoPgQueueChains.db
+        harness.main(DjangoPgQueueChains)
+    else:
+        harness.main(DjangoPgQueue)
