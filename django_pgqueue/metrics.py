@@ -72,7 +72,8 @@ def status_class(outcome: DeliveryOutcome) -> str:
         return "refused"
     code = outcome.status_code
     if code is None:
-        return "error"
+        # A broker destination answers no HTTP status: its publish was confirmed or not.
+        return "confirmed" if outcome.verdict == "success" else "error"
     return f"{int(code) // 100}xx"
 
 
@@ -119,8 +120,11 @@ class WorkerMetrics:
     def observe_attempt(self, worker_id: str, outcome: Any, label: str) -> None:
         self.attempts.labels(outcome.source, outcome.task_path, label).inc()
         self.durations.labels(outcome.source, outcome.task_path).observe(outcome.duration)
-        if isinstance(outcome, DeliveryOutcome) and outcome.verdict != "none":
-            self.deliveries.labels(status_class(outcome)).inc()
+        # A relay batch is one attempt of the worker and one delivery attempt per
+        # delivery in it (webhooks/relay_source.BatchOutcome.outcomes).
+        for delivery in getattr(outcome, "outcomes", None) or (outcome,):
+            if isinstance(delivery, DeliveryOutcome) and delivery.verdict != "none":
+                self.deliveries.labels(status_class(delivery)).inc()
 
     def observe_breaker(self, old_state: str, new_state: str) -> None:
         self.breaker.labels(new_state).inc()

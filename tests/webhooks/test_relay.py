@@ -133,3 +133,34 @@ def test_a_rabbitmq_relay_publishes_in_event_order(
             break
         received.append(properties.message_id)
     assert received == [e.msg_id for e in events]
+
+
+def test_each_relayed_delivery_is_counted_in_the_delivery_metrics(
+    rabbit,  # noqa: F811
+    make_endpoint,
+    run_worker,
+    webhooks_conf,
+):
+    pytest.importorskip("prometheus_client")
+    from django_pgqueue.metrics import WorkerMetrics
+    from django_pgqueue.worker.observers import attempt_observers
+
+    webhooks_conf(RELAY_BATCH_SIZE=4)  # 10 events: batches of 4, 4 and 2
+    make_endpoint(amqp_url(rabbit["exchange"]), relay=True)
+    for n in range(10):
+        send_event("order.updated", {"n": n})
+    metrics = WorkerMetrics(queue_gauges=False)
+    attempt_observers.append(metrics.observe_attempt)
+    try:
+        run_worker(burst=True)
+    finally:
+        attempt_observers.remove(metrics.observe_attempt)
+    assert Delivery.objects.filter(status="succeeded").count() == 10
+    delivered = metrics.registry.get_sample_value(
+        "pgqueue_deliveries_total", {"status_class": "confirmed"}
+    )
+    assert delivered == 10  # one per delivery, not one per batch, and not an "error"
+    batches = metrics.registry.get_sample_value(
+        "pgqueue_attempts_total", {"source": "relay", "task": "relay", "outcome": "succeeded"}
+    )
+    assert batches is None or batches <= 10
