@@ -1,11 +1,16 @@
 """Flow control with real worker processes: the limits hold across processes, and a
 pause stops new starts within one poll. Each task records its running interval
 (``record_interval``); the peak of overlapping intervals is the concurrency seen.
+
+``PGQUEUE_FLOW_FULL=1`` runs them at the sizes of docs/flow-control.md's figures
+(3 processes of 8 threads, 300 jobs of 0.2 s per limit, a flood of 20,000 jobs);
+the suite's default is smaller, for time.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections import defaultdict
@@ -22,6 +27,13 @@ from ..conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 POLL = "0.2"
+FULL = os.environ.get("PGQUEUE_FLOW_FULL") == "1"
+#: Worker processes and threads of each drain, jobs per limited queue or key, and
+#: the small tenant's flood.
+PROCESSES, THREADS = (3, 8) if FULL else (2, 4)
+JOBS = 300 if FULL else 36
+PER_KEY = 150 if FULL else 16
+FLOOD = 20_000 if FULL else 2_000
 
 
 def intervals() -> dict[str, list[tuple[float, float]]]:
@@ -44,24 +56,30 @@ def peak(spans: list[tuple[float, float]]) -> int:
 
 
 def drain(worker_process, env: dict[str, str] | None = None) -> None:
-    """Two worker processes of four threads each (as on two hosts), until nothing is left."""
+    """PROCESSES worker processes of THREADS threads each (as on as many hosts), until
+    nothing is left."""
     procs = [
-        worker_process("--concurrency", "4", "--until-empty", "--poll-interval", POLL, env=env)
-        for _ in range(2)
+        worker_process(
+            "--concurrency", str(THREADS), "--until-empty", "--poll-interval", POLL, env=env
+        )
+        for _ in range(PROCESSES)
     ]
     for proc in procs:
-        assert proc.wait(120) == 0, proc.output()
+        assert proc.wait(300) == 0, proc.output()
 
 
 def test_global_limit_holds_across_processes(worker_process):
     queues.configure("reports", concurrency=3)
     task = tasks.record_interval.using(queue_name="reports")
-    for _ in range(36):
+    for _ in range(JOBS):
         task.enqueue(0.2, "reports")
     tasks.record_interval.enqueue(0.2, "free")  # an unlimited queue runs beside it
     drain(worker_process)
     spans = intervals()
-    assert len(spans["reports"]) == 36  # every job ran: none lost
+    assert len(spans["reports"]) == JOBS  # every job ran: none lost
+    print(
+        f"peak concurrency of a limit of 3 over {PROCESSES} x {THREADS}: {peak(spans['reports'])}"
+    )
     assert peak(spans["reports"]) == 3
     assert not Job.objects.exclude(status="succeeded").exists()
 
@@ -70,11 +88,11 @@ def test_per_key_limit_holds_across_processes(worker_process):
     queues.configure("tenants", key_concurrency=2)
     for key in ("acme", "globex"):
         task = tasks.record_interval.using(queue_name="tenants", concurrency_key=key)
-        for _ in range(16):
+        for _ in range(PER_KEY):
             task.enqueue(0.2, key)
     drain(worker_process)
     spans = intervals()
-    assert {key: len(s) for key, s in spans.items()} == {"acme": 16, "globex": 16}
+    assert {key: len(s) for key, s in spans.items()} == {"acme": PER_KEY, "globex": PER_KEY}
     assert peak(spans["acme"]) == 2 and peak(spans["globex"]) == 2
     assert peak(spans["acme"] + spans["globex"]) == 4  # both keys ran at once
 
@@ -149,7 +167,7 @@ def test_per_key_rate_limit_from_settings_holds_across_processes(worker_process)
 
 
 def test_a_lone_small_tenant_gets_through_a_flood(worker_process):
-    """Round robin over keys: tenant A has 2,000 jobs queued, tenant B then enqueues
+    """Round robin over keys: tenant A has FLOOD jobs queued, tenant B then enqueues
     10; B's jobs start at once, not after A's backlog."""
     from django.db import connection
 
@@ -161,7 +179,8 @@ def test_a_lone_small_tenant_gets_through_a_flood(worker_process):
                 task_path, queue_name, backend, args, kwargs, worker_ids, concurrency_key)
             SELECT 'pending', 0, 0, 3, now(), '', '', '[]', now(), now(),
                    'testproject.demo.tasks.record_interval', 'tenants', 'default',
-                   '[0.01, "A"]', '{}', '[]', 'A' FROM generate_series(1, 2000)"""
+                   '[0.01, "A"]', '{}', '[]', 'A' FROM generate_series(1, %s)""",
+            [FLOOD],
         )
     proc = worker_process("--concurrency", "8", "--poll-interval", POLL)
     wait_for(lambda: TaskRun.objects.count() >= 50, 60, "tenant A's drain to be under way")
@@ -176,6 +195,7 @@ def test_a_lone_small_tenant_gets_through_a_flood(worker_process):
         (job.started_at - job.created_at).total_seconds() for job in Job.objects.filter(pk__in=ids)
     )
     a_left = Job.objects.filter(concurrency_key="A").exclude(status="succeeded").count()
+    print(f"tenant B's waits behind {FLOOD} of tenant A's jobs: {waits}")
     assert waits[len(waits) // 2] < 1.0, waits
     assert a_left > 0  # B did not wait for A's backlog to drain
     proc.signal(signal.SIGTERM)
