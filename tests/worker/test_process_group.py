@@ -81,11 +81,16 @@ def test_group_signal_drains_every_child_once(worker_process, sig):
 
 def test_a_child_killed_by_the_drain_makes_the_exit_code_non_zero(worker_process):
     enqueue_many(tasks.sleep_for, [((30,), {})] * 2)
+    # No prefetch: two held rows are then one running task in each child (with a
+    # prefetch, one child could hold both while the other is still starting, and a
+    # signal before its handlers are in kills it without a drain to wait for).
     proc = worker_process(
         "--processes",
         "2",
         "--concurrency",
         "1",
+        "--prefetch",
+        "0",
         "--lease",
         "30",
         env={
