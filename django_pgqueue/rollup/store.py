@@ -150,18 +150,22 @@ def complete_counted_jobs(
     try:
         written = complete(record_params(rows))
     except Exception as exc:
-        if is_connection_error(exc):
-            raise
-        logger.error("Rollup write refused (%s); batch completed uncounted", exc)
+        _refused(exc)
         return complete(None)
     if len(written) < len(outcomes):
         try:
             record(conn, aggregate_jobs(outcomes, written))
         except Exception as exc:
-            if is_connection_error(exc):
-                raise
-            logger.error("Rollup write refused (%s); batch completed uncounted", exc)
+            _refused(exc)
     return written
+
+
+def _refused(exc: Exception) -> None:
+    """Re-raise a lost connection (the completer retries the batch); log anything else
+    as a refused count, which never holds up the completions it would count."""
+    if is_connection_error(exc):
+        raise exc
+    logger.error("Rollup write refused (%s); batch completed uncounted", exc)
 
 
 #: Endpoint id -> its application's uid (None: a global endpoint), as last read,

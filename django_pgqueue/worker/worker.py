@@ -494,6 +494,7 @@ class Worker:
                     item.id,
                     source.describe(item),
                 )
+                self._count("cancelled")
                 continue
             runnable.append(item)
         with self.held_lock:
