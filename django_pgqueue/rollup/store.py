@@ -297,7 +297,7 @@ MQ_SENT, MQ_SEQUENCE_MARK, MQ_DELETED_MARK, MQ_ARCHIVED_MARK, MQ_TABLE_MARK = ra
 #: Seconds back a message queue's previous minute may be and still be the base.
 MQ_MAX_GAP_SECONDS = 300.0
 #: Visible messages of one queue counted exactly; beyond, PostgreSQL's estimate.
-MQ_DEPTH_EXACT = 10_000
+MQ_DEPTH_EXACT = 1_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -350,6 +350,15 @@ def mq_minute(
     )
 
 
+#: Queues whose visible messages one statement counts (``UNION ALL`` of their counts).
+MQ_DEPTH_CHUNK = 100
+
+
+def _estimated(counters: MqCounters, visible: int) -> int:
+    """A bounded count, or at the bound PostgreSQL's estimate of the queue's rows."""
+    return max(int(visible), int(counters.estimate)) if visible >= MQ_DEPTH_EXACT else int(visible)
+
+
 def _mq_depth(conn: Any, counters: MqCounters) -> int | None:
     """Visible messages of one queue (None: its table is gone since the counters)."""
     try:
@@ -361,9 +370,38 @@ def _mq_depth(conn: Any, counters: MqCounters) -> int | None:
         return None
     except psycopg.errors.UndefinedTable:
         return None  # dropped between the counters and this count
-    if visible >= MQ_DEPTH_EXACT:
-        return max(int(visible), int(counters.estimate))
-    return int(visible)
+    return _estimated(counters, visible)
+
+
+def _mq_depths(conn: Any, queues: Sequence[MqCounters]) -> dict[str, int]:
+    """Visible messages of each queue still there: one statement per MQ_DEPTH_CHUNK
+    queues (a round trip per queue would cost more than most counts), and one per
+    queue for a chunk in which a table is gone."""
+    valid = []
+    for queue in queues:
+        try:
+            check_name(queue.name)
+        except InvalidQueueName:
+            logger.warning("Message queue sample: registry name %r skipped", queue.name)
+            continue
+        valid.append(queue)
+    depths: dict[str, int] = {}
+    for start in range(0, len(valid), MQ_DEPTH_CHUNK):
+        chunk = valid[start : start + MQ_DEPTH_CHUNK]
+        text = "\nUNION ALL\n".join(
+            f"SELECT {n} AS n, ({mq_sql.statement('depth', q.name)})" for n, q in enumerate(chunk)
+        )
+        try:
+            rows = conn.execute(text, [MQ_DEPTH_EXACT] * len(chunk)).fetchall()
+        except psycopg.errors.UndefinedTable:
+            for queue in chunk:
+                depth = _mq_depth(conn, queue)
+                if depth is not None:
+                    depths[queue.name] = depth
+            continue
+        for n, visible in rows:
+            depths[chunk[n].name] = _estimated(chunk[n], visible)
+    return depths
 
 
 def sample_message_queues(conn: Any, minute: dt.datetime | None = None) -> int:
@@ -393,8 +431,9 @@ def sample_message_queues(conn: Any, minute: dt.datetime | None = None) -> int:
     # with none within the gap, of the minute before this one).
     last = max((at for at, _ in previous.values()), default=minute - dt.timedelta(minutes=1))
     names, settled, archived, marks, depths = [], [], [], [], []
+    depths_of = _mq_depths(conn, counters)
     for queue in counters:
-        depth = _mq_depth(conn, queue)
+        depth = depths_of.get(queue.name)
         if depth is None:
             continue
         before = previous.get(queue.name)
