@@ -410,9 +410,11 @@ def sample_message_queues(conn: Any, minute: dt.datetime | None = None) -> int:
 
     Run by every worker's maintenance thread; the first in a minute does the work,
     the others' tries stop at an index probe. Costs one statement for the counters
-    of every queue, one bounded count per queue, one read of the previous minutes
-    and one write (``docs/admin.md`` has the figures). ``conn`` is autocommit, so a
-    queue dropped halfway is left out without failing the others.
+    of every queue, one statement of bounded counts per MQ_DEPTH_CHUNK queues, one
+    read of the previous minutes and one write (``docs/performance.md`` has the
+    figures). ``conn`` is autocommit, so a queue dropped halfway is left out without
+    failing the others. A minute holds what the counters did since the previous
+    sample, which the maintenance threads' cadence puts about a minute earlier.
     """
     row = conn.execute(sql.ROLLUP_MQ_SAMPLED, {"minute": minute}).fetchone()
     minute, sampled = row[0], row[1]
