@@ -58,9 +58,16 @@ def _buckets(
     return by_name, start
 
 
-def _busiest(by_name: dict[str, list[list[RollupMinute]]]) -> list[str]:
+def _work(row: RollupMinute) -> int:
+    """What a minute of a job queue, endpoint or application did."""
+    return row.ok + row.failed + row.retried
+
+
+def _busiest(
+    by_name: dict[str, list[list[RollupMinute]]], work: Callable[[RollupMinute], int] = _work
+) -> list[str]:
     def volume(name: str) -> int:
-        return sum(r.ok + r.failed + r.retried for b in by_name[name] for r in b)
+        return sum(work(r) for b in by_name[name] for r in b)
 
     return sorted(by_name, key=lambda n: (-volume(n), n))[:MAX_SERIES]
 
@@ -90,16 +97,17 @@ def charts_of(
     *,
     names: Sequence[str] | None = None,
     labels: Callable[[Sequence[str]], dict[str, str]] | None = None,
+    work: Callable[[RollupMinute], int] = _work,
     now: dt.datetime | None = None,
 ) -> list[Chart]:
     """One chart per metric (title, unit, value of a bucket), a line per name (the
-    busiest MAX_SERIES of the window, or of ``names``); ``labels`` names the lines
-    shown (default: their names)."""
+    busiest MAX_SERIES of the window by ``work``, or of ``names``); ``labels`` names
+    the lines shown (default: their names)."""
     seconds, step = WINDOWS[window_of(window)]
     now = now or timezone.now()
     rows = rollup_store.read(kind, seconds, names)
     by_name, start = _buckets(rows, seconds, step, now)
-    shown = _busiest(by_name)
+    shown = _busiest(by_name, work)
     label = labels(shown) if labels else {}
     last = start + dt.timedelta(seconds=step * (seconds // step - 1))
     fmt = "%H:%M" if window_of(window) == "hour" else "%a %H:%M"
@@ -169,3 +177,27 @@ def application_charts(window: str, application: str | None = None) -> list[Char
     """The applications' charts (by uid; one application when given)."""
     names = [application] if application is not None else None
     return charts_of("application", window, DELIVERY_METRICS, names=names)
+
+
+def _sent(row: RollupMinute) -> int:
+    """Messages sent in a message queue's minute (``rollup/store.py``: kept in
+    ``run_hist`` with the sampler's marks)."""
+    return row.run_hist[rollup_store.MQ_SENT] if len(row.run_hist) > rollup_store.MQ_SENT else 0
+
+
+def _mq_work(row: RollupMinute) -> int:
+    return _sent(row) + row.ok
+
+
+#: The message queues' charts: sent, settled, archived, depth (the sampler's minutes).
+MQ_METRICS: tuple[tuple[Any, str, Callable[[list[RollupMinute]], float | None]], ...] = (
+    (_("Messages sent"), "", lambda b: _count(b, _sent)),
+    (_("Messages settled (deleted or archived)"), "", lambda b: _count(b, lambda r: r.ok)),
+    (_("Messages archived"), "", lambda b: _count(b, lambda r: r.failed)),
+    (_("Depth (messages visible)"), "", _depth),
+)
+
+
+def message_queue_charts(window: str, queue: str | None = None) -> list[Chart]:
+    """The message queues' charts for ``window`` (one queue only when ``queue``)."""
+    return charts_of("mq", window, MQ_METRICS, names=[queue] if queue else None, work=_mq_work)

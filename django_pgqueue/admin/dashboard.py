@@ -71,6 +71,19 @@ def attention_by_application(stats_list: list[Any]) -> list[tuple[str | None, li
     return sorted(groups.items(), key=lambda item: (item[0] is not None, item[0] or ""))
 
 
+def _message_queue_filter(value: str | None) -> tuple[str | None, Any]:
+    """The message queue the charts are narrowed to (untrusted input), or why not."""
+    if not value:
+        return None, None
+    from ..mq.exceptions import InvalidQueueName
+    from ..mq.validation import check_name
+
+    try:
+        return check_name(value), None
+    except InvalidQueueName:
+        return None, _("not a message queue name")
+
+
 def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
     """Render the dashboard: one aggregated query for jobs, one for webhooks."""
     if not model_admin.has_view_permission(request):
@@ -104,10 +117,13 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
             (_("Deliveries per application"), chart_series.application_charts(window, application)),
         ]
     message_queues = []
+    mq_charts: list[chart_series.Chart] = []
+    chart_mq, refused_mq = _message_queue_filter(request.GET.get("mq"))
     if request.user.has_perm("django_pgqueue.view_messagequeue"):
         from .mq import dashboard_rows
 
         message_queues = dashboard_rows(model_admin.admin_site.name)
+        mq_charts = chart_series.message_queue_charts(window, chart_mq)
     queue = request.GET.get("queue") or None
     refused_queue = None
     if queue is not None and (len(queue) > QUEUE_NAME_MAX or "\x00" in queue):
@@ -122,6 +138,10 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         "chart_queue": queue,
         "refused_queue": refused_queue,
         "chart_application": application,
+        "chart_mq": chart_mq,
+        "refused_mq": refused_mq,
+        "mq_charts": mq_charts,
+        "mq_names": [row["info"].name for row in message_queues],
         "refused_application": refused_application,
         "applications": applications,
         "delivery_charts": delivery_charts,

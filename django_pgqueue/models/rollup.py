@@ -2,8 +2,10 @@
 
 Written only by ``rollup/store.py``: by the completer, in the same transaction as
 the batch of completions it counts (one upsert per batch), and by its depth
-sample once a minute; deleted by its own retention. The admin's charts read it,
-so a page view never scans the history of jobs or deliveries.
+sample once a minute; a message queue's minutes by the maintenance thread's
+sampler, from counters PostgreSQL keeps (the message queues' statements write
+nothing for it); deleted by its own retention. The admin's charts read it, so a
+page view never scans the history of jobs, deliveries or messages.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ class Rollup(models.Model):
 
     ``ok``/``failed``/``retried``: jobs succeeded, died (or were cancelled) and
     were scheduled again; deliveries delivered, failed for good and retried;
-    messages settled, retried. ``wait_hist`` and ``run_hist`` are counts per
-    fixed logarithmic bucket (``rollup/histogram.py``) of the wait from due to
-    start and of the run time (a delivery's latency), so a p95 is read from a
-    minute's or an hour's rows without raw samples. ``depth`` is the number of
-    waiting rows sampled in that minute (NULL: not sampled).
+    messages settled (deleted or archived), of those archived, and 0 (redeliveries
+    are not counted). ``wait_hist`` and ``run_hist`` are counts per fixed
+    logarithmic bucket (``rollup/histogram.py``) of the wait from due to start and
+    of the run time (a delivery's latency), so a p95 is read from a minute's or an
+    hour's rows without raw samples; a message queue's ``run_hist`` holds its
+    messages sent in the minute and its sampler's counter marks instead
+    (``rollup/store.py``, ``MQ_SENT``...). ``depth`` is the number of waiting rows
+    (visible messages) sampled in that minute (NULL: not sampled).
     """
 
     pk = models.CompositePrimaryKey("kind", "name", "minute")

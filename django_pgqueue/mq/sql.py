@@ -95,6 +95,37 @@ UNREGISTER_QUEUE = f"/* pgqueue:mq_unregister */ DELETE FROM {REGISTRY} WHERE na
 DEAD_LETTER_SOURCES = f"""/* pgqueue:mq_dead_letter_sources */
 SELECT name FROM {REGISTRY} WHERE dead_letter = %s ORDER BY name"""
 
+# The console's rollup sampler (rollup/store.py, ``sample_message_queues``), once a
+# minute: each queue's counters, from the catalogue alone, so the send, read,
+# delete and archive statements of both doors stay as they are and pay nothing.
+# msg_id's sequence gives the messages ever sent (NULL: never used, or not
+# readable by this role); PostgreSQL's cumulative statistics give the rows ever
+# deleted from the queue table (every delete, archive, pop and dead-letter move)
+# and ever inserted into its archive, and its estimate of the queue's rows. The
+# tables are found by name in the registry's own schema, so a queue whose tables
+# are gone (dropped between the registry read and now) simply has no row here,
+# and its oid tells a queue dropped and created again from the one sampled last.
+SAMPLE_COUNTERS = f"""/* pgqueue:mq_sample_counters */
+SELECT r.name, q.oid::bigint,
+       CASE WHEN pg_catalog.has_sequence_privilege(s.oid, 'SELECT')
+            THEN COALESCE(pg_catalog.pg_sequence_last_value(s.oid), 0) END,
+       pg_catalog.pg_stat_get_tuples_deleted(q.oid),
+       COALESCE(pg_catalog.pg_stat_get_tuples_inserted(a.oid), 0),
+       pg_catalog.pg_stat_get_live_tuples(q.oid),
+       r.created_at
+FROM {REGISTRY} AS r
+JOIN pg_catalog.pg_class AS q
+  ON q.relname = '{QUEUE_PREFIX}' || r.name AND q.relkind = 'r'
+ AND q.relnamespace = (SELECT c.relnamespace FROM pg_catalog.pg_class AS c
+                       WHERE c.oid = '{REGISTRY}'::regclass)
+LEFT JOIN pg_catalog.pg_class AS s
+  ON s.relname = '{SEQUENCE_PREFIX}' || r.name AND s.relkind = 'S'
+ AND s.relnamespace = q.relnamespace
+LEFT JOIN pg_catalog.pg_class AS a
+  ON a.relname = '{ARCHIVE_PREFIX}' || r.name AND a.relkind = 'r'
+ AND a.relnamespace = q.relnamespace
+ORDER BY r.name"""
+
 NOTIFY = "/* pgqueue:mq_notify */ SELECT pg_catalog.pg_notify(%s, '')"
 
 # -- per-queue templates ---------------------------------------------------------------
@@ -326,6 +357,13 @@ SELECT pg_catalog.count(*),
        EXTRACT(epoch FROM pg_catalog.clock_timestamp()
                - pg_catalog.min(vt) FILTER (WHERE vt <= pg_catalog.clock_timestamp()))
 FROM {q}""",
+    # The console's rollup sampler (rollup/store.py, ``sample_message_queues``): the
+    # visible messages, counted exactly up to a bound (the ``LIMIT``, by the vt index,
+    # so a queue of millions costs what a queue of the bound does); at the bound the
+    # sampler takes PostgreSQL's estimate of the queue's rows instead.
+    "depth": """/* pgqueue:mq_depth */
+SELECT pg_catalog.count(*) FROM (
+    SELECT 1 FROM {q} WHERE vt <= pg_catalog.clock_timestamp() LIMIT %s) AS visible""",
     "browse": f"""/* pgqueue:mq_browse */
 SELECT {_COLUMNS_TEXT} FROM {{q}}
 ORDER BY msg_id LIMIT %s OFFSET %s""",

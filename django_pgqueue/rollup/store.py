@@ -7,6 +7,9 @@
   application (``webhooks/delivery_source``); ``write_counted`` runs a batch's
   completion and its count in one transaction.
 * ``sample_depth``: each queue's backlog, once a minute, by the first worker to ask.
+* ``sample_message_queues``: each message queue's minute (sent, settled, archived,
+  depth) from counters PostgreSQL keeps anyway, once a minute, by the first worker's
+  maintenance thread to ask: the message queues' own statements write nothing for it.
 * ``read``: a kind's minutes for the admin's charts; ``prune``: retention
   (``PGQUEUE["ROLLUP_RETENTION_SECONDS"]``, run by ``pgqueue_prune``).
 
@@ -25,12 +28,16 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import psycopg
 from django.db import connections
 
 from .. import sql
 from ..conf import get_settings
 from ..db import array_literal, is_connection_error, text_array_literal
 from ..models.rollup import RollupKind
+from ..mq import sql as mq_sql
+from ..mq.exceptions import InvalidQueueName
+from ..mq.validation import check_name
 from ..states import Status
 from . import histogram
 
@@ -259,6 +266,201 @@ def write_counted(conn: Any, write: Callable[[], T], count: Callable[[T], None])
 def sample_depth(conn: Any) -> None:
     """Write each job queue's backlog into the current minute, unless a worker did."""
     conn.execute(sql.ROLLUP_SAMPLE_DEPTH)
+
+
+# -- message queues: a sampler, not a count on the hot path --------------------------
+#
+# A message queue's minute is read from counters PostgreSQL keeps whatever we do
+# (mq/sql.py, SAMPLE_COUNTERS), so send, read, delete and archive, from Python or
+# from the SQL API, run exactly the statements they ran before. What a minute keeps:
+#
+# * ``ok``: messages settled (left the queue: deleted, archived, popped, purged or
+#   moved as dead letters), from the queue table's deleted-rows counter;
+# * ``failed``: of those, archived (the archive's inserted-rows counter);
+# * ``retried``: 0, as redeliveries are not known without a count on the read path;
+# * ``depth``: visible messages, exact up to MQ_DEPTH_EXACT, then the estimate;
+# * ``run_hist`` (a message has no timings to keep): the messages sent in the minute
+#   (msg_id's sequence moved on) and the counters' marks the next minute counts
+#   from, at the positions below.
+#
+# A count is the difference between a counter and its mark in the queue's previous
+# minute. It is never negative: a counter found below its mark was started again
+# (statistics reset or lost in a crash, an unlogged queue's sequence after a crash)
+# and counts from zero. A queue whose table is not the one marked (its oid) was
+# dropped and created again, and counts from zero; so does a queue created since the
+# last sample. A queue with no previous minute in MQ_MAX_GAP_SECONDS (the sampler's
+# first minute, or no worker ran for a while) counts nothing that minute rather than
+# everything since its creation in one minute.
+
+#: Positions in an mq minute's ``run_hist``.
+MQ_SENT, MQ_SEQUENCE_MARK, MQ_DELETED_MARK, MQ_ARCHIVED_MARK, MQ_TABLE_MARK = range(5)
+#: Seconds back a message queue's previous minute may be and still be the base.
+MQ_MAX_GAP_SECONDS = 300.0
+#: Visible messages of one queue counted exactly; beyond, PostgreSQL's estimate.
+MQ_DEPTH_EXACT = 1_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MqCounters:
+    """One message queue's counters at a sample (``mq/sql.py``, SAMPLE_COUNTERS)."""
+
+    name: str
+    table: int
+    #: Messages ever sent (msg_id's sequence); None: not readable by this role.
+    sequence: int | None
+    deleted: int
+    archived: int
+    estimate: int
+    created_at: dt.datetime
+
+
+def _since(current: int | None, mark: int | None) -> int:
+    """What a counter did since its mark: 0 without either, its whole value if it was
+    started again (below its mark)."""
+    if current is None or mark is None:
+        return 0
+    return current - mark if current >= mark else current
+
+
+def mq_minute(
+    counters: MqCounters, previous: Sequence[int] | None, fresh: bool
+) -> tuple[int, int, int, list[int]]:
+    """(sent, settled, archived, marks) of one message queue's minute, from its
+    counters and its previous minute's marks (``run_hist``; None: no previous minute
+    to count from). ``fresh``: the queue was created since the last sample, so its
+    counters count from zero."""
+    marks: list[int | None]
+    if previous is not None and len(previous) == 5 and previous[MQ_TABLE_MARK] == counters.table:
+        marks = list(previous)
+    elif fresh or (previous is not None and len(previous) == 5):
+        marks = [0, 0, 0, 0, counters.table]  # a new table: its counters began at zero
+    else:
+        marks = [None] * 5  # nothing to count from: this minute only sets the marks
+    settled = _since(counters.deleted, marks[MQ_DELETED_MARK])
+    archived = min(_since(counters.archived, marks[MQ_ARCHIVED_MARK]), settled)
+    sent = _since(counters.sequence, marks[MQ_SEQUENCE_MARK])
+    sequence = counters.sequence
+    if sequence is None:  # unreadable now: keep the old mark, count nothing
+        sequence = previous[MQ_SEQUENCE_MARK] if previous and len(previous) == 5 else 0
+    return (
+        sent,
+        settled,
+        archived,
+        [sent, sequence, counters.deleted, counters.archived, counters.table],
+    )
+
+
+#: Queues whose visible messages one statement counts (``UNION ALL`` of their counts).
+MQ_DEPTH_CHUNK = 100
+
+
+def _estimated(counters: MqCounters, visible: int) -> int:
+    """A bounded count, or at the bound PostgreSQL's estimate of the queue's rows."""
+    return max(int(visible), int(counters.estimate)) if visible >= MQ_DEPTH_EXACT else int(visible)
+
+
+def _mq_depth(conn: Any, counters: MqCounters) -> int | None:
+    """Visible messages of one queue (None: its table is gone since the counters)."""
+    try:
+        check_name(counters.name)
+        (visible,) = conn.execute(
+            mq_sql.statement("depth", counters.name), [MQ_DEPTH_EXACT]
+        ).fetchone()
+    except InvalidQueueName:
+        return None
+    except psycopg.errors.UndefinedTable:
+        return None  # dropped between the counters and this count
+    return _estimated(counters, visible)
+
+
+def _mq_depths(conn: Any, queues: Sequence[MqCounters]) -> dict[str, int]:
+    """Visible messages of each queue still there: one statement per MQ_DEPTH_CHUNK
+    queues (a round trip per queue would cost more than most counts), and one per
+    queue for a chunk in which a table is gone."""
+    valid = []
+    for queue in queues:
+        try:
+            check_name(queue.name)
+        except InvalidQueueName:
+            logger.warning("Message queue sample: registry name %r skipped", queue.name)
+            continue
+        valid.append(queue)
+    depths: dict[str, int] = {}
+    for start in range(0, len(valid), MQ_DEPTH_CHUNK):
+        chunk = valid[start : start + MQ_DEPTH_CHUNK]
+        text = "\nUNION ALL\n".join(
+            f"SELECT {n} AS n, ({mq_sql.statement('depth', q.name)})" for n, q in enumerate(chunk)
+        )
+        try:
+            rows = conn.execute(text, [MQ_DEPTH_EXACT] * len(chunk)).fetchall()
+        except psycopg.errors.UndefinedTable:
+            for queue in chunk:
+                depth = _mq_depth(conn, queue)
+                if depth is not None:
+                    depths[queue.name] = depth
+            continue
+        for n, visible in rows:
+            depths[chunk[n].name] = _estimated(chunk[n], visible)
+    return depths
+
+
+def sample_message_queues(conn: Any, minute: dt.datetime | None = None) -> int:
+    """Write every message queue's minute (``minute``, default the database clock's
+    current one) unless a worker did; return how many rows were written.
+
+    Run by every worker's maintenance thread; the first in a minute does the work,
+    the others' tries stop at an index probe. Costs one statement for the counters
+    of every queue, one statement of bounded counts per MQ_DEPTH_CHUNK queues, one
+    read of the previous minutes and one write (``docs/performance.md`` has the
+    figures). ``conn`` is autocommit, so a queue dropped halfway is left out without
+    failing the others. A minute holds what the counters did since the previous
+    sample, which the maintenance threads' cadence puts about a minute earlier.
+    """
+    row = conn.execute(sql.ROLLUP_MQ_SAMPLED, {"minute": minute}).fetchone()
+    minute, sampled = row[0], row[1]
+    if sampled:
+        return 0
+    counters = [MqCounters(*r) for r in conn.execute(mq_sql.SAMPLE_COUNTERS).fetchall()]
+    if not counters:
+        return 0
+    previous: dict[str, tuple[dt.datetime, list[int]]] = {
+        name: (at, list(marks or []))
+        for name, at, marks in conn.execute(
+            sql.ROLLUP_MQ_PREVIOUS, {"minute": minute, "gap": MQ_MAX_GAP_SECONDS}
+        ).fetchall()
+    }
+    # Created since the last sample: after the start of the last sampled minute (or,
+    # with none within the gap, of the minute before this one).
+    last = max((at for at, _ in previous.values()), default=minute - dt.timedelta(minutes=1))
+    names, settled, archived, marks, depths = [], [], [], [], []
+    depths_of = _mq_depths(conn, counters)
+    for queue in counters:
+        depth = depths_of.get(queue.name)
+        if depth is None:
+            continue
+        before = previous.get(queue.name)
+        fresh = queue.created_at >= last
+        _sent, done, kept, now_marks = mq_minute(queue, before[1] if before else None, fresh)
+        names.append(queue.name)
+        settled.append(done)
+        archived.append(kept)
+        marks.append(histogram.literal(now_marks))
+        depths.append(depth)
+    if not names:
+        return 0
+    return int(
+        conn.execute(
+            sql.ROLLUP_MQ_WRITE,
+            {
+                "minute": minute,
+                "names": names,
+                "settled": settled,
+                "archived": archived,
+                "marks": marks,
+                "depths": depths,
+            },
+        ).rowcount
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

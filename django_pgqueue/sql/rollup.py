@@ -71,6 +71,42 @@ WHERE NOT EXISTS (
 ON CONFLICT (kind, name, minute) DO UPDATE SET depth = excluded.depth
 """
 
+# The message queues' sampler (``rollup/store.py``, ``sample_message_queues``) starts
+# here: the minute it would write (the database clock's, or the caller's) and
+# whether a worker has written it already, an index probe; the others' tries in
+# the same minute stop at this.
+ROLLUP_MQ_SAMPLED = f"""/* pgqueue:rollup_mq_sampled */
+SELECT t.minute, EXISTS (SELECT 1 FROM {ROLLUP_TABLE} AS r
+                         WHERE r.kind = 'mq' AND r.minute = t.minute)
+FROM (SELECT COALESCE(%(minute)s::timestamptz,
+                      pg_catalog.date_trunc('minute', now())) AS minute) AS t
+"""
+
+# Each message queue's last sampled minute within ``gap`` seconds before
+# ``minute``, with the counters' marks it kept (``run_hist``, see
+# ``rollup/store.py``): the base of the next minute's counts. Reads the ``minute``
+# index over a few minutes of rows, whatever the retention holds.
+ROLLUP_MQ_PREVIOUS = f"""/* pgqueue:rollup_mq_previous */
+SELECT DISTINCT ON (name) name, minute, run_hist
+FROM {ROLLUP_TABLE}
+WHERE kind = 'mq' AND minute < %(minute)s
+  AND minute >= %(minute)s::timestamptz - pg_catalog.make_interval(secs => %(gap)s)
+ORDER BY name, minute DESC
+"""
+
+# One minute of every sampled message queue. DO NOTHING: two workers that sampled
+# the same minute at once computed it from the same base, so the first one's rows
+# stand and nothing is counted twice.
+ROLLUP_MQ_WRITE = f"""/* pgqueue:rollup_mq_write */
+INSERT INTO {ROLLUP_TABLE}
+    (kind, name, minute, ok, failed, retried, wait_hist, run_hist, depth)
+SELECT 'mq', v.name, %(minute)s, v.settled, v.archived, 0, '{{}}', v.marks::bigint[], v.depth
+FROM unnest(%(names)s::text[], %(settled)s::bigint[], %(archived)s::bigint[],
+            %(marks)s::text[], %(depths)s::bigint[])
+    AS v(name, settled, archived, marks, depth)
+ON CONFLICT (kind, name, minute) DO NOTHING
+"""
+
 # The rows of one kind since ``since`` seconds ago (the charts' window), oldest
 # first; ``names`` narrows them (NULL: every name). Reads the primary key.
 ROLLUP_READ = f"""/* pgqueue:rollup_read */

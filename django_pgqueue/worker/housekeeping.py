@@ -7,8 +7,13 @@ configured, retention by partitions. Each step takes a transaction-level advisor
 lock, so with many workers one does the work and the others skip it; a worker
 killed in the middle leaves nothing half done (each batch is one statement).
 
-A failed pass is logged and tried again at the next interval; it never stops the
-worker, and a lost connection is replaced.
+The same thread samples the message queues into the console's rollup
+(``rollup.store.sample_message_queues``) every ``MQ_SAMPLE_SECONDS``, whatever the
+maintenance interval: the first worker in a minute writes it, the others' tries are
+an index probe, so the message queues' own statements never pay for their charts.
+
+A failed pass or sample is logged and tried again at the next interval; it never
+stops the worker, and a lost connection is replaced.
 """
 
 from __future__ import annotations
@@ -17,18 +22,24 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from typing import Any
 
 from .. import history
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..maintenance import retention_plan
+from ..rollup import store as rollup_store
 
 logger = logging.getLogger("django_pgqueue.worker")
 
 #: The first pass waits up to this long after start (spread, so a fleet restarting
 #: together does not pass at once).
 FIRST_PASS_SECONDS = 2.0
+
+#: Seconds between two tries of the message queues' sample (the rollup keeps one a
+#: minute; three tries a minute leave no minute unsampled while a worker runs).
+MQ_SAMPLE_SECONDS = 20.0
 
 
 class HousekeepingThread(threading.Thread):
@@ -43,17 +54,36 @@ class HousekeepingThread(threading.Thread):
 
     def run(self) -> None:
         wait = random.uniform(0.0, min(FIRST_PASS_SECONDS, self.interval))
+        next_pass = time.monotonic() + wait
         try:
             while not self.stopping.wait(wait):
-                wait = self.interval
-                self._pass()
+                if time.monotonic() >= next_pass:
+                    self._pass()
+                    next_pass = time.monotonic() + self.interval
+                self._sample()
+                wait = max(0.0, min(MQ_SAMPLE_SECONDS, next_pass - time.monotonic()))
         finally:
             self._close()
 
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._conn = connect("maintenance")
+        return self._conn
+
+    def _sample(self) -> None:
+        """The message queues' minute for the console's charts, unless a worker wrote it."""
+        if not get_settings().ROLLUP:
+            return
+        try:
+            rollup_store.sample_message_queues(self._connection())
+        except Exception as exc:
+            logger.warning("Message queue sample failed (%s); will retry", exc)
+            if is_connection_error(exc) or getattr(self._conn, "closed", False):
+                self._close()
+
     def _pass(self) -> None:
         try:
-            if self._conn is None:
-                self._conn = connect("maintenance")
+            self._connection()
             retention = retention_plan() if get_settings().MAINTENANCE_RETENTION else None
             report = history.maintain(
                 self._conn, retention=retention, stopping=self.stopping.is_set
