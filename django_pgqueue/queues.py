@@ -2,8 +2,10 @@
 
 A queue is a name on its jobs (``queue_name``) and needs no row: a queue without
 one has no limits and is never paused. :func:`configure` and :func:`pause` make
-the row on first use; enqueue never does (it is the hot path, and a lookup per
-enqueue would cost every job for the few queues that have limits). The claim
+the row on first use; enqueue never does (it is the hot path). Enqueue only
+looks the row up, once per statement, to mark the job (``flow_controlled``);
+when a row is made here, the queue's waiting jobs are marked in the same
+transaction, and when a worker's settings drop one, unmarked. The claim
 (``sql.CLAIM_JOBS``) reads these rows and honours them in the same statement,
 counting running jobs from the rows (docs/flow-control.md).
 
@@ -171,7 +173,11 @@ def apply_settings() -> tuple[int, int]:
     db = get_settings().DATABASE
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
         cursor.execute(sql.APPLY_QUEUE_SETTINGS, params)
-        written, removed = cursor.fetchone()
+        written, removed, created, dropped = cursor.fetchone()
+        if created:
+            store.mark_queue_jobs(cursor, created)
+        if dropped:
+            store.unmark_queue_jobs(cursor, dropped)
     store.forget_configured()
     return int(written), int(removed)
 
@@ -217,12 +223,17 @@ def is_known(name: str) -> bool:
 
 
 def _write(statement: str, params: dict[str, Any]) -> bool:
+    """Run one of the queue statements; True when it wrote a row. A statement that
+    made the queue's row (its second column, ``created``) also marks the queue's
+    waiting jobs, in the same transaction, for the flow claim."""
     db = get_settings().DATABASE
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
         cursor.execute(statement, params)
-        written = cursor.fetchone() is not None
+        row = cursor.fetchone()
+        if row is not None and len(row) > 1 and row[1]:
+            store.mark_queue_jobs(cursor, [row[0]])
     store.forget_configured()
-    return written
+    return row is not None
 
 
 def _read(name: str | None) -> list[QueueState]:

@@ -214,6 +214,7 @@ def test_every_enqueue_path_writes_the_same_new_row():
         "errors": [],
         "task_path": tasks.add.module_path,
         "queue_name": "emails",
+        "flow_controlled": False,  # "emails" has no row (tests/test_flow_marks.py)
         "backend": "default",
         "args": [1, 2],
         "kwargs": {},
@@ -330,7 +331,7 @@ def test_reserving_ids_looks_the_sequence_up_once():
     from django_pgqueue import sql
 
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (VERBOSE) " + sql.RESERVE_JOB_IDS, [1000])
+        cursor.execute("EXPLAIN (VERBOSE) " + sql.RESERVE_JOB_IDS, [1000, "default"])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert plan.count("pg_get_serial_sequence") == 1, plan
 

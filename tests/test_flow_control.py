@@ -185,10 +185,11 @@ def test_the_claim_walks_keys_without_scanning_the_backlog():
         cursor.execute(
             f"""INSERT INTO {sql.JOB_TABLE} (status, priority, attempts, max_attempts,
                 next_attempt_at, worker_id, last_error, errors, created_at, updated_at,
-                task_path, queue_name, backend, args, kwargs, worker_ids, concurrency_key)
+                task_path, queue_name, backend, args, kwargs, worker_ids, concurrency_key,
+                flow_controlled)
             SELECT 'pending', 0, 0, 3, now(), '', '', '[]', now(), now(),
                    'testproject.demo.tasks.noop', 'tenants', 'default', '[]', '{{}}', '[]',
-                   'k' || (g % 1000) FROM generate_series(1, 20000) AS g"""
+                   'k' || (g % 1000), true FROM generate_series(1, 20000) AS g"""
         )
         cursor.execute(f"ANALYZE {sql.JOB_TABLE}")
     with connect("flow-test") as conn, conn.transaction():

@@ -54,6 +54,7 @@ _INSERT_VALUES = (
     "next_attempt_at",
     "task_path",
     "queue_name",
+    "flow_controlled",
     "backend",
     "args",
     "kwargs",
@@ -88,6 +89,7 @@ class NewJobs:
             self.run_after,
             self.task_path,
             self.queue_name,
+            self.queue_name,  # flow_controlled: whether this queue has a row
             self.backend,
             args_json,
             kwargs_json,
@@ -156,11 +158,12 @@ def insert_many(db: str, new: NewJobs, runs: Sequence[bulk.Run]) -> tuple[list[i
     """
     count = bulk.count_of(runs)
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
-        cursor.execute(sql.RESERVE_JOB_IDS, [count])
-        ids, created_at = cursor.fetchone()
+        cursor.execute(sql.RESERVE_JOB_IDS, [count, new.queue_name])
+        ids, created_at, marked = cursor.fetchone()
         if count >= COPY_THRESHOLD:
             shared = sql.copy_tail(
                 {
+                    "flow_controlled": "t" if marked else "f",
                     "priority": new.priority,
                     "max_attempts": new.max_attempts,
                     "next_attempt_at": (new.run_after or created_at).isoformat(),
@@ -197,10 +200,21 @@ class NewStep:
     concurrency_key: str | None = None
 
 
+def mark_queue_jobs(cursor: Any, names: Sequence[str]) -> None:
+    """Mark the waiting jobs of queues that just got their row (``queues``, in its
+    transaction): the flow claim takes them from now on (``sql.MARK_QUEUE_JOBS``)."""
+    cursor.execute(sql.MARK_QUEUE_JOBS, {"names": list(names)})
+
+
+def unmark_queue_jobs(cursor: Any, names: Sequence[str]) -> None:
+    """Clear the marks of queues whose row went: the plain claim takes their jobs."""
+    cursor.execute(sql.UNMARK_QUEUE_JOBS, {"names": list(names)})
+
+
 def reserve_ids(db: str, count: int) -> list[int]:
     """Draw ``count`` job ids, in order (a workflow's edges name its steps' ids)."""
     with connections[db].cursor() as cursor:
-        cursor.execute(sql.RESERVE_JOB_IDS, [count])
+        cursor.execute(sql.RESERVE_JOB_IDS, [count, None])
         return list(cursor.fetchone()[0])
 
 
@@ -216,6 +230,7 @@ def insert_steps(db: str, workflow_id: int, ids: Sequence[int], steps: Sequence[
         "next_attempt_at": [s.new.run_after for s in steps],
         "task_path": [s.new.task_path for s in steps],
         "queue_name": [s.new.queue_name for s in steps],
+        "flow_controlled": [s.new.queue_name for s in steps],
         "backend": [s.new.backend for s in steps],
         "args": [s.args_json for s in steps],
         "kwargs": [s.kwargs_json for s in steps],
@@ -311,7 +326,8 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
         _steps_ended["at"] = now
         ended = end_lapsed_steps(conn, params)
     if now - _configured["at"] > CONFIGURED_TTL:
-        _configured["any"] = bool(conn.execute(sql.ANY_QUEUE_CONFIGURED).fetchone()[0])
+        any_row, _unmarked = conn.execute(sql.QUEUE_MARKS_CHECK).fetchone()
+        _configured["any"] = bool(any_row)
         _configured["at"] = now
     claimed: list[ClaimedJob] = []
     if _configured["any"]:

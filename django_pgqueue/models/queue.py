@@ -150,6 +150,16 @@ class JobColumns(QueueRow):
             "The key this job's queue limits per key (queues.configure(key_concurrency=))."
         ),
     )
+    # Whether the job's queue had a row (limits or a pause) when the job was
+    # written: the flow claim reads only marked jobs, through its own index
+    # (pgq_job_flow_due_idx), so jobs of queues without limits never pay for that
+    # index. The claims keep the mark true to the rows (docs/flow-control.md).
+    flow_controlled = models.BooleanField(
+        default=False,
+        db_default=False,
+        editable=False,
+        help_text=_("Its queue is under flow control (limits or a pause)."),
+    )
     abort_requested_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -221,10 +231,12 @@ class Job(JobColumns):
                 name="pgq_job_atomic_due_idx",
                 condition=Q(atomic=True, status__in=[s.value for s in CLAIMABLE]),
             ),
-            # Flow control (docs/flow-control.md): the waiting jobs of one queue by
-            # key, so the claim walks a limited queue's keys (one descent per key)
-            # and takes each key's oldest without reading the rest of the backlog;
-            # a job without a key is in key ''. And the running jobs of one key,
+            # Flow control (docs/flow-control.md): the waiting jobs of the
+            # flow-controlled queues by key, so the claim walks a limited queue's
+            # keys (one descent per key) and takes each key's oldest without
+            # reading the rest of the backlog; a job without a key is in key ''.
+            # Marked jobs only (``flow_controlled``): the jobs of queues without
+            # limits, most of any backlog, never write this index. And the running jobs of one key,
             # so its limit is counted from the rows, never a counter.
             models.Index(
                 F("queue_name"),
@@ -233,7 +245,7 @@ class Job(JobColumns):
                 F("next_attempt_at"),
                 F("id"),
                 name="pgq_job_flow_due_idx",
-                condition=Q(status__in=[s.value for s in CLAIMABLE]),
+                condition=Q(status__in=[s.value for s in CLAIMABLE], flow_controlled=True),
             ),
             models.Index(
                 fields=["queue_name", "concurrency_key"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..states import CLAIMABLE, WAITING, sql_list
 from .fragments import (
     CLAIMABLE_SQL,
     IN_QUEUES,
@@ -82,6 +83,11 @@ NEW_JOB_COLUMNS: tuple[tuple[str, str, str | None], ...] = (
     ("updated_at", "now()", None),
     ("task_path", "%s", None),
     ("queue_name", "%s", None),
+    # The flow-control mark: whether the queue has a row (its parameter is the
+    # queue's name again). One lookup of a small table per statement, not per row
+    # (the subquery depends on the parameter alone); a COPY batch gets it from
+    # RESERVE_JOB_IDS, once per batch.
+    ("flow_controlled", f"EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE name = %s)", None),
     ("backend", "%s", None),
     ("args", "%s::jsonb", None),
     ("kwargs", "%s::jsonb", None),
@@ -201,11 +207,14 @@ WHERE task_path = %s AND unique_key = %s AND status IN {LIVE_SQL}
 # The sequence is looked up once, in a scalar subquery (an InitPlan): written as
 # nextval's argument directly, pg_get_serial_sequence ran once per id, a catalog
 # lookup each, and drawing 100,000 ids took five times as long.
+#
+# Third column: whether queue ``%s`` has a row, the flow-control mark of a COPY
+# batch (NEW_JOB_COLUMNS), in the same round trip (NULL: no queue asked).
 RESERVE_JOB_IDS = f"""/* pgqueue:reserve_ids */
 SELECT ARRAY(
     SELECT nextval((SELECT pg_get_serial_sequence('{JOB_TABLE}', 'id')::regclass))
     FROM pg_catalog.generate_series(1, %s) ORDER BY 1
-), now()
+), now(), EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE name = %s)
 """
 
 # Bulk enqueue of many jobs of one task in one statement (arrays, not a VALUES
@@ -252,10 +261,15 @@ COPY_JOBS = f"""COPY {JOB_TABLE} (id, args, kwargs, {_COPY_TAIL_NAMES}) FROM STD
 # robin over keys alone) are claimed by their own statement, CLAIM_FLOW_JOBS,
 # which the job store runs only while some queue has a row (it asks once a
 # second): with none configured, the claim is today's statement and costs what it
-# did (planning the flow claim took three times the plain one's). CLAIM_JOBS
-# itself reads the rows (``flow``, a handful; none configured, none read) and
-# skips those queues' jobs, so a pause or a limit holds from the next claim
-# whatever the store last heard. In CLAIM_FLOW_JOBS:
+# did (planning the flow claim took three times the plain one's). A job of a
+# queue that has a row is *marked* (``flow_controlled``) when it is written
+# (NEW_JOB_COLUMNS) or when its queue gets its row (MARK_QUEUE_JOBS); only
+# marked jobs are in the flow claim's index, so the backlog of queues without
+# limits never writes it. CLAIM_JOBS skips marked jobs and itself reads the rows
+# (``flow``, a handful; none configured, none read): an unmarked job of a queue
+# that has one is marked, not run (``marked``), so a pause or a limit holds from
+# the next claim whatever the store last heard and whenever the job was written.
+# In CLAIM_FLOW_JOBS:
 #
 # * ``flow``: the queues served here that have a row.
 # * ``held``: of those, the queues not paused, locked in name order (waiting,
@@ -288,7 +302,7 @@ _PICKED_JOBS = picked(
     _CLAIM_JOB_PICKED,
     """SELECT id, exhausted, true AS lapsed FROM lapsed
         UNION ALL
-        SELECT id, false, false FROM due""",
+        SELECT id, false, false FROM due WHERE NOT unmarked""",
 )
 _PICKED_FLOW_JOBS = picked(
     _CLAIM_JOB_PICKED, "SELECT id, false AS exhausted, false AS lapsed FROM flow_due"
@@ -329,15 +343,23 @@ _KEY_RATE = f"""SELECT h.key_rate_limit AS rate_limit, h.key_rate_period AS rate
 # pgq_job_flow_due_idx (so: one index descent).
 _NEXT_KEY = f"""(SELECT COALESCE(n.concurrency_key, '') FROM {JOB_TABLE} AS n
              WHERE n.queue_name = {{q}}{{after}} AND n.status IN {CLAIMABLE_SQL}
+               AND n.flow_controlled
              ORDER BY n.queue_name, COALESCE(n.concurrency_key, '') LIMIT 1)"""
-# The plain ``due`` source skips the flow-controlled queues' jobs. Written as a bare
-# ``queue_name <> ALL(...)`` the planner estimates it from the column's statistics:
-# with one queue in use (``default`` only) "differs from any given name" is
-# estimated at no row, the LIMIT then looks unreachable through the ordered index
-# and it sorts a sequential scan of the whole backlog instead. Wrapped in
-# COALESCE (which changes nothing: the array and the name are never NULL) the
-# condition gets the planner's default estimate and the index stays the plan.
-_NOT_FLOW_CONTROLLED = "COALESCE(queue_name <> ALL (ARRAY(SELECT name FROM flow)), true)"
+# The plain ``due`` source skips the marked jobs (``flow_controlled``: the flow
+# claim's). Written bare, ``NOT flow_controlled`` is estimated from the column's
+# statistics: with most of the backlog marked (the busy queue is the limited one)
+# it is estimated at few rows, the LIMIT then looks unreachable through the
+# ordered index and the planner sorts a sequential scan of the whole backlog
+# instead. Wrapped in COALESCE (which changes nothing: the column is NOT NULL) it
+# gets the planner's default estimate and the index stays the plan.
+_NOT_MARKED = "COALESCE(NOT flow_controlled, true)"
+# An unmarked job of a queue that has a row (written by a transaction that began
+# before the queue's first configuration, or put back by a replay): the plain
+# claim does not run it, it marks it (``marked``), and the flow claim takes it
+# from then on, under the queue's limits. The mark is thus kept true to the rows
+# by the claim itself; QUEUE_MARKS_CHECK clears the marks of queues whose row
+# went.
+_IN_FLOW_QUEUE = "queue_name = ANY (ARRAY(SELECT name FROM flow))"
 
 
 def _claim_jobs(marker: str, kind_sql: str) -> str:
@@ -354,12 +376,15 @@ def _claim_jobs(marker: str, kind_sql: str) -> str:
 WITH {lapsed_sql}, flow AS (
     SELECT q.name FROM {QUEUE_TABLE} AS q WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
 ), due AS MATERIALIZED (
-    SELECT id FROM {JOB_TABLE}
+    SELECT id, {_IN_FLOW_QUEUE} AS unmarked FROM {JOB_TABLE}
     WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
-      AND {IN_QUEUES} AND {_NOT_FLOW_CONTROLLED}
+      AND {IN_QUEUES} AND {_NOT_MARKED}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE {JOB_TABLE} AS m SET flow_controlled = true
+    FROM due WHERE m.id = due.id AND due.unmarked
 ), {_PICKED_JOBS}
 {update_sql}"""
 
@@ -406,7 +431,8 @@ WITH RECURSIVE flow AS (
                row_number() OVER (ORDER BY c.priority DESC, c.next_attempt_at, c.id) AS rank
         FROM {JOB_TABLE} AS c
         WHERE c.queue_name = k.queue_name AND COALESCE(c.concurrency_key, '') = k.key
-          AND c.status IN {CLAIMABLE_SQL} AND c.next_attempt_at <= now() AND {kind_sql}
+          AND c.status IN {CLAIMABLE_SQL} AND c.flow_controlled
+          AND c.next_attempt_at <= now() AND {kind_sql}
         ORDER BY c.priority DESC, c.next_attempt_at, c.id
         LIMIT CASE WHEN k.key = '' THEN h.room
                    ELSE GREATEST(0, LEAST(
@@ -429,7 +455,7 @@ WITH RECURSIVE flow AS (
         WHERE t.turn <= h.room
         ORDER BY t.turn, t.priority DESC, t.next_attempt_at, t.id
         LIMIT %(limit)s))
-      AND j.status IN {CLAIMABLE_SQL} AND j.next_attempt_at <= now()
+      AND j.status IN {CLAIMABLE_SQL} AND j.flow_controlled AND j.next_attempt_at <= now()
     FOR UPDATE OF j SKIP LOCKED
 ), served AS (
     UPDATE {QUEUE_TABLE} AS q SET
@@ -533,8 +559,58 @@ CLAIM_FLOW_ATOMIC_JOBS = _claim_flow_jobs("claim_flow_atomic", "atomic")
 
 # Whether any queue has a row (flow control): the job store asks at most once a
 # second, and runs the flow claims only then (jobs/store.py, ``claim``).
-ANY_QUEUE_CONFIGURED = f"""/* pgqueue:any_queue_configured */
-SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE})
+# Mark the waiting jobs of queues that just got their row (``queues``: the
+# first configure or pause, a worker applying PGQUEUE["QUEUES"]), in the same
+# transaction, so the flow claim sees the backlog at once; it walks the due index
+# (no index holds unmarked jobs by queue), once per new row. Workflow steps not
+# released yet are marked too. A job written meanwhile by a transaction that
+# could not see the new row is marked by the plain claim (CLAIM_JOBS).
+_MARKABLE_SQL = sql_list((*CLAIMABLE, *WAITING))
+MARK_QUEUE_JOBS = f"""/* pgqueue:mark_queue_jobs */
+UPDATE {JOB_TABLE} AS j SET flow_controlled = true
+WHERE j.queue_name = ANY (%(names)s::text[]) AND NOT j.flow_controlled
+  AND j.status IN {_MARKABLE_SQL}
+"""
+
+# Clear the marks of queues whose row went (a worker applying settings that no
+# longer name them), through the flow index.
+UNMARK_QUEUE_JOBS = f"""/* pgqueue:unmark_queue_jobs */
+UPDATE {JOB_TABLE} AS j SET flow_controlled = false
+WHERE j.queue_name = ANY (%(names)s::text[]) AND j.flow_controlled
+  AND j.status IN {CLAIMABLE_SQL}
+"""
+
+# Whether any queue has a row (the store asks once a second, and runs the flow
+# claim only when one does), and, in the same round trip, the marks of waiting
+# jobs whose queue has no row cleared: a job written by a transaction that saw a
+# row another transaction then dropped. ``marked`` lists the queues that have
+# marked waiting jobs by a skip scan of the flow index (one descent per queue);
+# with no marked job it is one empty descent. The rows are taken with SKIP
+# LOCKED, so two workers doing this never wait on each other.
+QUEUE_MARKS_CHECK = f"""/* pgqueue:queue_marks_check */
+WITH RECURSIVE marked(name) AS (
+    (SELECT m.queue_name FROM {JOB_TABLE} AS m
+     WHERE m.flow_controlled AND m.status IN {CLAIMABLE_SQL}
+     ORDER BY m.queue_name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue_name FROM {JOB_TABLE} AS m
+            WHERE m.flow_controlled AND m.status IN {CLAIMABLE_SQL} AND m.queue_name > k.name
+            ORDER BY m.queue_name LIMIT 1)
+    FROM marked AS k WHERE k.name IS NOT NULL
+), orphaned AS (
+    SELECT k.name FROM marked AS k
+    WHERE k.name IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {QUEUE_TABLE} AS q WHERE q.name = k.name)
+), unmarked AS (
+    UPDATE {JOB_TABLE} AS j SET flow_controlled = false
+    WHERE j.id = ANY (ARRAY(
+        SELECT o.id FROM {JOB_TABLE} AS o
+        WHERE o.queue_name IN (SELECT name FROM orphaned)
+          AND o.flow_controlled AND o.status IN {CLAIMABLE_SQL}
+        FOR UPDATE SKIP LOCKED))
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}), (SELECT pg_catalog.count(*) FROM unmarked)
 """
 
 # Bound the transaction. ``statement_timeout`` stops a statement that runs too
@@ -563,7 +639,7 @@ SELECT done.id FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
 """
 
 # A paused queue's waiting jobs are not waited for (``--until-empty`` would never
-# end), with the COALESCE of the claim's own exclusion (_NOT_FLOW_CONTROLLED).
+# end), with the COALESCE of the plain claim's (_NOT_MARKED).
 _NOT_PAUSED = f"""COALESCE(queue_name <> ALL (ARRAY(
           SELECT q.name FROM {QUEUE_TABLE} AS q WHERE q.paused_at IS NOT NULL)), true)"""
 

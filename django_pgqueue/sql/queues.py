@@ -8,6 +8,12 @@ writes back a stale one. A configuration comes from one of two places:
 (APPLY_QUEUE_SETTINGS), and a run-time change (CONFIGURE_QUEUE: ``configure``,
 the admin, the API, the command), which stamps ``overridden_at`` and from then on
 wins over the settings until RESET_QUEUE hands the queue back to them.
+
+The statements that can make or drop a row also say which rows they made
+(``created``, read from the statement's snapshot: the rows as they were before
+it) and dropped, so ``queues`` marks or unmarks those queues' waiting jobs in the
+same transaction (sql/jobs.py, MARK_QUEUE_JOBS: the flow claim reads marked
+jobs only).
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ WITH configured AS (
     DELETE FROM {QUEUE_KEY_RATE_TABLE} AS t USING configured AS c
     WHERE t.queue_name = c.name AND %(key_rate_limit)s::int IS NULL
 )
-SELECT name FROM configured
+SELECT c.name, NOT EXISTS (SELECT 1 FROM {QUEUE_TABLE} AS q WHERE q.name = c.name) AS created
+FROM configured AS c
 """
 
 # Apply ``PGQUEUE["QUEUES"]`` (one array per column, zipped by ROWS FROM: a row per entry), as every
@@ -95,7 +102,10 @@ WITH wanted AS (
     USING (SELECT name FROM cleared UNION ALL SELECT name FROM dropped) AS g
     WHERE t.queue_name = g.name
 )
-SELECT (SELECT pg_catalog.count(*) FROM applied), (SELECT pg_catalog.count(*) FROM dropped)
+SELECT (SELECT pg_catalog.count(*) FROM applied), (SELECT pg_catalog.count(*) FROM dropped),
+       ARRAY(SELECT a.name FROM applied AS a
+             WHERE NOT EXISTS (SELECT 1 FROM {QUEUE_TABLE} AS q WHERE q.name = a.name)),
+       ARRAY(SELECT name FROM dropped)
 """
 
 # Hand a queue back to the settings: its limits become the entry's (the
@@ -110,9 +120,13 @@ RETURNING name
 
 # Pause a queue (making its row if needed); a paused queue keeps its first pause time.
 PAUSE_QUEUE = f"""/* pgqueue:pause_queue */
-INSERT INTO {QUEUE_TABLE} AS q (name, paused_at) VALUES (%(name)s, now())
-ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(q.paused_at, now()), updated_at = now()
-RETURNING name
+WITH paused AS (
+    INSERT INTO {QUEUE_TABLE} AS q (name, paused_at) VALUES (%(name)s, now())
+    ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(q.paused_at, now()), updated_at = now()
+    RETURNING q.name
+)
+SELECT p.name, NOT EXISTS (SELECT 1 FROM {QUEUE_TABLE} AS q WHERE q.name = p.name) AS created
+FROM paused AS p
 """
 
 # Resume a queue. A queue without a row was never paused: nothing to do.

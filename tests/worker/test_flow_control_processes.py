@@ -176,10 +176,11 @@ def test_a_lone_small_tenant_gets_through_a_flood(worker_process):
         cursor.execute(
             """INSERT INTO pgqueue_job (status, priority, attempts, max_attempts,
                 next_attempt_at, worker_id, last_error, errors, created_at, updated_at,
-                task_path, queue_name, backend, args, kwargs, worker_ids, concurrency_key)
+                task_path, queue_name, backend, args, kwargs, worker_ids, concurrency_key,
+                flow_controlled)
             SELECT 'pending', 0, 0, 3, now(), '', '', '[]', now(), now(),
                    'testproject.demo.tasks.record_interval', 'tenants', 'default',
-                   '[0.01, "A"]', '{}', '[]', 'A' FROM generate_series(1, %s)""",
+                   '[0.01, "A"]', '{}', '[]', 'A', true FROM generate_series(1, %s)""",
             [FLOOD],
         )
     proc = worker_process("--concurrency", "8", "--poll-interval", POLL)
