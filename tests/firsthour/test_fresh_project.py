@@ -354,3 +354,39 @@ def test_the_quickstart_webhook_step_reaches_a_local_receiver(fresh_project):
         [request] = receiver.hits("/hooks")
     assert request.verified is True
     assert json.loads(request.body)["type"] == "order.paid"
+
+
+@pytest.fixture
+def empty_database():
+    """A database with no table at all (``migrate`` never ran), dropped afterwards."""
+    import psycopg
+    from django.db import connection
+
+    name = f"{connection.settings_dict['NAME']}_unmigrated"[:63]
+    with psycopg.connect(database_url(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(database_url(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_worker_on_a_database_never_migrated_says_to_migrate(fresh_project, empty_database):
+    """Forgetting `manage.py migrate` made a worker print a traceback per claim
+    ("relation pgqueue_job does not exist") and retry for ever, even with --burst.
+    It now stops at once and says which command to run."""
+    from django.db import connection
+
+    run = fresh_project()
+    settings = run.root / "freshsettings.py"
+    current = repr(connection.settings_dict["NAME"])
+    settings.write_text(settings.read_text().replace(current, repr(empty_database), 1))
+    result = run("runworkers", "--burst", timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "relation" not in result.stderr
+    assert (
+        f"The database 'default' ({empty_database}) lacks django_pgqueue's tables: "
+        "its migrations are not applied (0001_initial"
+    ) in result.stderr
+    assert "Run `python manage.py migrate` first." in result.stderr
