@@ -56,7 +56,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 f"django_pgqueue needs PostgreSQL (SKIP LOCKED, LISTEN/NOTIFY, jsonb).",
                 hint=check_hint(
                     "django_pgqueue.E002",
-                    "Point PGQUEUE['DATABASE'] at a 'django.db.backends.postgresql' database.",
+                    f"Set DATABASES[{conf.DATABASE!r}]['ENGINE'] to "
+                    "'django.db.backends.postgresql' (with the NAME, USER, PASSWORD, HOST "
+                    "and PORT of a PostgreSQL 13+ server), or point PGQUEUE['DATABASE'] at "
+                    "an alias that is one.",
                 ),
                 id="django_pgqueue.E002",
             )

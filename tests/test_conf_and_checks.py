@@ -133,6 +133,9 @@ def test_check_e002_sqlite():
         messages = check_settings()
     assert ids(messages) == ["django_pgqueue.E002"]
     assert "needs PostgreSQL" in messages[0].msg
+    # A fresh startproject has SQLite in DATABASES['default']: the hint names that entry,
+    # not only PGQUEUE['DATABASE'], which such a project has never set.
+    assert "DATABASES['default']['ENGINE'] to 'django.db.backends.postgresql'" in messages[0].hint
 
 
 def test_check_e002_missing_alias():

@@ -7,6 +7,7 @@ Finished jobs leave ``pgqueue_job`` for the partitioned ``pgqueue_job_history``
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import pytest
 from django.db import connection
@@ -166,10 +167,15 @@ def test_an_interrupted_retention_is_finished_by_the_next():
         assert history.partitions(conn) == []
 
 
-def test_premade_partitions_and_the_maintenance_lock():
+def test_premade_partitions_and_the_maintenance_lock(caplog):
+    caplog.set_level(logging.DEBUG, logger="django_pgqueue.history")
     with connect("test-a") as a, connect("test-b") as b:
         made = history.ensure_partitions(a, days_ahead=2)
         assert made == 9  # today and two days ahead, three states
+        # A worker's first start makes a dozen; its maintenance line counts them
+        # ("12 partitions made"), so each one's own line is DEBUG, not a dozen INFO lines.
+        lines = [r for r in caplog.records if r.getMessage().startswith("History partition")]
+        assert len(lines) == 9 and {r.levelno for r in lines} == {logging.DEBUG}
         assert history.ensure_partitions(a, days_ahead=2) == 0
         # Another worker holding the lock: this one skips its pass.
         with b.transaction():

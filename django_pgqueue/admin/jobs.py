@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.db.models import QuerySet
-from django.urls import path
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from ..models.queue import Job
+from ..models.queue import TERMINAL, Job, JobHistory
 from ..operations import JOB_OPERATIONS
 from .dashboard import dashboard_view
 from .display import json_display, progress_html, when
@@ -136,3 +139,52 @@ class JobAdmin(JobColumnsAdmin):
             ),
             *super().get_urls(),
         ]
+
+    # ----- jobs that finished and moved to the history ------------------------------
+    # A finished job leaves pgqueue_job HISTORY_DELAY_SECONDS after it finished
+    # (docs/operations.md, "History and retention"): its page and the list of
+    # finished states lead there.
+
+    def _history_admin(self, request: HttpRequest) -> admin.ModelAdmin | None:
+        """The history's admin, when this user may view it."""
+        if not self.admin_site.is_registered(JobHistory):
+            return None
+        history_admin = self.admin_site.get_model_admin(JobHistory)
+        return history_admin if history_admin.has_view_permission(request) else None
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        key = unquote(object_id)
+        if not key.isdigit() or not JobHistory.objects.filter(pk=int(key)).exists():
+            return super()._get_obj_does_not_exist_redirect(request, opts, object_id)
+        if self._history_admin(request) is None:
+            self.message_user(
+                request,
+                gettext(
+                    "Job %(id)s has finished and was moved to the job history, which you "
+                    "do not have permission to view."
+                )
+                % {"id": key},
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
+        self.message_user(
+            request,
+            gettext("Job %(id)s has finished and was moved to the job history.") % {"id": key},
+            messages.INFO,
+        )
+        url = reverse(
+            "admin:django_pgqueue_jobhistory_change", args=[key], current_app=self.admin_site.name
+        )
+        return HttpResponseRedirect(url)
+
+    def changelist_view(self, request: HttpRequest, extra_context=None) -> HttpResponse:
+        status = request.GET.get("status")
+        if status in {state.value for state in TERMINAL} and self._history_admin(request):
+            url = reverse(
+                "admin:django_pgqueue_jobhistory_changelist", current_app=self.admin_site.name
+            )
+            extra_context = {
+                **(extra_context or {}),
+                "pgqueue_history_url": f"{url}?{urlencode({'status': status})}",
+            }
+        return super().changelist_view(request, extra_context)

@@ -73,3 +73,56 @@ def test_bulk_replay_from_history(in_history):
     )
     assert response.status_code == 302
     assert Job.objects.get(pk=in_history.pk).status == Status.PENDING
+
+
+def _messages(response) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+def test_a_moved_jobs_page_leads_to_its_history_row(in_history):
+    """A finished job leaves the live table after HISTORY_DELAY_SECONDS: its old URL
+    (from a log line, a bookmark, the list a minute ago) opens its history row instead
+    of Django's "doesn't exist. Perhaps it was deleted?"."""
+    live = reverse("admin:django_pgqueue_job_change", args=[in_history.pk])
+    moved = reverse("admin:django_pgqueue_jobhistory_change", args=[in_history.pk])
+    client = csrf_client(_staff("viewer", "view_job", "view_jobhistory"))
+    response = client.get(live, follow=True)
+    assert response.redirect_chain == [(moved, 302)]
+    assert response.status_code == 200 and b"fail_always" in response.content
+    assert _messages(response) == [
+        f"Job {in_history.pk} has finished and was moved to the job history."
+    ]
+
+
+def test_a_moved_job_seen_without_the_history_permission_says_where_it_went(in_history):
+    live = reverse("admin:django_pgqueue_job_change", args=[in_history.pk])
+    response = csrf_client(_staff("viewer", "view_job")).get(live, follow=True)
+    assert response.redirect_chain == [(reverse("admin:index"), 302)]
+    assert _messages(response) == [
+        f"Job {in_history.pk} has finished and was moved to the job history, "
+        "which you do not have permission to view."
+    ]
+
+
+def test_a_job_that_is_nowhere_is_reported_as_missing(in_history):
+    missing = reverse("admin:django_pgqueue_job_change", args=[in_history.pk + 1000])
+    response = csrf_client(_staff("viewer", "view_job", "view_jobhistory")).get(
+        missing, follow=True
+    )
+    assert response.redirect_chain == [(reverse("admin:index"), 302)]
+    assert "Perhaps it was deleted?" in _messages(response)[0]
+
+
+def test_the_dead_letter_queue_links_the_dead_jobs_already_in_the_history(in_history):
+    """The DLQ (the job list filtered on dead) holds only the dead jobs not yet moved;
+    its page links the rest, in the history, with the same filter."""
+    client = csrf_client(_staff("viewer", "view_job", "view_jobhistory"))
+    page = client.get(reverse("admin:django_pgqueue_job_changelist"), {"status": "dead"})
+    history_dead = reverse(CHANGELIST) + "?status=dead"
+    assert f'href="{history_dead}"' in page.content.decode()
+    listed = client.get(history_dead).content.decode()
+    assert "fail_always" in listed
+    # Unfiltered, or filtered on a state that is never moved, the list links nothing.
+    for params in ({}, {"status": "pending"}):
+        page = client.get(reverse("admin:django_pgqueue_job_changelist"), params)
+        assert reverse(CHANGELIST) + "?status=" not in page.content.decode()

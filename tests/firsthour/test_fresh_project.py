@@ -3,6 +3,7 @@ sees from `manage.py check` and from a worker with no LOGGING setting."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -301,3 +302,91 @@ def test_reload_restarts_the_worker_on_new_code(fresh_project):
             proc.wait(10)
         reader.join(5)
         proc.stderr.close()
+
+
+def _quickstart_line(needle: str) -> str:
+    """The one line of docs/quickstart.md holding ``needle``, as a reader copies it."""
+    lines = (REPO / "docs" / "quickstart.md").read_text().splitlines()
+    [found] = [line for line in lines if needle in line]
+    return found
+
+
+def test_the_quickstart_webhook_step_reaches_a_local_receiver(fresh_project):
+    """Step 6 as written: the SSRF allowances it shows for a receiver on 127.0.0.1, an
+    endpoint made with ``Endpoint.objects.create(url=...)``, whose ``endpoint.secret``
+    the receiver verifies with, and ``send_event``; a worker delivers it signed."""
+    from testproject.demo import receivers
+
+    from ..support.receiver import Receiver
+
+    run = fresh_project()
+    allowances = _quickstart_line('"ALLOW_NETWORKS"').split("#")[0].strip()
+    assert allowances.startswith("PGQUEUE = ")
+    settings = run.root / "freshsettings.py"
+    settings.write_text(
+        settings.read_text()
+        + "\nPOLL = PGQUEUE\n"
+        + allowances
+        + '\nPGQUEUE = {**POLL, **PGQUEUE, "WEBHOOKS": {**PGQUEUE["WEBHOOKS"], '
+        '"RETRY_SCHEDULE": [0]}}\n'
+    )
+    send = _quickstart_line("send_event(").strip()
+    secret_line = _quickstart_line("endpoint.secret").split("#")[0].strip()
+    with Receiver() as receiver:
+        secrets: list[str] = []
+        receiver.routes["/hooks"] = receivers.verifying(lambda: secrets[0])
+        code = (
+            "from django_pgqueue import send_event\n"
+            "from django_pgqueue.models import Endpoint\n"
+            f"endpoint = Endpoint.objects.create(url={receiver.url('/hooks')!r})\n"
+            f"print('SECRET', {secret_line})\n"
+            f"{send}\n"
+        )
+        made = run("shell", "-c", code)
+        assert made.returncode == 0, made.stderr
+        printed = made.stdout.splitlines()
+        [secret] = [line.split()[1] for line in printed if line.startswith("SECRET")]
+        assert secret.startswith("whsec_")
+        secrets.append(secret)
+        worked = run("runworkers", "--until-empty", "--max-time", "30")
+        assert worked.returncode == 0, worked.stderr
+        receiver.settle()
+        [request] = receiver.hits("/hooks")
+    assert request.verified is True
+    assert json.loads(request.body)["type"] == "order.paid"
+
+
+@pytest.fixture
+def empty_database():
+    """A database with no table at all (``migrate`` never ran), dropped afterwards."""
+    import psycopg
+    from django.db import connection
+
+    name = f"{connection.settings_dict['NAME']}_unmigrated"[:63]
+    with psycopg.connect(database_url(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(database_url(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_worker_on_a_database_never_migrated_says_to_migrate(fresh_project, empty_database):
+    """Forgetting `manage.py migrate` made a worker print a traceback per claim
+    ("relation pgqueue_job does not exist") and retry for ever, even with --burst.
+    It now stops at once and says which command to run."""
+    from django.db import connection
+
+    run = fresh_project()
+    settings = run.root / "freshsettings.py"
+    current = repr(connection.settings_dict["NAME"])
+    settings.write_text(settings.read_text().replace(current, repr(empty_database), 1))
+    result = run("runworkers", "--burst", timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "relation" not in result.stderr
+    assert (
+        f"The database 'default' ({empty_database}) lacks django_pgqueue's tables: "
+        "its migrations are not applied (0001_initial"
+    ) in result.stderr
+    assert "Run `python manage.py migrate` first." in result.stderr

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from django_pgqueue.conf import get_settings
 from django_pgqueue.logs import configure_worker_logging
 from django_pgqueue.management.argtypes import (
     non_negative_int,
@@ -25,6 +26,49 @@ from django_pgqueue.worker.supervisor import (
     child_argv,
     die_with_parent,
 )
+
+APP_LABEL = "django_pgqueue"
+FIRST_MIGRATION = "0001_initial"
+
+
+def unapplied_migrations(alias: str) -> list[str]:
+    """Names of django_pgqueue's migrations not applied on ``alias``, in order.
+
+    Raises the driver's error when the database cannot be reached."""
+    from django.db import connections
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[alias])
+    leaves = [node for node in executor.loader.graph.leaf_nodes() if node[0] == APP_LABEL]
+    plan = executor.migration_plan(leaves)
+    return [migration.name for migration, _ in plan if migration.app_label == APP_LABEL]
+
+
+def require_migrations(alias: str) -> None:
+    """Refuse to start on a database that lacks this code's tables or columns: every
+    claim would fail with "relation ... does not exist" and be retried for ever.
+
+    A database that cannot be reached is left to the worker, which waits for it."""
+    from django.db import DatabaseError, connections
+
+    try:
+        missing = unapplied_migrations(alias)
+    except DatabaseError:
+        return
+    finally:
+        connections[alias].close()
+    if not missing:
+        return
+    name = connections[alias].settings_dict.get("NAME")
+    listed = missing[0] if len(missing) == 1 else f"{missing[0]} ... {missing[-1]}"
+    if missing[0] == FIRST_MIGRATION:
+        problem = "lacks django_pgqueue's tables: its migrations are not applied"
+    else:
+        problem = "lacks django_pgqueue migrations this version needs"
+    raise CommandError(
+        f"The database {alias!r} ({name}) {problem} ({listed}, {len(missing)} in all). "
+        "Run `python manage.py migrate` first."
+    )
 
 
 def queue_list(value: str) -> list[str]:
@@ -126,36 +170,44 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_worker_logging(options["verbosity"], options["log_format"])
+        self._check_combinations(options)
         try:
             warnings = check_queue_selection(options["queues"])
             if options["worker_slot"] is None:
                 warnings += unseen_queue_warnings(options["queues"])
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
-        if options["worker_slot"] is None:  # children of --processes: the parent said it
+        if options["worker_slot"] is None:  # children of --processes: the parent did it
+            require_migrations(get_settings().DATABASE)
             for warning in warnings:
                 logging.getLogger("django_pgqueue.worker").warning(warning)
         if options["reload"]:
-            if options["processes"] > 1:
-                raise CommandError("--reload runs one worker process; drop --processes")
             from django_pgqueue.worker.reloading import run_with_reload
 
             run_with_reload(lambda: self._worker(options))
             return
         if options["processes"] > 1:
-            if options["until_empty"] or options["max_time"]:
-                raise CommandError(
-                    "--until-empty and --max-time run one process; drop --processes "
-                    "(use --concurrency for more threads)"
-                )
-            if options["worker_id"]:
-                raise CommandError("--worker-id names one process; it cannot go with --processes")
             code = Supervisor(child_argv(sys.argv), options["processes"]).run()
         else:
             worker = self._worker(options)
             code = worker.run()
         if code:
             sys.exit(code)
+
+    @staticmethod
+    def _check_combinations(options: dict[str, Any]) -> None:
+        """Refuse options that cannot go together, before anything reads the database."""
+        if options["processes"] <= 1:
+            return
+        if options["reload"]:
+            raise CommandError("--reload runs one worker process; drop --processes")
+        if options["until_empty"] or options["max_time"]:
+            raise CommandError(
+                "--until-empty and --max-time run one process; drop --processes "
+                "(use --concurrency for more threads)"
+            )
+        if options["worker_id"]:
+            raise CommandError("--worker-id names one process; it cannot go with --processes")
 
     def _worker(self, options: dict[str, Any]) -> Worker:
         """The Worker the options describe, its metrics served if asked."""

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from django_pgqueue.conf import get_settings
 from django_pgqueue.models import Job
 from testproject.demo import tasks
 
@@ -59,7 +60,16 @@ class Command(BaseCommand):
             )
         )
         self.stdout.write(f"Queue dashboard: {url}django_pgqueue/job/dashboard/")
-        self.stdout.write(f"Dead-letter queue: {url}django_pgqueue/job/?status=dead")
+        delay = get_settings().HISTORY_DELAY_SECONDS
+        if delay is None:
+            self.stdout.write(f"Dead-letter queue: {url}django_pgqueue/job/?status=dead")
+        else:
+            # A dead job moves to the history HISTORY_DELAY_SECONDS after it died, and
+            # the workers started here move the demo's at once: the DLQ is read there.
+            self.stdout.write(
+                f"Dead-letter queue: {url}django_pgqueue/jobhistory/?status=dead "
+                f"(the last {delay:g} s: {url}django_pgqueue/job/?status=dead)"
+            )
         self.stdout.write(
             f"Periodic tasks (next and last run, pause): {url}django_pgqueue/schedule/"
         )
