@@ -196,6 +196,45 @@ def check_tables(
     ]
 
 
+@checks.register(checks.Tags.database)
+def check_migration_history(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E005: the database applied only some of the pre-release migrations the app's
+    migration replaces (with ``--database`` and before ``migrate`` only).
+
+    Django then sets the app's migration aside and has none left to run, so
+    ``migrate`` would end without a word and leave the schema half built.
+    """
+    from django.db.migrations.loader import MigrationLoader
+
+    errors: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+        for key, migration in loader.replacements.items():
+            if key[0] != "django_pgqueue" or key in loader.applied_migrations:
+                continue
+            applied = [step for step in migration.replaces if step in loader.applied_migrations]
+            if not applied or len(applied) == len(migration.replaces):
+                continue
+            last = migration.replaces[-1][1]
+            errors.append(
+                checks.Error(
+                    f"The database {alias!r} applied {len(applied)} of the "
+                    f"{len(migration.replaces)} pre-release migrations that {key[1]} "
+                    f"replaces (the last: {applied[-1][1]}); migrate would leave its "
+                    "tables as they are.",
+                    hint=check_hint(
+                        "django_pgqueue.E005",
+                        f"Migrate it to {last} with the version of django_pgqueue that "
+                        "has those migrations, then upgrade.",
+                    ),
+                    id="django_pgqueue.E005",
+                )
+            )
+    return errors
+
+
 @checks.register(checks.Tags.compatibility)
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E020: a schedule's task path does not import to a Task. E021: a schedule name is

@@ -72,6 +72,7 @@ CHECK_DOCS: dict[str, tuple[str, str]] = {
     "django_pgqueue.E002": ("settings", "pgqueue-keys"),
     "django_pgqueue.E003": ("quickstart", "1-install"),
     "django_pgqueue.E004": ("operations", "moving-the-queue-to-its-own-database"),
+    "django_pgqueue.E005": ("operations", "upgrading-and-rolling-back"),
     "django_pgqueue.E010": ("tasks", "retry-options"),
     "django_pgqueue.E011": ("quickstart", "2-configure"),
     "django_pgqueue.E020": ("periodic", "validation-and-isolation"),

@@ -7,6 +7,8 @@ of its partitions:
   ``PGQUEUE["HISTORY_DELAY_SECONDS"]`` go, a batch per statement
   (``sql.move_jobs``: ``DELETE ... RETURNING`` into ``INSERT``), so the live table
   holds the backlog and the last moments of history only.
+* :func:`move_back`: the way back to one table, every history row returned to
+  ``pgqueue_job`` in one statement.
 * :func:`ensure_partitions`: the day partitions of every terminal state, made
   ahead (``PREMADE_DAYS``), and any past day a moved row needs.
 * :func:`drop_expired`: retention by whole partitions (``DETACH ... CONCURRENTLY``
@@ -204,6 +206,17 @@ def move_finished(
         if moved < batch_size:
             break
     return report
+
+
+def move_back(conn: Any) -> int:
+    """Return every history row to ``pgqueue_job``, in one statement; how many.
+
+    The way back to one table (docs/operations.md, "Upgrading and rolling back"):
+    stop the workers and set ``HISTORY_DELAY_SECONDS = None`` first, or the mover
+    files the rows again. A large history makes this one long transaction: prune it
+    first. The partitions stay, empty, for retention to drop.
+    """
+    return int(conn.execute(sql.move_back(job_columns())).rowcount)
 
 
 @dataclass

@@ -12,12 +12,12 @@ from django.db import connection
 
 from django_pgqueue.models.database_objects import PARKING_TRIGGER, QUEUE_AUTOVACUUM
 
-#: SHA-256 of the SQL that migrations 0003 and 0004 apply. A declaration an applied
-#: migration uses must not change in place (an upgraded database would then differ from
-#: a fresh one): add a new version and a migration (database_objects.py, "Changing one").
+#: SHA-256 of the SQL that migration 0001 applies. A declaration an applied migration
+#: uses must not change in place (an upgraded database would then differ from a fresh
+#: one): add a new version and a migration (database_objects.py, "Changing one").
 APPLIED = {
-    "0003 QUEUE_AUTOVACUUM": "3df595f00025b800e78c3f8649592431ddf931f3a3de77005d8c8ce211ce0a67",
-    "0004 PARKING_TRIGGER": "6be44f168e2f684a244ee2933f80a187a077e23266884643e10d619dfed0e64a",
+    "0001 QUEUE_AUTOVACUUM": "3df595f00025b800e78c3f8649592431ddf931f3a3de77005d8c8ce211ce0a67",
+    "0001 PARKING_TRIGGER": "6be44f168e2f684a244ee2933f80a187a077e23266884643e10d619dfed0e64a",
 }
 
 
@@ -61,8 +61,8 @@ def test_the_parking_trigger_is_the_declared_one():
 
 def test_declarations_of_applied_migrations_are_not_edited_in_place():
     applied = {
-        "0003 QUEUE_AUTOVACUUM": QUEUE_AUTOVACUUM.set_sql(),
-        "0004 PARKING_TRIGGER": PARKING_TRIGGER.create_sql(),
+        "0001 QUEUE_AUTOVACUUM": QUEUE_AUTOVACUUM.set_sql(),
+        "0001 PARKING_TRIGGER": PARKING_TRIGGER.create_sql(),
     }
     digests = {k: hashlib.sha256("".join(v).encode()).hexdigest() for k, v in applied.items()}
     assert digests == APPLIED

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import subprocess
-import sys
 from io import StringIO
 
 import psycopg
@@ -24,20 +22,18 @@ from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
-from django.db import connection, connections, router, transaction
+from django.db import connections, router, transaction
 from django.urls import reverse
 from django.utils import timezone
-from psycopg import sql as pgsql
 
 from django_pgqueue import enqueue_many, send_event, sql
 from django_pgqueue.checks import ROUTER_PATH, check_routing, check_tables
 from django_pgqueue.compat import TaskResultStatus
-from django_pgqueue.db import connection_params
 from django_pgqueue.exceptions import CrossDatabaseEnqueueWarning
 from django_pgqueue.models import Delivery, Endpoint, Event, Job, Status
 from testproject.demo.tasks import add, noop
 
-from .conftest import REPO, database_url
+from .support import scratch
 
 QUEUE = "queue"
 BOTH = ["default", QUEUE]
@@ -151,37 +147,15 @@ def test_check_w002_when_the_queue_database_lacks_the_tables(queue_db):
 
 
 def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "QUEUE_DATABASE_URL"}
-    env.update(
-        DATABASE_URL=url, PGQUEUE_DATABASE=QUEUE, DJANGO_SETTINGS_MODULE="testproject.settings"
-    )
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
+    return scratch.manage(*args, url=url, env={"PGQUEUE_DATABASE": QUEUE}, timeout=120)
 
 
 @pytest.mark.django_db(databases=[])
 def test_a_new_project_migrates_each_database_and_checks_the_queue_one():
     """The documented steps, in a project of two fresh databases."""
-    name = f"{connection.settings_dict['NAME']}_two"
-    names = [name, f"{name}_queue"]  # the settings derive the second from the first
-    url = database_url().replace(f"/{connection.settings_dict['NAME']}", f"/{name}", 1)
-    admin = {**connection_params("default"), "dbname": "postgres"}
-    with psycopg.connect(autocommit=True, **admin) as conn:
-        for db in names:
-            conn.execute(
-                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(db))
-            )
-            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(db)))
-    try:
+    # The settings derive the queue database's name from the first.
+    with scratch.scratch_databases("two", "two_queue") as urls:
+        url = urls[0]
         manage("migrate", "--verbosity", "0", url=url)
         forgot = manage("check", "--database", QUEUE, url=url).stderr
         assert "django_pgqueue.W002" in forgot and "pgqueue_job" in forgot
@@ -189,11 +163,11 @@ def test_a_new_project_migrates_each_database_and_checks_the_queue_one():
         assert "no issues" in manage("check", "--database", QUEUE, url=url).stdout
 
         def tables(db: str) -> set[str]:
-            with psycopg.connect(autocommit=True, **{**admin, "dbname": db}) as conn:
+            with psycopg.connect(db, autocommit=True) as conn:
                 rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
                 return {row[0] for row in rows}
 
-        on_default, on_queue = tables(names[0]), tables(names[1])
+        on_default, on_queue = tables(urls[0]), tables(urls[1])
         assert not {t for t in on_default if t.startswith("pgqueue_")}
         assert {"auth_user", "django_admin_log", "auth_permission"} <= on_default
         # The history's per-state tables are partitions of a model's table.
@@ -201,7 +175,7 @@ def test_a_new_project_migrates_each_database_and_checks_the_queue_one():
         assert on_queue == {"django_migrations"} | partitions | {
             m._meta.db_table for m in queue_models()
         }
-        with psycopg.connect(autocommit=True, **{**admin, "dbname": names[0]}) as conn:
+        with psycopg.connect(urls[0], autocommit=True) as conn:
             # The queue's permissions are where the users are.
             (count,) = conn.execute(
                 "SELECT count(*) FROM auth_permission p JOIN django_content_type c"
@@ -209,14 +183,6 @@ def test_a_new_project_migrates_each_database_and_checks_the_queue_one():
                 " WHERE c.app_label = 'django_pgqueue' AND p.codename = 'replay_job'"
             ).fetchone()
         assert count == 1
-    finally:
-        with psycopg.connect(autocommit=True, **admin) as conn:
-            for db in names:
-                conn.execute(
-                    pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        pgsql.Identifier(db)
-                    )
-                )
 
 
 # --------------------------------------------------------------------------- the whole path

@@ -3,10 +3,8 @@ autovacuum settings and the trigger that parks a disabled endpoint's deliveries.
 
 Everything else in the schema (tables, partial indexes, CHECK constraints) is declared
 on the models and carried by ``makemigrations``. These two are declared here, next to
-the models, and their migrations build their SQL from these declarations:
-
-* :data:`QUEUE_AUTOVACUUM` by ``0003_queue_autovacuum``;
-* :data:`PARKING_TRIGGER` by ``0004_park_disabled_endpoint_deliveries``.
+the models, and the migration builds its SQL from these declarations
+(``0001_squashed_0024_job_flow_mark``, which applies both).
 
 ``tests/test_database_objects.py`` reads the migrated database (``pg_class.reloptions``,
 ``pg_trigger``, ``pg_proc``) and compares it with these declarations.

@@ -105,6 +105,7 @@ from .history import (
     TODAY_UTC,
     TRY_MAINTENANCE_LOCK,
     XMIN_HOLDERS,
+    move_back,
     move_jobs,
     restore_jobs,
 )
@@ -392,6 +393,7 @@ __all__ = [
     "XMIN_HOLDERS",
     "copy_tail",
     "endpoint_update",
+    "move_back",
     "move_jobs",
     "operator_update",
     "prune_candidates",

@@ -1,6 +1,6 @@
 """Job history: the mover, the partitions and the reads that fall back to history.
 
-``pgqueue_job_history`` (migration 0020) has the live table's columns. It is
+``pgqueue_job_history`` (created by the migration) has the live table's columns. It is
 partitioned by LIST on ``status`` (one sub-table per terminal state, so each
 state's retention drops its own partitions), each of those by RANGE on
 ``finished_at``, one partition per UTC day, created ahead by the workers'
@@ -75,6 +75,19 @@ WITH picked AS MATERIALIZED (
 )
 INSERT INTO {HISTORY_TABLE} ({names_sql})
 SELECT {values_sql} FROM moved AS m
+"""
+
+
+def move_back(columns: Sequence[str]) -> str:
+    """MOVE_BACK over the given columns (every column of ``pgqueue_job``): every
+    history row back into the live table, in one statement (the way back to one
+    table, docs/operations.md "Upgrading and rolling back"). It commits or fails
+    whole; the ids are the jobs' own, below the live table's identity."""
+    names_sql = ", ".join(columns)
+    return f"""/* pgqueue:move_back */
+WITH back AS (DELETE FROM {HISTORY_TABLE} RETURNING *)
+INSERT INTO {JOB_TABLE} ({names_sql})
+SELECT {names_sql} FROM back
 """
 
 

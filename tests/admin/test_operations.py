@@ -1,20 +1,18 @@
 """The operator operations' declarations (django_pgqueue.operations) and what is built
 from them: guards that agree with their predicates on real rows, an admin derived from
-the declarations, one permission per operation enforced on every path, the read-only
-``is_active``, and the migration that carries old permissions over."""
+the declarations, one permission per operation enforced on every path, and the
+read-only ``is_active``."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.apps import apps as django_apps
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -248,31 +246,3 @@ def test_rotating_a_secret_goes_through_the_operation_and_keeps_the_old_one():
     signing = Endpoint.objects.get(pk=endpoint.pk).active_secrets()
     assert signing[0] == third and {first, second} <= set(signing)
     assert stale.secret == third
-
-
-@pytest.mark.django_db
-def test_migration_gives_holders_of_the_old_permissions_the_new_ones():
-    migration = importlib.import_module("django_pgqueue.migrations.0011_operator_permissions")
-    new = [codename for codename, _name in migration.GRANTS.values()]
-    group = Group.objects.create(name="operators")
-    user = User.objects.create_user("oncall")
-    old = Permission.objects.filter(
-        content_type__app_label="django_pgqueue", codename__in=list(migration.GRANTS)
-    )
-    group.permissions.set(old)
-    user.user_permissions.set(old.filter(codename="replay_job"))
-    # Before the upgrade the new permissions did not exist.
-    Permission.objects.filter(codename__in=new).delete()
-
-    migration.grant_new_permissions(django_apps, None)
-    migration.grant_new_permissions(django_apps, None)  # twice: nothing more
-
-    assert set(group.permissions.filter(codename__in=new).values_list("codename", flat=True)) == {
-        "cancel_job",
-        "cancel_delivery",
-        "manage_endpoint_secret",
-    }
-    user = User.objects.get(pk=user.pk)  # a fresh permission cache
-    assert user.has_perm("django_pgqueue.cancel_job")
-    assert not user.has_perm("django_pgqueue.cancel_delivery")
-    assert Permission.objects.get(codename="replay_job").name == "Can replay jobs or retry them now"

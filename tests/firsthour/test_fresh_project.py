@@ -387,6 +387,6 @@ def test_a_worker_on_a_database_never_migrated_says_to_migrate(fresh_project, em
     assert "relation" not in result.stderr
     assert (
         f"The database 'default' ({empty_database}) lacks django_pgqueue's tables: "
-        "its migrations are not applied (0001_initial"
+        "its migrations are not applied (0001_squashed_0024_job_flow_mark, 1 in all)"
     ) in result.stderr
     assert "Run `python manage.py migrate` first." in result.stderr

@@ -1,5 +1,5 @@
 """A disabled endpoint's waiting deliveries are parked out of the claim's way
-(migration 0004's trigger) and come back due at once when it is enabled."""
+(``PARKING_TRIGGER``, models/database_objects.py) and come back due at once when it is enabled."""
 
 from __future__ import annotations
 

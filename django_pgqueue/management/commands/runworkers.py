@@ -28,7 +28,8 @@ from django_pgqueue.worker.supervisor import (
 )
 
 APP_LABEL = "django_pgqueue"
-FIRST_MIGRATION = "0001_initial"
+#: The app's first migration starts so (the one that creates its tables).
+FIRST_MIGRATION = "0001_"
 
 
 def unapplied_migrations(alias: str) -> list[str]:
@@ -61,7 +62,7 @@ def require_migrations(alias: str) -> None:
         return
     name = connections[alias].settings_dict.get("NAME")
     listed = missing[0] if len(missing) == 1 else f"{missing[0]} ... {missing[-1]}"
-    if missing[0] == FIRST_MIGRATION:
+    if missing[0].startswith(FIRST_MIGRATION):
         problem = "lacks django_pgqueue's tables: its migrations are not applied"
     else:
         problem = "lacks django_pgqueue migrations this version needs"

@@ -1,49 +1,27 @@
-"""Upgrading online: a database filled by the previous schema (0017) migrates to the
-history (0022 creates the table, moves nothing), then the mover files the old
-finished rows in batches; and the documented rollback brings them back."""
+"""Upgrading online: finished rows left in the live table (an install that ran before
+the history, or with ``HISTORY_DELAY_SECONDS = None``) are filed by the mover in
+batches, making the past days' partitions as it meets them, and live rows stay; the
+documented way back (``history.move_back``) returns every one to the live table."""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import subprocess
-import sys
 
 import psycopg
 import pytest
-from django.db import connection
-from psycopg import sql as pgsql
 
 from django_pgqueue import history
-from django_pgqueue.db import connection_params
 
-from .conftest import REPO, database_url
+from .support.scratch import manage, scratch_databases
 
 pytestmark = pytest.mark.django_db(databases=[])
 
 LIVE = ("pending", "failed", "in_progress")
 
 
-def manage(*args: str, url: str) -> str:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("QUEUE_DATABASE_URL", "PGQUEUE_DATABASE")
-    }
-    env.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-# Rows as release 0017 wrote them: finished ones of several past days (one that never
-# ran, without finished_at), and live ones the upgrade must not touch.
+# Rows written to the live table before any moved: finished ones of several past days
+# (cancelled ones that never ran, without finished_at), and live ones the mover must
+# not touch.
 OLD_ROWS = """
 INSERT INTO pgqueue_job (
     status, priority, attempts, max_attempts, next_attempt_at, worker_id, last_error,
@@ -62,30 +40,17 @@ FROM generate_series(1, %(n)s) AS i,
 """
 
 
-def test_a_database_of_the_previous_release_migrates_then_moves_and_rolls_back():
-    name = f"{connection.settings_dict['NAME']}_upgrade"
-    url = database_url().replace(f"/{connection.settings_dict['NAME']}", f"/{name}", 1)
-    admin = {**connection_params("default"), "dbname": "postgres"}
-    ident = pgsql.Identifier(name)
-    with psycopg.connect(autocommit=True, **admin) as conn:
-        conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
-        conn.execute(pgsql.SQL("CREATE DATABASE {}").format(ident))
-    try:
+def test_finished_rows_in_the_live_table_are_filed_in_batches_and_move_back():
+    with scratch_databases("upgrade") as (url,):
         manage("migrate", "--verbosity", "0", url=url)
-        manage("migrate", "django_pgqueue", "0017", "--verbosity", "0", url=url)
-        with psycopg.connect(autocommit=True, **{**admin, "dbname": name}) as conn:
-            assert conn.execute("SELECT to_regclass('pgqueue_job_history')").fetchone() == (None,)
+        with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(OLD_ROWS, {"n": 6000})
             before = dict(
                 conn.execute("SELECT status, count(*) FROM pgqueue_job GROUP BY 1").fetchall()
             )
             ids_before = {r[0] for r in conn.execute("SELECT id FROM pgqueue_job")}
-
-        manage("migrate", "--verbosity", "0", url=url)
-        with psycopg.connect(autocommit=True, **{**admin, "dbname": name}) as conn:
-            # The migration moved nothing.
-            assert conn.execute("SELECT count(*) FROM pgqueue_job").fetchone()[0] == 6000
             assert conn.execute("SELECT count(*) FROM pgqueue_job_history").fetchone()[0] == 0
+
             # The mover files the old finished rows a batch at a time, making the
             # past days' partitions as it meets them.
             report = history.move_finished(conn, delay=0, batch_size=500)
@@ -107,16 +72,22 @@ def test_a_database_of_the_previous_release_migrates_then_moves_and_rolls_back()
             ).fetchone()
             assert cancelled_at  # filed under its last change
 
-        # The documented rollback: every history row returns to pgqueue_job.
-        manage("migrate", "django_pgqueue", "0017", "--verbosity", "0", url=url)
-        with psycopg.connect(autocommit=True, **{**admin, "dbname": name}) as conn:
-            assert conn.execute("SELECT to_regclass('pgqueue_job_history')").fetchone() == (None,)
+            # The documented way back: every history row returns to pgqueue_job.
+            assert history.move_back(conn) == report.moved
+            assert conn.execute("SELECT count(*) FROM pgqueue_job_history").fetchone()[0] == 0
             after = dict(conn.execute("SELECT status, count(*) FROM pgqueue_job GROUP BY 1"))
             assert after == before
             assert {r[0] for r in conn.execute("SELECT id FROM pgqueue_job")} == ids_before
-    finally:
-        with psycopg.connect(autocommit=True, **admin) as conn:
-            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+            # A job enqueued afterwards gets an id of its own.
+            (new_id,) = conn.execute(
+                "INSERT INTO pgqueue_job (status, priority, attempts, max_attempts,"
+                " next_attempt_at, worker_id, last_error, errors, created_at, updated_at,"
+                " task_path, queue_name, backend, args, kwargs, worker_ids)"
+                " VALUES ('pending', 0, 0, 5, now(), '', '', '[]', now(), now(),"
+                " 'testproject.demo.tasks.add', 'default', 'default', '[]', '{}', '[]')"
+                " RETURNING id"
+            ).fetchone()
+            assert new_id not in ids_before
 
 
 def test_day_partitions_are_named_by_utc_day():
