@@ -105,6 +105,44 @@ def _history() -> None:
     Rollup.objects.bulk_create(rows)
 
 
+@pytest.fixture
+def message_queue_minutes(live_server):
+    """Two message queues, sampled by the maintenance thread's sampler a minute apart
+    with sends, deletes and archives in between (tests/mq/test_charts.py), dropped
+    afterwards: a queue's own tables outlive the test database's flush."""
+    from django_pgqueue import mq
+    from django_pgqueue.mq import store
+    from django_pgqueue.mq.wakeup import listener
+
+    _sample_two_queues()
+    yield
+    for name in ("orders", "emails"):
+        mq.drop(name)
+    store._cache.clear()
+    listener.close()
+
+
+def _sample_two_queues() -> None:
+    from django.db import connection
+
+    from django_pgqueue import mq
+    from django_pgqueue.db import connect
+    from django_pgqueue.rollup import store as rollup_store
+
+    mq.create("orders")
+    mq.create("emails")
+    with connect("maintenance") as conn:
+        minute = conn.execute("SELECT date_trunc('minute', now())").fetchone()[0]
+        rollup_store.sample_message_queues(conn, minute - timedelta(minutes=1))
+        ids = mq.send_batch("orders", [{"n": n} for n in range(6)])
+        mq.delete("orders", ids[:2])
+        mq.archive("orders", ids[2])
+        mq.send("emails", {"to": "a@example.com"})
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        rollup_store.sample_message_queues(conn, minute)
+
+
 @pytest.mark.parametrize("width", [1280, 1440])
 def test_the_dashboard_charts_fit_and_pass_axe(
     chromium,
@@ -112,6 +150,7 @@ def test_the_dashboard_charts_fit_and_pass_axe(
     width,
     axe_script,
     screenshots,
+    message_queue_minutes,
 ):
     from django.contrib.auth.models import User
     from playwright.sync_api import expect, sync_playwright
@@ -126,9 +165,12 @@ def test_the_dashboard_charts_fit_and_pass_axe(
         charts = page.locator("#pgq-charts svg.pgq-chart")
         expect(charts).to_have_count(5)
         expect(page.locator("#pgq-delivery-charts svg.pgq-chart")).to_have_count(6)
-        for n in range(charts.count()):
-            box = charts.nth(n).bounding_box()
-            assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (n, box)
+        mq_charts = page.locator("#pgq-mq-charts svg.pgq-chart")
+        expect(mq_charts).to_have_count(4)
+        for chart in (charts, mq_charts):
+            for n in range(chart.count()):
+                box = chart.nth(n).bounding_box()
+                assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (n, box)
         for selector in (
             "#pgq-queues thead th:last-child",
             "#pgq-charts .pgq-windows a",
@@ -141,6 +183,7 @@ def test_the_dashboard_charts_fit_and_pass_axe(
         if width == 1440:
             page.screenshot(path=str(screenshots / "admin-dashboard.png"), full_page=True)
             page.locator("#pgq-charts").screenshot(path=str(screenshots / "admin-charts.png"))
+            page.locator("#pgq-mq-charts").screenshot(path=str(screenshots / "admin-mq-charts.png"))
 
         page.add_script_tag(path=axe_script)
         result = page.evaluate(
