@@ -285,8 +285,8 @@ def sample_depth(conn: Any) -> None:
 #
 # A count is the difference between a counter and its mark in the queue's previous
 # minute. It is never negative: a counter found below its mark was started again
-# (statistics reset or lost in a crash, an unlogged queue's sequence after a crash)
-# and counts from zero. A queue whose table is not the one marked (its oid) was
+# (statistics reset or lost in a crash, the sequence of a queue kept out of the
+# WAL, after a crash) and counts from zero. A queue whose table is not the one marked (its oid) was
 # dropped and created again, and counts from zero; so does a queue created since the
 # last sample. A queue with no previous minute in MQ_MAX_GAP_SECONDS (the sampler's
 # first minute, or no worker ran for a while) counts nothing that minute rather than

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from django_pgqueue import sql
+from django_pgqueue.jobs.store import NewJobs
 
 from ..conftest import wait_for as wait_until  # noqa: F401 - re-exported
 
@@ -49,18 +50,16 @@ def enqueue_sql(
     ids = []
     with psycopg.connect(dsn, connect_timeout=5) as conn, conn.transaction():
         for _ in range(n):
+            new = NewJobs(
+                priority=0,
+                max_attempts=max_attempts,
+                run_after=None,
+                task_path=task_path,
+                queue_name=queue,
+                backend="default",
+            )
             row = conn.execute(
-                sql.INSERT_JOB,
-                [
-                    0,
-                    max_attempts,
-                    None,
-                    task_path,
-                    queue,
-                    "default",
-                    json.dumps(args or []),
-                    json.dumps(kwargs or {}),
-                ],
+                sql.INSERT_JOB, new.values(json.dumps(args or []), json.dumps(kwargs or {}))
             ).fetchone()
             assert row is not None
             ids.append(row[0])

@@ -8,6 +8,7 @@ the machine's shared PostgreSQL service is never restarted.
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -121,6 +122,10 @@ def test_queue_tables_are_logged_and_enqueue_keeps_synchronous_commit(cluster_db
             # transaction-local set_config in its own autocommit statement, never in the
             # event's transaction (tests/api/test_events.py checks the setting after it).
             text = text.replace("set_config('synchronous_commit', 'off', true)", "", 1)
+        if path.parent.name == "migrations":
+            # The message-queue registry's own column (models/message_queues.py, the
+            # per-queue opt-in), declared again by the migration that creates it.
+            text = re.sub(r'"unlogged",|"unlogged message table[^"]*"', "", text)
         assert "synchronous_commit" not in text, path
         assert "unlogged" not in text, path
 

@@ -24,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from django_pgqueue import operations, sql
 from django_pgqueue.db import connect
+from django_pgqueue.jobs.store import NewJobs
 
 from ..conftest import database_url
 
@@ -98,19 +99,15 @@ class QueueMachine(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------
     @rule(max_attempts=st.integers(1, 3))
     def enqueue(self, max_attempts: int) -> None:
-        row = self.conn.execute(
-            sql.INSERT_JOB,
-            [
-                0,
-                max_attempts,
-                None,
-                "testproject.demo.tasks.noop",
-                "default",
-                "default",
-                "[]",
-                "{}",
-            ],
-        ).fetchone()
+        new = NewJobs(
+            priority=0,
+            max_attempts=max_attempts,
+            run_after=None,
+            task_path="testproject.demo.tasks.noop",
+            queue_name="default",
+            backend="default",
+        )
+        row = self.conn.execute(sql.INSERT_JOB, new.values("[]", "{}")).fetchone()
         self.model[row[0]] = Row("pending", 0, max_attempts)
 
     @rule(worker=st.sampled_from(WORKERS), limit=st.integers(1, 3))
