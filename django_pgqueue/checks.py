@@ -351,8 +351,8 @@ def check_portal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             continue
         try:
             found = import_string(path)
-        except ImportError as exc:
-            problem = f"does not import ({exc})"
+        except Exception as exc:  # a module failing at import, with whatever error
+            problem = f"does not import ({type(exc).__name__}: {exc})"
         else:
             if callable(found):
                 continue

@@ -69,7 +69,7 @@ WEBHOOK_DEFAULTS: dict[str, Any] = {
     # request returning the current Application (or its uid, or None), and to a
     # function (request, application) -> bool allowing the portal's pages.
     "PORTAL_APPLICATION": None,
-    "PORTAL_PERMISSION": "django_pgqueue.portal.views.default_permission",
+    "PORTAL_PERMISSION": "django_pgqueue.portal.permissions.default_permission",
     # The kinds of endpoint URL a customer may add in the portal, among
     # DESTINATION_SCHEMES; each URL still passes the endpoint's own check (SSRF rules,
     # ALLOW_HTTP, the broker allow-lists).

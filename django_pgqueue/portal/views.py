@@ -39,17 +39,12 @@ from ..models.webhooks import Application, Delivery, Endpoint
 from ..operations import DELIVERY_OPERATIONS, ENDPOINT_OPERATIONS
 from ..webhooks import store
 from .forms import EndpointForm
+from .permissions import default_permission  # noqa: F401 - its former home
 
 #: Deliveries listed on an endpoint's page (newest first).
 RECENT_DELIVERIES = 50
 
 View = Callable[..., HttpResponse]
-
-
-def default_permission(request: HttpRequest, application: Application, action: str) -> bool:
-    """The default ``PORTAL_PERMISSION``: any logged-in user the project's
-    ``PORTAL_APPLICATION`` gave an application to."""
-    return bool(request.user.is_authenticated)
 
 
 def current_application(request: HttpRequest) -> Application:

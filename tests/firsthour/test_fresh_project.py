@@ -390,3 +390,22 @@ def test_a_worker_on_a_database_never_migrated_says_to_migrate(fresh_project, em
         "its migrations are not applied (0001_squashed_0024_job_flow_mark, 1 in all)"
     ) in result.stderr
     assert "Run `python manage.py migrate` first." in result.stderr
+
+
+def test_a_worker_only_project_without_auth_checks_clean_and_runs_jobs(fresh_project):
+    """A service that only runs workers need not install the admin, auth or sessions:
+    the checks must not import the portal's views (which need django.contrib.auth)."""
+    run = fresh_project()
+    settings = run.root / "freshsettings.py"
+    settings.write_text(
+        settings.read_text()
+        + "\nINSTALLED_APPS = [*([] if django.VERSION >= (6, 0) else ['django_tasks']),"
+        " 'django_pgqueue', 'freshapp']\nMIDDLEWARE = []\nTEMPLATES = []\n"
+    )
+    result = run("check")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    _enqueue(run, "greet")
+    result = run("runworkers", "--burst")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

@@ -287,6 +287,11 @@ def test_pages_need_no_javascript(world):
     [
         ("PORTAL_APPLICATION", "testproject.demo.portal.missing", "does not import"),
         ("PORTAL_PERMISSION", "django_pgqueue.portal.views.RECENT_DELIVERIES", "not a function"),
+        (
+            "PORTAL_PERMISSION",
+            "tests.support.broken_at_import.hook",
+            "does not import (RuntimeError: this module is broken at import)",
+        ),
     ],
 )
 def test_a_portal_hook_that_does_not_import_is_a_system_check_error(settings, key, path, problem):
