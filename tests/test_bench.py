@@ -127,6 +127,45 @@ def test_ingest_posts_events_through_a_real_server_beside_the_ceiling(transactio
     assert "1 keep-alive clients" in rows[0]["config"] and "3 keep-alive" in rows[3]["config"]
 
 
+#: pgmq's SQL-only install, the yardstick beside the repository (scripts/pgmq_client_suite.sh).
+PGMQ_PEER_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench-peers" / "pgmq"
+PGMQ_SQL = Path(os.environ.get("PGMQ_PEER_DIR") or PGMQ_PEER_DIR) / "pgmq.sql"
+
+
+@pytest.mark.timeout(120)
+def test_pickup_beside_pgmq_measures_the_real_pgmq_in_the_same_shape(transactional_db, tmp_path):
+    if not PGMQ_SQL.is_file():
+        pytest.skip(f"no pgmq SQL install file at {PGMQ_SQL} (set PGMQ_PEER_DIR)")
+    out = tmp_path / "bench.json"
+    call_command(
+        "pgqueue_bench",
+        "--only=pickup",
+        "--repeat=1",
+        "--pickup-rate=50",
+        "--pickup-seconds=1.5",
+        f"--pgmq-sql={PGMQ_SQL}",
+        "--pgmq-poll-ms=5",
+        f"--json={out}",
+    )
+    rows = json.loads(out.read_text())["rows"]
+    beside = [r for r in rows if r["reference"].startswith("pgmq read_with_poll every 5 ms")]
+    assert [r["config"].split(",")[0] for r in beside] == ["p50", "p99", "consumer CPU per job"]
+    for row in beside:
+        assert len(row["values"]) == len(row["reference_values"]) == 1, row
+        assert all(v > 0 for v in row["values"] + row["reference_values"]), row
+
+
+def test_pgmq_sql_must_name_a_file_and_go_with_pickup(transactional_db, tmp_path):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no such file"):
+        call_command("pgqueue_bench", "--only=pickup", f"--pgmq-sql={tmp_path / 'none.sql'}")
+    sql_file = tmp_path / "pgmq.sql"
+    sql_file.write_text("SELECT 1;")
+    with pytest.raises(CommandError, match="add it to --only"):
+        call_command("pgqueue_bench", "--only=drain", f"--pgmq-sql={sql_file}")
+
+
 def test_a_child_whose_connections_reach_another_database_refuses(transactional_db, tmp_path):
     """A project naming its database in OPTIONS (libpq prefers it to NAME): a benchmark
     child pointed at the scratch database by NAME would reach the real one. It must

@@ -141,6 +141,8 @@ class Bench:
         latency_interval: float = 0.1,
         pickup_rate: float = 600.0,
         pickup_seconds: float = 5.0,
+        pgmq_sql: str | None = None,
+        pgmq_poll_ms: int = 10,
         history_rows: int = 1_000_000,
         claim_samples: int = 50,
         producers: int = 8,
@@ -168,6 +170,8 @@ class Bench:
         self.latency_interval = latency_interval
         self.pickup_rate = pickup_rate
         self.pickup_seconds = pickup_seconds
+        self.pgmq_sql = pgmq_sql
+        self.pgmq_poll_ms = pgmq_poll_ms
         self.history_rows = history_rows
         self.claim_samples = claim_samples
         self.producers = producers

@@ -23,6 +23,14 @@ INSERTs a row and NOTIFYs in the same transaction, and a raw consumer thread tha
 LISTENs and claims with one ``SKIP LOCKED`` UPDATE as soon as it hears anything.
 It takes the time when the claim returns. It does no work, starts no thread and
 commits no completion.
+
+pgmq, when ``--pgmq-sql`` names its SQL-only install file (``pgmq.sql``, which
+this project does not ship): installed in the scratch database, in the same shape
+and repetition. A producer calls ``pgmq.send`` once per commit; a consumer thread
+loops on ``pgmq.read_with_poll`` (up to 100 messages, a 30 s visibility timeout,
+polling every ``--pgmq-poll-ms``, 10 by default) and deletes what it read, which
+is pgmq's own consumer: it has no LISTEN. Its latency is the read's return minus
+the clock read before ``send``; its CPU, that thread's and its session's.
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import sql
+from ..db import connect
 from .probes import read_latencies, stop, warm_up
 
 #: The running benchmark (``core.Bench``), which imports this module to run it:
@@ -104,6 +114,27 @@ def bench_pickup(bench: Bench) -> None:
             extra={"rate": bench.pickup_rate, "seconds": bench.pickup_seconds},
         )
     )
+    pgmq_rows: dict[str, Row] = {}
+    if bench.pgmq_sql:
+        install_pgmq(bench)
+        pgmq_label = f"pgmq read_with_poll every {bench.pgmq_poll_ms} ms + delete"
+        pgmq_rows = {
+            name: bench.add(
+                Row(
+                    "steady-rate pickup",
+                    f"{name}, {label}",
+                    unit,
+                    reference=pgmq_label,
+                    better="lower",
+                    extra={
+                        "rate": bench.pickup_rate,
+                        "seconds": bench.pickup_seconds,
+                        "pgmq_poll_ms": bench.pgmq_poll_ms,
+                    },
+                )
+            )
+            for name, unit in (("p50", "ms"), ("p99", "ms"), ("consumer CPU per job", "µs"))
+        }
     for rep in range(bench.repeat):
         raw, raw_cpu = raw_pickup(bench)
         ours, our_cpu = worker_pickup(bench)
@@ -112,11 +143,23 @@ def bench_pickup(bench: Bench) -> None:
             rows[p].values.append(pctl(ours, q))
         cpu.ref_values.append(raw_cpu)
         cpu.values.append(our_cpu)
-        bench.out(
+        line = (
             f"   rep {rep + 1}: ours p50 {pctl(ours, 50):.1f} / p99 {pctl(ours, 99):.1f} ms, "
             f"{our_cpu:.0f} µs CPU per job ({len(ours)} jobs); raw p50 {pctl(raw, 50):.1f} / "
             f"p99 {pctl(raw, 99):.1f} ms, {raw_cpu:.0f} µs"
         )
+        if pgmq_rows:
+            theirs, their_cpu = pgmq_pickup(bench)
+            for p, q in (("p50", 50), ("p99", 99)):
+                pgmq_rows[p].ref_values.append(pctl(theirs, q))
+                pgmq_rows[p].values.append(pctl(ours, q))
+            pgmq_rows["consumer CPU per job"].ref_values.append(their_cpu)
+            pgmq_rows["consumer CPU per job"].values.append(our_cpu)
+            line += (
+                f"; pgmq p50 {pctl(theirs, 50):.1f} / p99 {pctl(theirs, 99):.1f} ms, "
+                f"{their_cpu:.0f} µs"
+            )
+        bench.out(line)
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -192,6 +235,48 @@ def raw_pickup(bench: Bench) -> tuple[list[float], float]:
     """The ceiling in the same shape, raw producer and raw LISTEN + claim consumer:
     (ms per job, consumer CPU µs per job)."""
     bench.reset()
+
+    def setup(conn: Any) -> None:
+        conn.execute(f"LISTEN {RAW_CHANNEL}")
+
+    def consume(conn: Any, n: int, latencies: list[float], done: threading.Event) -> None:
+        heard = [0]
+        conn.add_notify_handler(lambda _notice: heard.__setitem__(0, heard[0] + 1))
+        got, seen = 0, -1
+        while got < n and not done.is_set():
+            if seen == heard[0]:
+                # Nothing heard since the last claim: wait for the socket (a NOTIFY
+                # read during a claim is counted by the handler). The claim itself
+                # reads what woke the socket.
+                select.select([conn.fileno()], [], [], 0.05)
+            seen = heard[0]
+            rows = conn.execute(RAW_PICKUP_CLAIM).fetchall()
+            now = time.time()
+            for (args,) in rows:
+                seq, t_enqueue = args
+                if seq >= 0:
+                    latencies.append((now - t_enqueue) * 1000)
+                got += 1
+            if rows:
+                seen = -1  # claim again at once, as a worker does after a batch
+
+    def produce(conn: Any, seq: int) -> None:
+        conn.execute(RAW_PICKUP_INSERT, (json.dumps([seq, time.time()]), RAW_CHANNEL))
+
+    return consumer_beside_producer(bench, setup, consume, produce)
+
+
+def consumer_beside_producer(
+    bench: Bench,
+    setup: Callable[[Any], None],
+    consume: Callable[[Any, int, list[float], threading.Event], None],
+    produce: Callable[[Any, int], None],
+) -> tuple[list[float], float]:
+    """Run ``consume`` on a thread with its own session while this thread offers the
+    probes through ``produce``, one per commit, at ``bench.pickup_rate``.
+
+    Returns the latencies after the warm-up, sorted, and the consumer's CPU per job
+    (its thread plus its session's backend), in µs."""
     n = int(bench.pickup_rate * bench.pickup_seconds)
     latencies: list[float] = []
     ready = threading.Event()
@@ -199,46 +284,28 @@ def raw_pickup(bench: Bench) -> tuple[list[float], float]:
     errors: list[BaseException] = []
     spent: list[float] = []
 
-    def consume() -> None:
+    def run() -> None:
         try:
             with bench.conn() as conn:
                 conn.autocommit = True
-                conn.execute(f"LISTEN {RAW_CHANNEL}")
+                setup(conn)
                 backend = [int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])]
                 cpu0 = time.thread_time() + cpu_seconds(backend)
                 ready.set()
-                heard = [0]
-                conn.add_notify_handler(lambda _notice: heard.__setitem__(0, heard[0] + 1))
-                got, seen = 0, -1
-                while got < n and not done.is_set():
-                    if seen == heard[0]:
-                        # Nothing heard since the last claim: wait for the socket
-                        # (a NOTIFY read during a claim is counted by the handler).
-                        # The claim itself reads what woke the socket.
-                        select.select([conn.fileno()], [], [], 0.05)
-                    seen = heard[0]
-                    rows = conn.execute(RAW_PICKUP_CLAIM).fetchall()
-                    now = time.time()
-                    for (args,) in rows:
-                        seq, t_enqueue = args
-                        if seq >= 0:
-                            latencies.append((now - t_enqueue) * 1000)
-                        got += 1
-                    if rows:
-                        seen = -1  # claim again at once, as a worker does after a batch
+                consume(conn, n, latencies, done)
                 spent.append(time.thread_time() + cpu_seconds(backend) - cpu0)
         except BaseException as exc:  # reported by the producer
             errors.append(exc)
             ready.set()
 
-    consumer = threading.Thread(target=consume, name="raw-pickup", daemon=True)
+    consumer = threading.Thread(target=run, name="pickup-consumer", daemon=True)
     consumer.start()
     ready.wait(30)
     try:
         with bench.conn() as conn:
             conn.autocommit = True
             for seq in paced(bench.pickup_rate, bench.pickup_seconds):
-                conn.execute(RAW_PICKUP_INSERT, (json.dumps([seq, time.time()]), RAW_CHANNEL))
+                produce(conn, seq)
         consumer.join(60)
     finally:
         done.set()
@@ -246,3 +313,45 @@ def raw_pickup(bench: Bench) -> tuple[list[float], float]:
         raise errors[0]
     skip = int(bench.pickup_rate * PICKUP_WARM_UP)
     return sorted(latencies[skip:]), (spent[0] if spent else float("nan")) / n * 1e6
+
+
+#: The pgmq queue of the yardstick consumer (``--pgmq-sql``).
+PGMQ_QUEUE = "pgqueue_bench_pickup"
+PGMQ_SEND = "SELECT pgmq.send(%s, %s::jsonb)"
+PGMQ_READ = "SELECT msg_id, message FROM pgmq.read_with_poll(%s, 30, 100, 1, %s)"
+PGMQ_DELETE = "SELECT pgmq.delete(%s, %s::bigint[])"
+
+
+def install_pgmq(bench: Bench) -> None:
+    """Install pgmq from ``bench.pgmq_sql`` into the scratch database, with its queue.
+
+    The file is pgmq's SQL-only install (it creates the ``pgmq`` schema); the scratch
+    database is dropped after the run, and pgmq with it."""
+    with open(bench.pgmq_sql, encoding="utf-8") as fh:
+        script = fh.read()
+    with connect("bench-pgmq", alias=bench.alias, prepare=False) as conn:
+        if conn.execute("SELECT to_regnamespace('pgmq')").fetchone() == (None,):
+            conn.execute(script)  # no parameters: the whole file in one simple query
+        conn.execute("SELECT pgmq.create(%s)", (PGMQ_QUEUE,))
+
+
+def pgmq_pickup(bench: Bench) -> tuple[list[float], float]:
+    """pgmq in the same shape: (ms per message, consumer CPU µs per message)."""
+    with bench.conn() as conn:
+        conn.execute("SELECT pgmq.purge_queue(%s)", (PGMQ_QUEUE,))
+
+    def consume(conn: Any, n: int, latencies: list[float], done: threading.Event) -> None:
+        got = 0
+        while got < n and not done.is_set():
+            rows = conn.execute(PGMQ_READ, (PGMQ_QUEUE, bench.pgmq_poll_ms)).fetchall()
+            now = time.time()
+            for _msg_id, (_seq, t_enqueue) in rows:
+                latencies.append((now - t_enqueue) * 1000)
+                got += 1
+            if rows:
+                conn.execute(PGMQ_DELETE, (PGMQ_QUEUE, [row[0] for row in rows]))
+
+    def produce(conn: Any, seq: int) -> None:
+        conn.execute(PGMQ_SEND, (PGMQ_QUEUE, json.dumps([seq, time.time()])))
+
+    return consumer_beside_producer(bench, lambda _conn: None, consume, produce)

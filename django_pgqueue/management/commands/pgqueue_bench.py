@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -102,6 +103,19 @@ class Command(BaseCommand):
             help="How long the steady-rate pickup workload offers jobs (default 5).",
         )
         parser.add_argument(
+            "--pgmq-sql",
+            default=None,
+            metavar="PATH",
+            help="pgmq's SQL-only install file: the pickup workload then also measures "
+            "pgmq in the same shape, installed in the scratch database.",
+        )
+        parser.add_argument(
+            "--pgmq-poll-ms",
+            type=positive_int,
+            default=10,
+            help="The poll interval of pgmq's read_with_poll consumer (default 10).",
+        )
+        parser.add_argument(
             "--history",
             type=positive_int,
             default=1_000_000,
@@ -163,6 +177,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        pgmq_sql = options["pgmq_sql"]
+        if pgmq_sql is not None and not os.path.isfile(pgmq_sql):
+            raise CommandError(f"--pgmq-sql: no such file: {pgmq_sql}")
+        if pgmq_sql is not None and "pickup" not in (options["only"] or WORKLOADS):
+            raise CommandError("--pgmq-sql is measured by the pickup workload: add it to --only")
         bench = Bench(
             only=options["only"],
             repeat=options["repeat"],
@@ -173,6 +192,8 @@ class Command(BaseCommand):
             latency_probes=options["probes"],
             pickup_rate=options["pickup_rate"],
             pickup_seconds=options["pickup_seconds"],
+            pgmq_sql=options["pgmq_sql"],
+            pgmq_poll_ms=options["pgmq_poll_ms"],
             history_rows=options["history"],
             claim_samples=options["claims"],
             producers=options["producers"],
