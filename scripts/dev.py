@@ -287,6 +287,28 @@ def build_commands(opts: Options, python: Path) -> list[list[str]]:
     return [[*runner, "--", *opts.args]]
 
 
+#: Commands that start many Python processes from this checkout: the suite's worker,
+#: server and project subprocesses, the demo's workers.
+BYTECODE_COMMANDS = ("test", "demo", "serve")
+BYTECODE_DIRS = ("django_pgqueue", "testproject", "tests")
+
+
+def compile_bytecode(python: Path, env: dict[str, str]) -> None:
+    """Write the checkout's bytecode once, up front.
+
+    Under ``PYTHONDONTWRITEBYTECODE`` (set on some machines and CI images) Python
+    never caches it, so every worker subprocess compiles the whole package from
+    source again: 0.15 s more per start-up. It still reads a cache that exists.
+    Files already up to date are skipped; a failure only costs that time."""
+    subprocess.run(
+        [str(python), "-m", "compileall", "-q", "-j", "0", *BYTECODE_DIRS],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+
+
 def run_child(cmd: list[str], env: dict[str, str]) -> int:
     """Run a child in the foreground; Ctrl-C reaches it directly, SIGTERM is forwarded."""
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
@@ -336,6 +358,8 @@ def main(argv: list[str]) -> int:
     env["PYTHONUNBUFFERED"] = "1"
 
     started = time.monotonic()
+    if opts.command in BYTECODE_COMMANDS:
+        compile_bytecode(python, env)
     code = 0
     for cmd in build_commands(opts, python):
         code = run_child(cmd, env) or code
