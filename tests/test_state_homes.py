@@ -63,6 +63,7 @@ STORES: dict[str, set[str]] = {
         "pgqueue_delivery_attempt",
         "pgqueue_endpoint",
         "pgqueue_event",
+        "pgqueue_rollup",
     },
     "history.py": {"pgqueue_job", "pgqueue_job_history"},
     "operations.py": {

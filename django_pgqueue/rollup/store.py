@@ -3,9 +3,9 @@
 * ``complete_counted_jobs``: the completer's batch of job outcomes, aggregated here
   into one row per queue and added to the current minute by the batch's own
   completion statement (``worker/sources.JobSource``).
-* ``record_deliveries``: the same for webhook deliveries, per endpoint and per
-  application (``webhooks/delivery_source``); ``write_counted`` runs a batch's
-  completion and its count in one transaction.
+* ``complete_counted_deliveries``: the same for webhook deliveries, per endpoint and
+  per application (``webhooks/delivery_source``), in the delivery completion's
+  statement.
 * ``sample_depth``: each queue's backlog, once a minute, by the first worker to ask.
 * ``sample_message_queues``: each message queue's minute (sent, settled, archived,
   depth) from counters PostgreSQL keeps anyway, once a minute, by the first worker's
@@ -26,7 +26,7 @@ import logging
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from django.db import connections
@@ -43,7 +43,16 @@ from . import histogram
 
 logger = logging.getLogger("django_pgqueue.worker")
 
-T = TypeVar("T")
+C = TypeVar("C")
+
+
+class _Written(Protocol):
+    """What a delivery completion returns (``webhooks.store.Completed``): its ids."""
+
+    written: set[int]
+
+
+D = TypeVar("D", bound=_Written)
 
 # Plain strings: compared once per outcome on the hot path.
 _SUCCEEDED = str(Status.SUCCEEDED.value)
@@ -142,29 +151,66 @@ def complete_counted_jobs(
     ``complete(counts)`` is the job store's completion: given the batch's rollup
     parameters, its one statement also adds them, if it wrote every row
     (sql/jobs.py, COMPLETE_COUNTED_JOBS), so counts and completions commit
-    together. A batch with a lost lease (some ids not written) had nothing
+    together. See ``complete_counted``."""
+    return complete_counted(conn, outcomes, aggregate_jobs, complete, lambda written: written)
+
+
+def complete_counted_deliveries(
+    conn: Any, outcomes: Sequence[Any], complete: Callable[[dict[str, str] | None], D]
+) -> D:
+    """The same for a batch of delivery outcomes, counted per endpoint and per
+    application (sql/deliveries.py, COMPLETE_COUNTED_DELIVERIES); ``complete``
+    returns the store's ``Completed``."""
+    if not get_settings().ROLLUP:
+        return complete(None)
+    applications = _applications_of(conn, {o.endpoint_id for o in outcomes if not o.refund})
+
+    def aggregate(
+        batch: Sequence[Any], written: set[int] | None = None
+    ) -> dict[tuple[str, str], _Minute]:
+        kept = batch if written is None else [o for o in batch if o.id in written]
+        return aggregate_deliveries(kept, applications)
+
+    return complete_counted(conn, outcomes, aggregate, complete, lambda done: done.written)
+
+
+def complete_counted(
+    conn: Any,
+    outcomes: Sequence[Any],
+    aggregate: Callable[..., dict[tuple[str, str], _Minute]],
+    complete: Callable[[dict[str, str] | None], C],
+    written_of: Callable[[C], set[int]],
+) -> C:
+    """Complete a batch with its counts in the completion's own statement.
+
+    ``aggregate(outcomes)`` gives the batch's rows, ``aggregate(outcomes, written)``
+    those of the written ids only; ``complete(counts)`` runs the store's completion
+    (counting only if it wrote every row); ``written_of`` reads the written ids
+    from its result. A batch with a lost lease (some ids not written) had nothing
     counted; what it did write is counted by one more statement right after (a
     crash between the two loses that batch's counts: the rollup is a chart, and
-    the rare case is not worth a transaction on every batch). As ``write_counted``,
-    a refused count never holds up the completions; with ``PGQUEUE["ROLLUP"]`` off
-    this is ``complete(None)``.
+    the rare case is not worth a transaction on every batch). A refused count
+    never holds up the completions it would count: the batch is written again
+    uncounted, with an error in the log. With ``PGQUEUE["ROLLUP"]`` off this is
+    ``complete(None)``.
     """
     if not get_settings().ROLLUP:
         return complete(None)
-    rows = aggregate_jobs(outcomes)
+    rows = aggregate(outcomes)
     if not rows:  # only releases: nothing to count
         return complete(None)
     try:
-        written = complete(record_params(rows))
+        done = complete(record_params(rows))
     except Exception as exc:
         _refused(exc)
         return complete(None)
+    written = written_of(done)
     if len(written) < len(outcomes):
         try:
-            record(conn, aggregate_jobs(outcomes, written))
+            record(conn, aggregate(outcomes, written))
         except Exception as exc:
             _refused(exc)
-    return written
+    return done
 
 
 def _refused(exc: Exception) -> None:
@@ -221,46 +267,6 @@ def aggregate_deliveries(
                 row.failed += 1
             row.run[histogram.bucket(outcome.duration_ms / 1000.0)] += 1
     return rows
-
-
-def record_deliveries(conn: Any, outcomes: Sequence[Any]) -> None:
-    """Count a batch of written delivery outcomes into their endpoints' and
-    applications' current minute."""
-    counted = [o for o in outcomes if not o.refund]
-    if counted:
-        applications = _applications_of(conn, {o.endpoint_id for o in counted})
-        record(conn, aggregate_deliveries(counted, applications))
-
-
-class _RollupRefused(Exception):
-    """The rollup's statement failed (not the connection): roll back, write without."""
-
-
-def write_counted(conn: Any, write: Callable[[], T], count: Callable[[T], None]) -> T:
-    """``write()`` (a batch's completion) and ``count(its result)`` in one transaction.
-
-    The counts then commit exactly when the completions do: a batch retried after
-    a lost connection, or settled as ambiguous, is never counted twice or lost.
-    Counting never holds up the work it counts: if the rollup's statement is
-    refused (anything but a lost connection), the transaction is rolled back and
-    the batch written again uncounted, with an error in the log. With
-    ``PGQUEUE["ROLLUP"]`` off this is ``write()``.
-    """
-    if not get_settings().ROLLUP:
-        return write()
-    try:
-        with conn.transaction():
-            result = write()
-            try:
-                count(result)
-            except Exception as exc:
-                if is_connection_error(exc):
-                    raise
-                raise _RollupRefused from exc
-    except _RollupRefused as refused:
-        logger.error("Rollup write refused (%s); batch completed uncounted", refused.__cause__)
-        return write()
-    return result
 
 
 def sample_depth(conn: Any) -> None:

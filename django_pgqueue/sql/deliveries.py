@@ -32,6 +32,7 @@ from .fragments import (
     read_outcomes,
     unnest_picked,
 )
+from .rollup import ALL_IDS_WRITTEN, rollup_add
 
 # One event, in the caller's transaction. With an idempotency key, a second send
 # (even a concurrent one: ON CONFLICT waits for the first transaction) inserts
@@ -402,6 +403,7 @@ ORDER BY row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.id), c.endpoin
 _TRIPS = "e.consecutive_failures + s.failures >= %(threshold)s"
 _NEXT_COOLDOWN = "LEAST(%(max_cooldown)s, GREATEST(%(cooldown)s, e.breaker_cooldown * 2))"
 
+
 # Write a batch of delivery outcomes, their attempt rows and their endpoints'
 # breakers in one statement (one transaction: an attempt is logged exactly when
 # its outcome lands).
@@ -427,7 +429,11 @@ _NEXT_COOLDOWN = "LEAST(%(max_cooldown)s, GREATEST(%(cooldown)s, e.breaker_coold
 # * ``deferred``: when this statement opens a circuit, the endpoint's waiting
 #   deliveries are moved to the end of the cool-down. The claim would skip them
 #   anyway; moving them keeps them from being scanned on every claim meanwhile.
-COMPLETE_DELIVERIES = f"""/* pgqueue:complete_deliveries */
+def _complete_deliveries(count_sql: str = "") -> str:
+    """The completion of a batch of delivery attempts; ``count_sql`` adds one more
+    CTE (the rollup's count, COMPLETE_COUNTED_DELIVERIES) after the last one. The
+    marker is the same either way: it is the completion."""
+    return f"""/* pgqueue:complete_deliveries */
 WITH v AS (
     SELECT * FROM unnest(
         (SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[]),
@@ -534,7 +540,7 @@ WITH v AS (
     FROM breaker AS b
     WHERE b.breaker_state = 'open' AND b.opened_now AND d.endpoint_id = b.id
       AND d.status IN {CLAIMABLE_SQL} AND d.next_attempt_at < b.open_until
-)
+){count_sql}
 -- Each written id, with its endpoint's circuit before and after (for the metrics),
 -- its new status and whether this statement disabled its endpoint (for the
 -- operational signals, webhooks/operational.py).
@@ -542,6 +548,15 @@ SELECT done.id, done.endpoint_id, b.old_state, b.breaker_state, done.status,
        COALESCE(b.disabled_now, false)
 FROM done LEFT JOIN breaker AS b ON b.id = done.endpoint_id
 """
+
+
+COMPLETE_DELIVERIES = _complete_deliveries()
+# The same, counting the batch into its endpoints' and applications' minutes of the
+# console's rollup (rollup/store.py) when it wrote every row, so the counts commit
+# exactly with the completions, in the one statement, as jobs do (sql/jobs.py).
+COMPLETE_COUNTED_DELIVERIES = _complete_deliveries(
+    f", rolled_up AS (\n{rollup_add(ALL_IDS_WRITTEN)}\n)"
+)
 
 
 # Settle an ambiguous commit and extend leases, as for jobs (fragments.py).

@@ -24,7 +24,7 @@ from .fragments import (
     read_outcomes,
     unnest_picked,
 )
-from .rollup import rollup_add
+from .rollup import ALL_IDS_WRITTEN, rollup_add
 from .workflows import release
 
 # The release of workflow steps both completions run (sql/workflows.py), over the
@@ -737,7 +737,7 @@ SELECT pg_catalog.count(*) FROM (
 # (a transaction around the completion and a second statement cost 7-21 % more
 # CPU per job in a drain). The counts come aggregated from the worker, for every
 # outcome of the batch, so they are added only if every row was written
-# (``_ALL_WRITTEN``); a batch with a lost lease counts nothing here and its
+# (``ALL_IDS_WRITTEN``, sql/rollup.py); a batch with a lost lease counts nothing here and its
 # caller counts what was written (``rollup/store.py``). The marker is the same:
 # it is the completion either way.
 def _complete_jobs(count_sql: str = "") -> str:
@@ -772,12 +772,8 @@ SELECT done.id FROM done WHERE (SELECT pg_catalog.count(*) FROM woken) >= 0
 """
 
 
-_ALL_WRITTEN = (
-    "WHERE (SELECT pg_catalog.count(*) FROM done)"
-    " = pg_catalog.cardinality((SELECT %(ids)s::bigint[]))"
-)
 COMPLETE_JOBS = _complete_jobs()
-_ROLLED_UP = rollup_add(_ALL_WRITTEN)
+_ROLLED_UP = rollup_add(ALL_IDS_WRITTEN)
 COMPLETE_COUNTED_JOBS = _complete_jobs(f", rolled_up AS (\n{_ROLLED_UP}\n)")
 
 # Settle an ambiguous commit and extend leases (fragments.py). Extending a job's

@@ -46,6 +46,14 @@ ON CONFLICT (kind, name, minute) DO UPDATE SET
         ORDER BY n)"""
 
 
+#: ``rollup_add``'s filter inside a completion statement whose written rows are its
+#: ``done`` CTE: count the batch only if every id of ``%(ids)s`` was written (a batch
+#: with a lost lease is counted afterwards, for the rows it wrote: rollup/store.py).
+ALL_IDS_WRITTEN = (
+    "WHERE (SELECT pg_catalog.count(*) FROM done)"
+    " = pg_catalog.cardinality((SELECT %(ids)s::bigint[]))"
+)
+
 _ROLLUP_ADD = rollup_add()
 ROLLUP_RECORD = f"/* pgqueue:rollup_record */\n{_ROLLUP_ADD}\n"
 

@@ -318,13 +318,11 @@ class DeliverySource(Source):
         return store.extend_leases(conn, ids, tokens, lease)
 
     def write_outcomes(self, conn: Any, batch: list[DeliveryOutcome]) -> set[int]:
-        """Complete the batch and count it into the rollup, in one transaction."""
-        done = rollup_store.write_counted(
-            conn,
-            lambda: store.complete(conn, batch, self.worker_id, get_settings().WEBHOOKS),
-            lambda done: rollup_store.record_deliveries(
-                conn, [o for o in batch if o.id in done.written]
-            ),
+        """Complete the batch and count it into the console's rollup, in the one
+        statement of the completion: the counts commit exactly when it does."""
+        conf = get_settings().WEBHOOKS
+        done = rollup_store.complete_counted_deliveries(
+            conn, batch, lambda counts: store.complete(conn, batch, self.worker_id, conf, counts)
         )
         for _endpoint, old, new in done.circuits:
             for observer in breaker_observers:

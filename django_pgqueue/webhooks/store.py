@@ -56,6 +56,7 @@ logger = logging.getLogger("django_pgqueue.operations")
 # Both are longer than psycopg's 4 KiB query cache (see PositionalStatement).
 _CLAIM = PositionalStatement(sql.CLAIM_DELIVERIES)
 _COMPLETE = PositionalStatement(sql.COMPLETE_DELIVERIES)
+_COMPLETE_COUNTED = PositionalStatement(sql.COMPLETE_COUNTED_DELIVERIES)
 _CLAIM_RELAY = PositionalStatement(sql.CLAIM_RELAY_BATCHES)
 
 
@@ -100,10 +101,17 @@ def _literal(value: object) -> str:
 
 
 def complete(
-    conn: Any, outcomes: Sequence[DeliveryOutcome], worker_id: str, conf: Mapping[str, Any]
+    conn: Any,
+    outcomes: Sequence[DeliveryOutcome],
+    worker_id: str,
+    conf: Mapping[str, Any],
+    counts: Mapping[str, str] | None = None,
 ) -> Completed:
     """Write a batch of attempts: the deliveries, their attempt log rows (``worker_id``
-    recorded on each) and their endpoints' breakers (``conf``: ``PGQUEUE["WEBHOOKS"]``)."""
+    recorded on each) and their endpoints' breakers (``conf``: ``PGQUEUE["WEBHOOKS"]``).
+
+    ``counts``, the batch's rollup rows (``rollup.store.record_params``), are added
+    by the same statement if it wrote every row."""
     # Arrays go as PostgreSQL array literals (text, cast by the statement), as for
     # jobs: psycopg's list dumper adapts element by element.
     params = {
@@ -128,7 +136,10 @@ def complete(
         "worker_id": worker_id,
         **breaker.breaker_params(conf),
     }
-    rows = _COMPLETE.fetchall(conn, params)
+    if counts is None:
+        rows = _COMPLETE.fetchall(conn, params)
+    else:
+        rows = _COMPLETE_COUNTED.fetchall(conn, {**params, **counts})
     return Completed(
         written={r[0] for r in rows},
         circuits={(r[1], r[2], r[3]) for r in rows if r[2] is not None and r[2] != r[3]},

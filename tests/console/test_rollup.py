@@ -15,6 +15,8 @@ from django_pgqueue.rollup import histogram
 from django_pgqueue.rollup import store as rollup_store
 from testproject.demo import tasks
 
+from ..support.tables import table_away
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -137,12 +139,7 @@ def test_prune_deletes_minutes_past_the_retention_in_one_statement():
 
 def test_a_refused_rollup_write_never_holds_up_the_completions(run_worker, caplog):
     tasks.add.enqueue(1, 2)
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE pgqueue_rollup RENAME TO pgqueue_rollup_away")
-    try:
+    with table_away("pgqueue_rollup"):
         run_worker(burst=True)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE pgqueue_rollup_away RENAME TO pgqueue_rollup")
     assert list(Job.objects.values_list("status", flat=True)) == ["succeeded"]
     assert "Rollup write refused" in caplog.text
