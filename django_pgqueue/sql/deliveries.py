@@ -554,9 +554,8 @@ COMPLETE_DELIVERIES = _complete_deliveries()
 # The same, counting the batch into its endpoints' and applications' minutes of the
 # console's rollup (rollup/store.py) when it wrote every row, so the counts commit
 # exactly with the completions, in the one statement, as jobs do (sql/jobs.py).
-COMPLETE_COUNTED_DELIVERIES = _complete_deliveries(
-    f", rolled_up AS (\n{rollup_add(ALL_IDS_WRITTEN)}\n)"
-)
+_ROLLED_UP = rollup_add(ALL_IDS_WRITTEN)
+COMPLETE_COUNTED_DELIVERIES = _complete_deliveries(f", rolled_up AS (\n{_ROLLED_UP}\n)")
 
 
 # Settle an ambiguous commit and extend leases, as for jobs (fragments.py).
