@@ -80,13 +80,14 @@ def storable_json_text(text: str, string_cap: int | None = None) -> str:
 
 
 def storable_headers(headers: Mapping[str, str]) -> str:
-    """Response headers as a ``jsonb``-safe JSON object (names and values escaped, capped)."""
-    return json.dumps(
-        {
-            storable_text(str(name), HEADER_CAP): storable_text(str(value), HEADER_CAP)
-            for name, value in headers.items()
-        }
-    )
+    """Headers as a ``jsonb``-safe JSON object (names and values escaped, capped).
+
+    Written once by ``json.dumps`` (ASCII: a NUL or lone surrogate shows as its escape),
+    then cleaned by :func:`storable_json_text` only if it may need it, so the clean
+    headers of every attempt cost one dump and three scans, not two calls per header.
+    """
+    text = json.dumps({str(name): str(value) for name, value in headers.items()})
+    return storable_json_text(text, HEADER_CAP)
 
 
 def _clean(value: Any, cap: int | None) -> Any:

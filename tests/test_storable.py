@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 
 from django_pgqueue.contract import check_json_document, format_path, json_depth
 from django_pgqueue.exceptions import ArgumentsNotJSON
-from django_pgqueue.storable import storable_headers, storable_json_text, storable_text
+from django_pgqueue.storable import (
+    HEADER_CAP,
+    storable_headers,
+    storable_json_text,
+    storable_text,
+)
 
 _HOSTILE_TEXT = st.lists(
     st.one_of(st.characters(), st.sampled_from(["\x00", "\ud800", "\udfff", "\\u0000"])),
@@ -69,6 +74,24 @@ def test_storable_json_text_is_always_jsonb_safe(value):
 def test_storable_json_text_keeps_clean_text_as_is():
     text = json.dumps({"a": ["b", 1, "☃", "😀"]}, ensure_ascii=False)
     assert storable_json_text(text) is text
+
+
+@given(
+    st.dictionaries(
+        _HOSTILE_TEXT,
+        st.one_of(_HOSTILE_TEXT, st.just("v" * (HEADER_CAP + 5))),
+        max_size=6,
+    )
+)
+def test_storable_headers_escapes_and_caps_each_name_and_value(headers):
+    text = storable_headers(headers)
+    assert _clean(text)
+    assert all(_clean(s) for s in _strings(json.loads(text)))
+    if any("\ud800" <= c <= "\udfff" for item in headers.items() for c in "".join(item)):
+        return  # two lone surrogates in a row may be read back as the pair they make
+    assert json.loads(text) == {
+        storable_text(k, HEADER_CAP): storable_text(v, HEADER_CAP) for k, v in headers.items()
+    }
 
 
 def test_storable_headers():

@@ -448,7 +448,7 @@ def check_host(
             f"The host {host!r} could not be resolved ({exc}).",
         ) from None
     for address in addresses:
-        allowed, reason = is_address_allowed(address, allow, deny_addresses=deny)
+        allowed, reason = _address_verdict(address, allow, deny)
         if not allowed:
             if _is_literal(host):
                 subject = f"The address {address}"
@@ -463,6 +463,17 @@ def check_host(
 
 
 _EVERYWHERE = (_net("0.0.0.0/0"), _net("::/0"))
+
+
+# Every request checks the addresses its host resolved to, and a worker sends to the
+# same few addresses under the same policy over and over: the verdict is a pure
+# function of the three, so it is remembered (bounded). The name is still resolved
+# for every request; only the classification of an address already seen is skipped.
+@lru_cache(maxsize=4096)
+def _address_verdict(
+    address: IPAddress, allow: tuple[IPNetwork, ...], deny: tuple[str | IPAddress, ...]
+) -> tuple[bool, str]:
+    return is_address_allowed(address, allow, deny_addresses=deny)
 
 
 def _host_key(host: str) -> str:
