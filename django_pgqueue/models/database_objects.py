@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..states import CLAIMABLE, sql_list
+
 
 @dataclass(frozen=True)
 class StorageParameters:
@@ -98,25 +100,28 @@ QUEUE_AUTOVACUUM = StorageParameters(
 #: again, however the flag changed: the admin actions, the breaker's automatic disable,
 #: ``QuerySet.update()`` or SQL. Parked rows are beyond every ``next_attempt_at <=
 #: now()`` range scan; their state and attempts do not change.
+# The waiting states, from their one declaration (states.CLAIMABLE).
+_CLAIMABLE = sql_list(CLAIMABLE)
+
 PARKING_TRIGGER = RowTrigger(
     name="pgqueue_endpoint_parks_deliveries",
     table="pgqueue_endpoint",
     events="AFTER UPDATE OF is_active",
     condition="OLD.is_active IS DISTINCT FROM NEW.is_active",
     function="pgqueue_endpoint_active_changed",
-    body="""
+    body=f"""
 BEGIN
     IF NEW.is_active THEN
         UPDATE pgqueue_delivery SET next_attempt_at = now(), updated_at = now()
-        WHERE endpoint_id = NEW.id AND status IN ('pending', 'failed')
+        WHERE endpoint_id = NEW.id AND status IN {_CLAIMABLE}
           AND next_attempt_at >= TIMESTAMPTZ '9999-01-01 00:00:00+00';
     ELSE
         UPDATE pgqueue_delivery
         SET next_attempt_at = TIMESTAMPTZ '9999-01-01 00:00:00+00', updated_at = now()
-        WHERE endpoint_id = NEW.id AND status IN ('pending', 'failed')
+        WHERE endpoint_id = NEW.id AND status IN {_CLAIMABLE}
           AND next_attempt_at < TIMESTAMPTZ '9999-01-01 00:00:00+00';
     END IF;
     RETURN NULL;
 END
-""",
+""",  # noqa: S608 - module constants
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .fragments import JOB_TABLE, WORKER_TABLE
+from .fragments import CLAIMABLE_SQL, JOB_TABLE, WORKER_TABLE
 
 # ---------------------------------------------------------------------------------
 # Worker heartbeats
@@ -47,7 +47,7 @@ QUEUES_NEVER_SEEN = f"""/* pgqueue:queues_never_seen */
 SELECT q FROM unnest(%(queues)s::text[]) AS q
 WHERE NOT EXISTS (
     SELECT 1 FROM {JOB_TABLE} AS j
-    WHERE j.status IN ('pending', 'failed') AND j.queue_name = q)
+    WHERE j.status IN {CLAIMABLE_SQL} AND j.queue_name = q)
   AND NOT EXISTS (
     SELECT 1 FROM {JOB_TABLE} AS j WHERE j.status = 'in_progress' AND j.queue_name = q)
   AND NOT EXISTS (
