@@ -35,7 +35,12 @@ DURING = 50  # events sent while the broker is down
 
 #: Retries that outlast the downtime and a breaker that reopens soon (the broker is down
 #: for a few seconds), for the test and for its worker process.
+#: A short total deadline: a publish in flight when the broker dies waits for its ack
+#: until the deadline (nats-py does not fail it when the connection closes), and the
+#: test waits 30 s for the first failed attempt.
 SURVIVE_RESTART = {
+    "CONNECT_TIMEOUT": 2.0,
+    "TOTAL_TIMEOUT": 5.0,
     "RETRY_SCHEDULE": [0.2] * 40,
     "RETRY_JITTER": 0,
     "BREAKER_THRESHOLD": 5,
