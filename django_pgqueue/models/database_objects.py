@@ -91,6 +91,9 @@ QUEUE_AUTOVACUUM = StorageParameters(
     ),
 )
 
+# The waiting states, from their one declaration (states.CLAIMABLE).
+_CLAIMABLE = sql_list(CLAIMABLE)
+
 #: The delivery claim walks the due index (``next_attempt_at, id`` over pending and
 #: failed rows) from its head and skips rows whose endpoint is disabled; a disabled
 #: endpoint's backlog at the head of that index made every claim read through it
@@ -100,9 +103,6 @@ QUEUE_AUTOVACUUM = StorageParameters(
 #: again, however the flag changed: the admin actions, the breaker's automatic disable,
 #: ``QuerySet.update()`` or SQL. Parked rows are beyond every ``next_attempt_at <=
 #: now()`` range scan; their state and attempts do not change.
-# The waiting states, from their one declaration (states.CLAIMABLE).
-_CLAIMABLE = sql_list(CLAIMABLE)
-
 PARKING_TRIGGER = RowTrigger(
     name="pgqueue_endpoint_parks_deliveries",
     table="pgqueue_endpoint",
