@@ -59,8 +59,14 @@ def test_breaker_opens_probes_once_and_closes_without_losing_work(
     for i in range(6):
         send_event("order.paid", {"n": i})
 
-    # One row at a time, so nothing is in flight when the circuit opens.
-    run_worker(concurrency=1, prefetch=0)
+    # One row per worker run, so each outcome is written before the next claim and
+    # nothing is in flight when the circuit opens. (One burst run with a single
+    # thread is not enough: its completer writes an outcome after the task thread
+    # frees the slot, so the claim of a fourth delivery can race the third
+    # failure's commit and send it while the circuit is still closed.)
+    for _ in range(20):
+        if not run_worker(concurrency=1, prefetch=0, max_tasks=1).claimed:
+            break
     e1.refresh_from_db()
     assert e1.breaker_state == "open" and e1.consecutive_failures == 3
     assert e1.breaker_cooldown == 2.0
