@@ -58,6 +58,10 @@ class JobOutcome(Outcome):
     #: (set by ``worker/sources.JobSource`` from the claimed row).
     queue_name: str = ""
     wait: float = 0.0
+    #: Whether the job may be a workflow step, whose completion must release its
+    #: children. False only when its claim said it is not one (``JobSource``, from
+    #: ``ClaimedJob.step``): a batch of such outcomes skips the release's planning.
+    step: bool = True
 
 
 @dataclass(slots=True)

@@ -88,9 +88,12 @@ FILL_JOBS = f"""INSERT INTO {sql.JOB_TABLE} (
 FROM generate_series(1, %(n)s)"""
 
 
-def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
+@pytest.mark.parametrize("step", [True, False], ids=["with-release", "plain"])
+def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn, step):
+    """Both completions: with the workflow release, and the plain one a batch of
+    jobs that are not steps takes (``COMPLETE_PLAIN_COUNTED_JOBS``)."""
     source = JobSource(TaskRunner("plan-test", 60.0))
-    miss = JobOutcome(id=1, token=NOBODY, status="succeeded", result_json="null")
+    miss = JobOutcome(id=1, token=NOBODY, status="succeeded", result_json="null", step=step)
 
     def work() -> None:
         source.write_outcomes(conn, [miss])
@@ -104,7 +107,7 @@ def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn):
     held = conn.execute(f"SELECT id, locked_by FROM {sql.JOB_TABLE} LIMIT 1").fetchone()
 
     assert seq_scans(conn, sql.JOB_TABLE, work) == 0
-    hit = JobOutcome(id=held[0], token=held[1], status="succeeded", result_json="null")
+    hit = JobOutcome(id=held[0], token=held[1], status="succeeded", result_json="null", step=step)
     assert seq_scans(conn, sql.JOB_TABLE, lambda: source.write_outcomes(conn, [hit])) == 0
     assert conn.execute(
         f"SELECT status FROM {sql.JOB_TABLE} WHERE id = %s", [held[0]]
@@ -261,9 +264,11 @@ def test_worker_statements_are_never_given_a_generic_plan(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
     params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
     miss = JobOutcome(id=1, token=NOBODY, status="succeeded", result_json="null")
+    plain = JobOutcome(id=1, token=NOBODY, status="succeeded", result_json="null", step=False)
     for _ in range(WARM_UP):
         source.claim(conn, params)
         source.write_outcomes(conn, [miss])
+        source.write_outcomes(conn, [plain])
         source.extend_leases(conn, [1], [NOBODY], 60.0)
         source.read_outcomes(conn, [1])
         source.any_due(conn, params)

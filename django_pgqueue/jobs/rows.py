@@ -85,6 +85,9 @@ class ClaimedJob:
     worker_ids: list[str] | str
     #: Seconds from when the job was due to this claim (the rollup's wait).
     wait: float
+    #: A workflow step (``workflow_id`` set): its completion releases its children.
+    #: True when unknown, so a row built without it is completed with the release.
+    step: bool = True
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ClaimedJob:

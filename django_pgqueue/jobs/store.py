@@ -374,10 +374,13 @@ def complete(
         # Released workflow steps wake idle workers (sql/workflows.py, ``release``).
         "channel": get_settings().NOTIFY_CHANNEL,
     }
+    # Only a batch with a workflow step (or a job its claim did not describe) needs
+    # the release: the plain forms skip its planning (sql/jobs.py).
+    steps = any(o.step for o in outcomes)
     if counts is None:
-        statement = sql.COMPLETE_JOBS
+        statement = sql.COMPLETE_JOBS if steps else sql.COMPLETE_PLAIN_JOBS
     else:
-        statement = sql.COMPLETE_COUNTED_JOBS
+        statement = sql.COMPLETE_COUNTED_JOBS if steps else sql.COMPLETE_PLAIN_COUNTED_JOBS
         params.update(counts)
     return {row[0] for row in conn.execute(statement, params).fetchall()}
 

@@ -138,9 +138,11 @@ class Source(ABC):
 
 
 def tagged(item: ClaimedJob, outcome: JobOutcome) -> JobOutcome:
-    """``outcome`` with its job's queue and wait, which the rollup counts it by."""
+    """``outcome`` with its job's queue and wait, which the rollup counts it by, and
+    whether the job is a workflow step (which completion statement it needs)."""
     outcome.queue_name = item.queue_name
     outcome.wait = item.wait
+    outcome.step = item.step
     return outcome
 
 
