@@ -16,10 +16,10 @@ from testproject.demo import tasks
 
 
 def claimed(task: Any, **kwargs: Any) -> ClaimedJob:
-    now = timezone.now()
+    now = timezone.now().timestamp()
     return ClaimedJob(
         1, "in_progress", uuid.uuid4(), 1, 3, task.module_path, [], kwargs,
-        "default", 0, "default", now, now, now, [], ["w"], 0.0,
+        "default", 0, "default", now, now, now, [], ["w"], 0.0, False,
     )  # fmt: skip
 
 

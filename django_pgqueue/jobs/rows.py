@@ -75,9 +75,11 @@ class ClaimedJob:
     queue_name: str
     priority: int
     backend: str
-    created_at: Any
-    started_at: Any
-    last_attempted_at: Any
+    # Seconds since the epoch (UTC), or None: made datetimes only when a TaskResult
+    # is built (``worker/runner.py``), which a drain of short tasks seldom does.
+    created_at: float | None
+    started_at: float | None
+    last_attempted_at: float | None
     # The attempt log and worker ids come as JSON text from the claim and are
     # decoded only when a TaskResult is built (signal_gate.SignalGate): a drain of
     # short tasks spent a visible share of its claim loop decoding them for nobody.

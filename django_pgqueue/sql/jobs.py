@@ -48,9 +48,12 @@ CLAIMED_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("queue_name", "j.queue_name"),
     ("priority", "j.priority"),
     ("backend", "j.backend"),
-    ("created_at", "j.created_at"),
-    ("started_at", "j.started_at"),
-    ("last_attempted_at", "j.last_attempted_at"),
+    # The three times only a TaskResult reads (signals, ``takes_context``) come as
+    # seconds since the epoch: decoding three timestamptz cost the claim loop
+    # 1.19 µs per row, three floats 0.38 (the runner makes datetimes when needed).
+    ("created_at", "pg_catalog.date_part('epoch', j.created_at)"),
+    ("started_at", "pg_catalog.date_part('epoch', j.started_at)"),
+    ("last_attempted_at", "pg_catalog.date_part('epoch', j.last_attempted_at)"),
     ("errors", "j.errors::text"),
     ("worker_ids", "j.worker_ids::text"),
     # Seconds from due to this claim, for the console's rollup (the claim leaves

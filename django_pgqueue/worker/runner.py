@@ -6,6 +6,7 @@ completer (``completer.py``), guarded by each row's claim token.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import threading
@@ -68,6 +69,13 @@ finished_gate = SignalGate(task_finished)
 def _decoded(value: Any) -> Any:
     """A JSON column as claimed: text from the claim, already decoded elsewhere."""
     return json.loads(value) if isinstance(value, str) else value
+
+
+def _moment(value: Any) -> dt.datetime | None:
+    """A claimed row's time (seconds since the epoch) as an aware datetime."""
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromtimestamp(value, dt.UTC)
 
 
 def _error_entry(job: ClaimedJob, worker_id: str, exc_path: str, tb: str) -> dict[str, Any]:
@@ -159,9 +167,9 @@ class TaskRunner:
             task=task,
             id=str(job.id),
             status=TaskResultStatus.RUNNING,
-            enqueued_at=job.created_at,
-            started_at=job.started_at or now,
-            last_attempted_at=job.last_attempted_at or now,
+            enqueued_at=_moment(job.created_at),
+            started_at=_moment(job.started_at) or now,
+            last_attempted_at=_moment(job.last_attempted_at) or now,
             finished_at=None,
             args=job.args,
             kwargs=job.kwargs,

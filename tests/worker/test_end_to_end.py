@@ -138,6 +138,28 @@ def test_signals_started_and_finished(run_worker):
     ]
 
 
+def test_the_started_signal_carries_the_rows_times(run_worker):
+    """The claim returns the row's times as epoch seconds; the TaskResult a receiver
+    sees has them as aware datetimes equal to the row's, to the microsecond."""
+    seen = []
+
+    def started(sender, task_result, **kwargs):
+        seen.append(task_result)
+
+    result = tasks.add.enqueue(1, 2)
+    task_started.connect(started)
+    try:
+        run_worker()
+    finally:
+        task_started.disconnect(started)
+    (running,) = seen
+    job = Job.objects.get(pk=int(result.id))
+    assert running.enqueued_at == job.created_at
+    assert running.started_at == job.started_at
+    assert running.last_attempted_at == job.last_attempted_at
+    assert running.enqueued_at.utcoffset() == dt.timedelta(0)
+
+
 def test_not_a_task_goes_to_dead_and_worker_keeps_running(run_worker):
     bad = Job.objects.create(task_path="testproject.demo.tasks.not_a_task", max_attempts=5)
     good = tasks.add.enqueue(1, 1)
