@@ -18,13 +18,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-#: ``2026-12-02T06:10:00.123456Z``: UTC with a ``Z``, as the specification's examples.
-_TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+#: JSON text of a string, ASCII only: the C encoder, made once (``json.dumps`` with
+#: options builds a new encoder on every call).
+_JSON_STRING = json.JSONEncoder(ensure_ascii=True).encode
 
 
 def envelope_timestamp(occurred_at: dt.datetime) -> str:
-    """The envelope's ``timestamp`` for an aware datetime."""
-    return occurred_at.astimezone(dt.UTC).strftime(_TIMESTAMP_FORMAT)
+    """The envelope's ``timestamp`` for an aware datetime: ``2026-12-02T06:10:00.123456Z``,
+    UTC with a ``Z``, as the specification's examples."""
+    if occurred_at.tzinfo is None or occurred_at.utcoffset():
+        occurred_at = occurred_at.astimezone(dt.UTC)
+    return f"{occurred_at.replace(tzinfo=None).isoformat(timespec='microseconds')}Z"
 
 
 def envelope_text(event_type: str, occurred_at: dt.datetime, data: str) -> str:
@@ -32,14 +36,13 @@ def envelope_text(event_type: str, occurred_at: dt.datetime, data: str) -> str:
 
     ``data`` is the event's stored payload, already compact ASCII JSON (fan-out wrote
     it so): it is spliced in unchanged rather than parsed and dumped again, so a large
-    payload costs no parse per attempt and its bytes stay exactly as stored.
+    payload costs no parse per attempt and its bytes stay exactly as stored. The
+    timestamp holds only digits and ``-:.TZ``, so it needs no escaping.
     """
-    head = json.dumps(
-        {"type": event_type, "timestamp": envelope_timestamp(occurred_at)},
-        separators=(",", ":"),
-        ensure_ascii=True,
+    return (
+        f'{{"type":{_JSON_STRING(event_type)},'
+        f'"timestamp":"{envelope_timestamp(occurred_at)}","data":{data}}}'
     )
-    return f'{head[:-1]},"data":{data}}}'
 
 
 def envelope_body(event_type: str, occurred_at: dt.datetime, data: str) -> bytes:

@@ -45,6 +45,16 @@ logger = logging.getLogger("django_pgqueue.worker")
 #: Most outcomes written by one statement.
 MAX_BATCH = 1000
 
+#: How long a small batch waits for the outcomes of the other rows this process
+#: holds, and below what size it waits. A completion costs its planning (0.6 ms for a
+#: batch of deliveries, 0.2 ms for jobs), its execution's fixed part and a commit
+#: whatever its size, and webhook deliveries, each a few hundred microseconds of HTTP
+#: per thread, arrived at the completer a handful at a time: about eight per
+#: statement. An outcome written up to this much later changes nothing else: its
+#: row stays held, and its lease is extended as before.
+LINGER_SECONDS = 0.003
+LINGER_UNDER = 64
+
 #: Seconds between two tries of outcomes kept through a database outage.
 PARKED_RETRY_SECONDS = 0.5
 
@@ -138,22 +148,7 @@ class Completer(threading.Thread):
             if self.parked:
                 wake_at = min(wake_at, time.monotonic() + PARKED_RETRY_SECONDS)
             timeout = max(0.0, wake_at - time.monotonic())
-            batch: list[Outcome] = []
-            try:
-                first = self.outcomes.get(timeout=timeout)
-                if first is None:
-                    stopping = True
-                elif first is not _EXTEND_NOW:
-                    batch.append(first)
-                while len(batch) < MAX_BATCH and not stopping:
-                    item = self.outcomes.get_nowait()
-                    if item is None:
-                        stopping = True
-                        break
-                    if item is not _EXTEND_NOW:
-                        batch.append(item)
-            except queue.Empty:
-                pass
+            batch, stopping = self._take(timeout)
             if batch:
                 by_source: dict[str, list[Outcome]] = defaultdict(list)
                 for outcome in batch:
@@ -187,6 +182,48 @@ class Completer(threading.Thread):
         if self.heartbeat is not None:
             self.heartbeat.stop(self._connection)
         self._drop_connection()
+
+    def _take(self, timeout: float) -> tuple[list[Outcome], bool]:
+        """The next batch of outcomes (waiting up to ``timeout`` for the first), and
+        whether a stop was asked.
+
+        A batch smaller than LINGER_UNDER sleeps LINGER_SECONDS once and takes what
+        came meanwhile, when this process holds more rows than the batch: their
+        outcomes are on their way, and each completion statement costs a planning,
+        an execution and a commit whatever its size. One sleep, not a wait per
+        outcome: waking this thread for each would cost more than it saves.
+        """
+        batch: list[Outcome] = []
+        try:
+            item = self.outcomes.get(timeout=timeout)
+        except queue.Empty:
+            return batch, False
+        lingered = False
+        while True:
+            if item is None:
+                return batch, True
+            if item is not _EXTEND_NOW:
+                batch.append(item)
+            if len(batch) >= MAX_BATCH:
+                return batch, False
+            try:
+                item = self.outcomes.get_nowait()
+            except queue.Empty:
+                if (
+                    lingered
+                    or not batch
+                    or len(batch) >= LINGER_UNDER
+                    or len(self.held) <= len(batch)
+                    or self._extend_soon
+                    or self.parked
+                ):
+                    return batch, False
+                lingered = True
+                time.sleep(LINGER_SECONDS)
+                try:
+                    item = self.outcomes.get_nowait()
+                except queue.Empty:
+                    return batch, False
 
     # -- completions ---------------------------------------------------------------
 
