@@ -208,22 +208,27 @@ class Completer(threading.Thread):
                 return batch, False
             try:
                 item = self.outcomes.get_nowait()
+                continue
             except queue.Empty:
-                if (
-                    lingered
-                    or not batch
-                    or len(batch) >= LINGER_UNDER
-                    or len(self.held) <= len(batch)
-                    or self._extend_soon
-                    or self.parked
-                ):
+                if lingered or not self._more_on_the_way(len(batch)):
                     return batch, False
-                lingered = True
-                time.sleep(LINGER_SECONDS)
-                try:
-                    item = self.outcomes.get_nowait()
-                except queue.Empty:
-                    return batch, False
+            lingered = True
+            time.sleep(LINGER_SECONDS)
+            try:
+                item = self.outcomes.get_nowait()
+            except queue.Empty:
+                return batch, False
+
+    def _more_on_the_way(self, size: int) -> bool:
+        """Whether a batch of ``size`` outcomes is worth LINGER_SECONDS: it is small,
+        this process holds rows beyond it, and no lease extension or parked outcome
+        is waiting for this thread."""
+        return (
+            0 < size < LINGER_UNDER
+            and len(self.held) > size
+            and not self._extend_soon
+            and not self.parked
+        )
 
     # -- completions ---------------------------------------------------------------
 

@@ -71,11 +71,10 @@ def _decoded(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _moment(value: Any) -> dt.datetime | None:
-    """A claimed row's time (seconds since the epoch) as an aware datetime."""
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromtimestamp(value, dt.UTC)
+def _moment(seconds: float | None) -> dt.datetime | None:
+    """A claimed row's time (seconds since the epoch, as every claim returns it) as an
+    aware datetime."""
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC)
 
 
 def _error_entry(job: ClaimedJob, worker_id: str, exc_path: str, tb: str) -> dict[str, Any]:
