@@ -248,6 +248,14 @@ class SchedulerThread(threading.Thread):
                     if not synced:
                         self.scheduler.sync()
                         synced = True
+                        # Logged once the schedules are declared, their cursors taken
+                        # from the clock: from here on, a tick after now is enqueued.
+                        names = self.scheduler.schedules
+                        logger.info(
+                            "Scheduler started with %d schedule(s): %s",
+                            len(names),
+                            ", ".join(names),
+                        )
                     self.scheduler.run_pass()
                 except Exception:
                     logger.exception("Scheduler pass failed; retrying in %.1f s", self.interval)
@@ -283,5 +291,4 @@ def start_scheduler(stopping: threading.Event, worker_id: str) -> SchedulerThrea
     scheduler = Scheduler(schedules, clock=test_clock(), worker_id=worker_id)
     thread = SchedulerThread(scheduler, stopping, get_settings().SCHEDULER_INTERVAL)
     thread.start()
-    logger.info("Scheduler started with %d schedule(s): %s", len(schedules), ", ".join(schedules))
     return thread
