@@ -1,30 +1,43 @@
-"""Pressure cells: the queue under a pinned xmin horizon, with and without the history
-(docs/performance.md, "Vacuum held back"). Measures; asserts nothing.
+"""Pressure cells: the queue under a pinned xmin horizon, long readers and a sustained
+overload, with and without the history (docs/performance.md, "Vacuum held back").
+Measures; asserts nothing.
 
-    DATABASE_URL=postgresql://.../pgq_history python scripts/pressure_cells.py [seconds] [rate]
+    DATABASE_URL=postgresql://.../pgq_a python scripts/pressure_cells.py run stay a.json
+    DATABASE_URL=postgresql://.../pgq_b python scripts/pressure_cells.py run history b.json
+    python scripts/pressure_cells.py report a.json b.json   # table, and plots with matplotlib
 
-For each configuration, in a scratch database (``<name>_bench``):
+``run`` takes ``--minutes`` (the pinned and readers phases, default 10), ``--rate``
+(jobs/s offered, default 100), ``--pause-ms`` (each job's duration, default 20) and
+``--concurrency`` (default 4). Two configurations run side by side in two databases
+(each uses its own scratch database ``<name>_bench``): a pinned horizon holds back
+vacuum in its own database only.
 
-- ``stay``: ``HISTORY_DELAY_SECONDS = None``, finished jobs stay in ``pgqueue_job`` (what
-  the previous release did, without a prune);
-- ``history``: the mover on (``HISTORY_DELAY_SECONDS = 5``, a pass every 2 s).
+- ``stay``: ``HISTORY_DELAY_SECONDS = None``, finished jobs stay in ``pgqueue_job``
+  (the previous release between two prunes);
+- ``history``: the default settings (the mover files finished jobs after 30 s).
 
-one ``runworkers`` process (concurrency 4) serves a steady offered load of ``rate``
-no-op jobs a second, through three phases of ``seconds`` each:
+One ``runworkers`` process serves jobs that sleep ``pause-ms``, so its capacity is about
+``concurrency / pause`` (200 jobs/s by default), under a steady offered load, through:
 
-1. ``clean``: nothing else runs;
-2. ``pinned``: one session idle in a ``REPEATABLE READ`` transaction (its snapshot pins
-   the xmin horizon) and four ``REPEATABLE READ`` readers scanning ``pgqueue_job``;
-3. ``after``: the pin and the readers gone: recovery.
+1. ``clean`` (2 min): nothing else runs;
+2. ``pinned`` (``--minutes``): one session idle in a ``REPEATABLE READ`` transaction,
+   its snapshot pinning the xmin horizon;
+3. ``readers`` (``--minutes``): four ``REPEATABLE READ`` readers scanning
+   ``pgqueue_job`` twice a second, each in transactions of 60 s;
+4. ``after`` (2 min): recovery from the pin and the readers;
+5. ``overload`` (3 min): 1.5x the worker's capacity offered;
+6. ``recovery`` (5 min): the steady load again, until the backlog is gone.
 
-Sampled every 5 s: dead tuples and size of ``pgqueue_job`` (``pgstattuple``). Per
-phase: jobs finished per second, and the pickup latency (``started_at - created_at``)
-p50/p99 of the jobs enqueued in it. Prints a table (Markdown) and, with matplotlib
-installed, writes ``pressure_cells.svg``.
+Sampled every 5 s: dead tuples and size of ``pgqueue_job`` (``pgstattuple``) and the
+backlog (pending jobs). Per phase: jobs finished per second, and the pickup latency
+(``started_at - created_at``: wake-up, wait in the backlog and claim) p50/p95/p99 of the
+jobs enqueued in it.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
@@ -34,22 +47,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 
-import django  # noqa: E402
-
-django.setup()
-
-from django_pgqueue.bench.core import Bench, stop  # noqa: E402
-
-PHASES = ("clean", "pinned", "after")
-
-INSERT_NOOP = """INSERT INTO pgqueue_job (status, priority, attempts, max_attempts,
+INSERT_JOB = """INSERT INTO pgqueue_job (status, priority, attempts, max_attempts,
     next_attempt_at, worker_id, last_error, errors, created_at, updated_at, task_path,
     queue_name, backend, args, kwargs, worker_ids, atomic)
 VALUES ('pending', 0, 0, 1, clock_timestamp(), '', '', '[]', clock_timestamp(),
-    clock_timestamp(), 'django_pgqueue.bench.tasks.noop', 'default', 'default', '[]', '{}',
+    clock_timestamp(), 'django_pgqueue.bench.tasks.pause', 'default', 'default', %s, '{}',
     '[]', false)"""
 
 WAKE = "SELECT pg_notify('pgqueue', '')"
@@ -64,6 +67,23 @@ FINISHED = """SELECT (SELECT count(*) FROM pgqueue_job WHERE finished_at >= %(a)
      + (SELECT count(*) FROM pgqueue_job_history WHERE finished_at >= %(a)s
                                                  AND finished_at < %(b)s)"""
 
+SAMPLE = """SELECT dead_tuple_count, table_len,
+    (SELECT count(*) FROM pgqueue_job WHERE status = 'pending')
+FROM pgstattuple('pgqueue_job')"""
+
+
+def phases(minutes: float, scale: float = 1.0) -> list[tuple[str, float, float]]:
+    """(name, seconds, load as a multiple of the steady rate; overload in capacities)."""
+    pressure = 60 * minutes
+    return [
+        ("clean", 120 * scale, 1.0),
+        ("pinned", pressure, 1.0),
+        ("readers", pressure, 1.0),
+        ("after", 120 * scale, 1.0),
+        ("overload", 180 * scale, -1.5),  # negative: a multiple of the worker's capacity
+        ("recovery", 300 * scale, 1.0),
+    ]
+
 
 def pct(values: list[float], q: float) -> float:
     if not values:
@@ -72,203 +92,249 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def producer(bench: Bench, rate: float, stopping: threading.Event) -> None:
+class Load:
+    """A producer thread offering ``rate`` jobs/s, each inserted and notified."""
+
+    def __init__(self, bench: Any, args: str) -> None:
+        self.bench, self.args = bench, args
+        self.rate = 1.0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        with self.bench.conn() as conn:
+            nxt = time.monotonic()
+            while not self.stopping.is_set():
+                conn.execute(INSERT_JOB, (self.args,))
+                conn.execute(WAKE)  # as an enqueue does: the pickup is not the poll
+                nxt += 1.0 / self.rate
+                delay = nxt - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                elif delay < -1.0:
+                    nxt = time.monotonic()  # fell behind: offer, do not catch up
+
+
+def reader(bench: Any, stopping: threading.Event) -> None:
+    """A long report: REPEATABLE READ transactions of 60 s scanning the hot table."""
     with bench.conn() as conn:
-        step, nxt = 1.0 / rate, time.monotonic()
         while not stopping.is_set():
-            conn.execute(INSERT_NOOP)
-            conn.execute(WAKE)  # as an enqueue does: the pickup is not the poll interval
-            nxt += step
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            began = time.monotonic()
+            while not stopping.is_set() and time.monotonic() - began < 60:
+                conn.execute("SELECT count(*), max(id) FROM pgqueue_job").fetchone()
+                stopping.wait(0.5)
+            conn.execute("ROLLBACK")
 
 
-def reader(bench: Bench, stopping: threading.Event) -> None:
-    with bench.conn() as conn:
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        while not stopping.is_set():
-            conn.execute("SELECT count(*), max(id) FROM pgqueue_job").fetchone()
-            stopping.wait(0.5)
-        conn.execute("ROLLBACK")
-
-
-def sampler(bench: Bench, stopping: threading.Event, samples: list[tuple[float, int, int]]):
+def sampler(bench: Any, stopping: threading.Event, samples: list[list[float]]) -> None:
     t0 = time.monotonic()
     with bench.conn() as conn:
         while not stopping.is_set():
-            dead, size = conn.execute(
-                "SELECT dead_tuple_count, table_len FROM pgstattuple('pgqueue_job')"
-            ).fetchone()
-            samples.append((time.monotonic() - t0, int(dead), int(size)))
+            dead, size, pending = conn.execute(SAMPLE).fetchone()
+            samples.append([round(time.monotonic() - t0, 1), int(dead), int(size), int(pending)])
             stopping.wait(5)
 
 
-def cell(bench: Bench, config: str, seconds: float, rate: float) -> dict[str, Any]:
-    bench.reset()
-    with bench.conn() as conn:
-        conn.execute("TRUNCATE pgqueue_job_history")
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
-        conn.execute("VACUUM ANALYZE pgqueue_job")
-    env = {"PGQUEUE_MAINTENANCE_INTERVAL": "2"}
-    env["PGQUEUE_HISTORY_DELAY_SECONDS"] = "none" if config == "stay" else "5"
-    argv = [*bench._manage(), "runworkers", "--skip-checks", "--concurrency", "4"]
-    worker = subprocess.Popen(argv, env=bench.child_env(**env), stdout=subprocess.DEVNULL)
-    stopping, pin_stop = threading.Event(), threading.Event()
-    samples: list[tuple[float, int, int]] = []
-    threads = [
-        threading.Thread(target=producer, args=(bench, rate, stopping), daemon=True),
-        threading.Thread(target=sampler, args=(bench, stopping, samples), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    bounds: dict[str, tuple[Any, Any]] = {}
+def run(
+    config: str,
+    out: Path,
+    minutes: float,
+    rate: float,
+    pause_ms: float,
+    concurrency: int,
+    scale: float,
+) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    sys.path.insert(0, str(REPO))
+    import django
+
+    django.setup()
+    from django_pgqueue.bench.core import Bench, stop
+
+    capacity = concurrency * 1000.0 / pause_ms
+    bench = Bench(only=["drain"], out=print)
+    bench.create_database()
     try:
-        for phase in PHASES:
-            with bench.conn() as conn:
-                (start,) = conn.execute("SELECT clock_timestamp()").fetchone()
-            pin = None
-            readers: list[threading.Thread] = []
-            if phase == "pinned":
-                pin_stop.clear()
-                pin = bench.conn()
-                pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                pin.execute("SELECT 1 FROM pgqueue_job LIMIT 1").fetchall()
-                readers = [
-                    threading.Thread(target=reader, args=(bench, pin_stop), daemon=True)
-                    for _ in range(4)
-                ]
-                for r in readers:
-                    r.start()
-            time.sleep(seconds)
-            if pin is not None:
+        with bench.conn() as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            conn.execute("VACUUM ANALYZE pgqueue_job")
+        env = {"PGQUEUE_JOB_LOG": "summary"}
+        if config == "stay":
+            env["PGQUEUE_HISTORY_DELAY_SECONDS"] = "none"
+        argv = [*bench._manage(), "runworkers", "--skip-checks"]
+        argv += ["--concurrency", str(concurrency)]
+        worker = subprocess.Popen(argv, env=bench.child_env(**env), stdout=subprocess.DEVNULL)
+        time.sleep(3)  # start-up is not a phase's latency
+        load = Load(bench, json.dumps([pause_ms / 1000.0]))
+        load.rate = rate
+        samples: list[list[float]] = []
+        stopping = threading.Event()
+        sampling = threading.Thread(target=sampler, args=(bench, stopping, samples), daemon=True)
+        load.thread.start()
+        sampling.start()
+        bounds: list[tuple[str, Any, Any, float]] = []
+        try:
+            for name, seconds, load_factor in phases(minutes, scale):
+                load.rate = rate * load_factor if load_factor > 0 else capacity * -load_factor
+                with bench.conn() as conn:
+                    (start,) = conn.execute("SELECT clock_timestamp()").fetchone()
+                pin, readers, pin_stop = None, [], threading.Event()
+                if name == "pinned":
+                    pin = bench.conn()
+                    pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    pin.execute("SELECT 1 FROM pgqueue_job LIMIT 1").fetchall()
+                if name == "readers":
+                    readers = [
+                        threading.Thread(target=reader, args=(bench, pin_stop), daemon=True)
+                        for _ in range(4)
+                    ]
+                    for r in readers:
+                        r.start()
+                time.sleep(seconds)
                 pin_stop.set()
                 for r in readers:
                     r.join()
-                pin.execute("ROLLBACK")
-                pin.close()
-            with bench.conn() as conn:
-                (end,) = conn.execute("SELECT clock_timestamp()").fetchone()
-            bounds[phase] = (start, end)
+                if pin is not None:
+                    pin.execute("ROLLBACK")
+                    pin.close()
+                with bench.conn() as conn:
+                    (end,) = conn.execute("SELECT clock_timestamp()").fetchone()
+                bounds.append((name, start, end, load.rate))
+                print(config, name, "done", time.strftime("%H:%M:%S"), flush=True)
+        finally:
+            load.stopping.set()
+            stopping.set()
+            load.thread.join()
+            sampling.join()
+            time.sleep(2)
+            stop(worker)
+        result: dict[str, Any] = {
+            "config": config,
+            "minutes": minutes,
+            "rate": rate,
+            "capacity": capacity,
+            "samples": samples,
+            "phases": [],
+            "load": os.getloadavg(),
+        }
+        with bench.conn() as conn:
+            for name, a, b, offered in bounds:
+                pickups = [float(r[0]) for r in conn.execute(PICKUP, (a, b)).fetchall()]
+                (done,) = conn.execute(FINISHED, {"a": a, "b": b}).fetchone()
+                span = (b - a).total_seconds()
+                result["phases"].append(
+                    {
+                        "phase": name,
+                        "seconds": span,
+                        "offered": offered,
+                        "jobs_s": done / span,
+                        "enqueued": len(pickups),
+                        "p50_ms": 1000 * pct(pickups, 0.5),
+                        "p95_ms": 1000 * pct(pickups, 0.95),
+                        "p99_ms": 1000 * pct(pickups, 0.99),
+                    }
+                )
+        out.write_text(json.dumps(result))
+        print(f"wrote {out}")
     finally:
-        stopping.set()
-        for t in threads:
-            t.join()
-        time.sleep(2)
-        stop(worker)
-    out: dict[str, Any] = {"config": config, "samples": samples, "phases": {}}
-    with bench.conn() as conn:
-        for phase, (a, b) in bounds.items():
-            pickups = [float(r[0]) for r in conn.execute(PICKUP, (a, b)).fetchall()]
-            (done,) = conn.execute(FINISHED, {"a": a, "b": b}).fetchone()
-            span = (b - a).total_seconds()
-            out["phases"][phase] = {
-                "jobs_s": done / span,
-                "p50_ms": 1000 * pct(pickups, 0.5),
-                "p99_ms": 1000 * pct(pickups, 0.99),
-                "jobs": len(pickups),
-            }
-    return out
+        bench.drop_database()
 
 
-def plot(results: list[dict[str, Any]], seconds: float, path: Path) -> None:
-    try:
-        import matplotlib
+def phase_spans(result: dict[str, Any]) -> list[tuple[str, float, float]]:
+    spans, t = [], 0.0  # the sampler starts with the load, after the worker's start-up
+    for p in result["phases"]:
+        spans.append((p["phase"], t, t + p["seconds"]))
+        t += p["seconds"]
+    return spans
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        path.write_text(svg_plot(results, seconds))
-        print(f"plot written to {path} (plain SVG: matplotlib is not installed)")
-        return
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+
+def report(paths: list[Path], plot_dir: Path | None) -> None:
+    results = [json.loads(p.read_text()) for p in paths]
+    print(
+        "| config | phase | offered jobs/s | done jobs/s | pickup p50 ms | p95 ms | p99 ms "
+        "| dead tuples (max) | backlog (max) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for res in results:
-        xs = [s[0] for s in res["samples"]]
-        ax.plot(xs, [s[1] for s in res["samples"]], label=res["config"])
-    for x in (seconds, 2 * seconds):
-        ax.axvline(x, color="grey", linestyle=":")
-    ax.set_xlabel("seconds (clean | pinned | after)")
-    ax.set_ylabel("dead tuples in pgqueue_job")
-    ax.legend()
+        for name, a, b in phase_spans(res):
+            p = next(p for p in res["phases"] if p["phase"] == name)
+            inside = [s for s in res["samples"] if a <= s[0] < b]
+            dead = max((s[1] for s in inside), default=0)
+            backlog = max((s[3] for s in inside), default=0)
+            print(
+                f"| {res['config']} | {name} | {p['offered']:.0f} | {p['jobs_s']:.0f} | "
+                f"{p['p50_ms']:.0f} | {p['p95_ms']:.0f} | {p['p99_ms']:.0f} | {dead:,} | "
+                f"{backlog:,} |"
+            )
+        spans = {n: (a, b) for n, a, b in phase_spans(res)}
+        over_end = spans["overload"][1]
+        drained = next((s[0] for s in res["samples"] if s[0] > over_end and s[3] < 50), None)
+        end = res["samples"][-1]
+        print(
+            f"| {res['config']} | end | | | | | | {end[1]:,} (table {end[2] // 1024:,} kB) "
+            f"| backlog gone {drained - over_end:.0f} s after the overload |"
+            if drained
+            else f"| {res['config']} | end | backlog not drained |"
+        )
+    if plot_dir is not None:
+        plot(results, plot_dir)
+
+
+def plot(results: list[dict[str, Any]], plot_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    for res in results:
+        xs = [s[0] / 60 for s in res["samples"]]
+        axes[0].plot(xs, [s[1] for s in res["samples"]], label=res["config"])
+        axes[1].plot(xs, [s[3] for s in res["samples"]], label=res["config"])
+    for name, a, _b in phase_spans(results[0]):
+        for ax in axes:
+            ax.axvline(a / 60, color="grey", linestyle=":", linewidth=0.8)
+        axes[0].annotate(
+            name, (a / 60, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="bottom"
+        )
+    axes[0].set_ylabel("dead tuples, pgqueue_job")
+    axes[1].set_ylabel("backlog (pending jobs)")
+    axes[1].set_xlabel("minutes")
+    axes[0].legend()
     fig.tight_layout()
+    path = plot_dir / "pressure_cells.svg"
     fig.savefig(path)
     print(f"plot written to {path}")
 
 
-def svg_plot(results: list[dict[str, Any]], seconds: float) -> str:
-    """Dead tuples over time as a plain SVG line chart (no plotting library needed)."""
-    width, height, pad = 640, 300, 50
-    t_max = 3 * seconds
-    y_max = max((s[1] for r in results for s in r["samples"]), default=1) or 1
-    colours = ["#1f77b4", "#d62728", "#2ca02c"]
-
-    def xy(t: float, v: float) -> str:
-        x = pad + (width - 2 * pad) * min(t, t_max) / t_max
-        y = height - pad - (height - 2 * pad) * v / y_max
-        return f"{x:.1f},{y:.1f}"
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="12">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
-        'stroke="black"/>',
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
-        f'<text x="{pad}" y="{pad - 10}">dead tuples in pgqueue_job (max {y_max})</text>',
-        f'<text x="{pad}" y="{height - 15}">seconds: clean | pinned (xmin held, 4 RR '
-        "readers) | after</text>",
-    ]
-    for boundary in (seconds, 2 * seconds):
-        x = xy(boundary, 0).split(",")[0]
-        parts.append(
-            f'<line x1="{x}" y1="{pad}" x2="{x}" y2="{height - pad}" stroke="grey" '
-            'stroke-dasharray="4"/>'
-        )
-    for i, res in enumerate(results):
-        points = " ".join(xy(t, v) for t, v, _ in res["samples"])
-        colour = colours[i % len(colours)]
-        parts.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
-        )
-        parts.append(
-            f'<text x="{width - pad - 90}" y="{pad + 15 * (i + 1)}" fill="{colour}">'
-            f"{res['config']}</text>"
-        )
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
-
-
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-    rate = float(sys.argv[2]) if len(sys.argv) > 2 else 100.0
-    bench = Bench(only=["drain"], out=print)
-    bench.create_database()
-    results = []
-    try:
-        for config in ("stay", "history"):
-            res = cell(bench, config, seconds, rate)
-            results.append(res)
-            print(config, res["phases"], flush=True)
-    finally:
-        bench.drop_database()
-    print(f"\n{seconds:g} s per phase, {rate:g} jobs/s offered, load {os.getloadavg()}\n")
-    print("| config | phase | jobs/s | pickup p50 ms | pickup p99 ms | dead tuples (max) |")
-    print("|---|---|---|---|---|---|")
-    for res in results:
-        for i, phase in enumerate(PHASES):
-            p = res["phases"][phase]
-            dead = [s[1] for s in res["samples"] if i * seconds <= s[0] < (i + 1) * seconds]
-            print(
-                f"| {res['config']} | {phase} | {p['jobs_s']:.0f} | {p['p50_ms']:.0f} | "
-                f"{p['p99_ms']:.0f} | {max(dead) if dead else '-'} |"
-            )
-        last = res["samples"][-1] if res["samples"] else None
-        if last:
-            print(f"| {res['config']} | end | | | | {last[1]} (table {last[2] // 1024} kB) |")
-    print("\nsamples (s, dead, bytes):")
-    for res in results:
-        print(res["config"], res["samples"])
-    plot(results, seconds, REPO / "docs" / "pressure_cells.svg")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("config", choices=("stay", "history"))
+    r.add_argument("out", type=Path)
+    r.add_argument("--minutes", type=float, default=10)
+    r.add_argument("--rate", type=float, default=100)
+    r.add_argument("--pause-ms", type=float, default=20)
+    r.add_argument("--concurrency", type=int, default=4)
+    r.add_argument("--scale", type=float, default=1.0, help="of the fixed phases' lengths")
+    rep = sub.add_parser("report")
+    rep.add_argument("results", type=Path, nargs="+")
+    rep.add_argument("--plot-dir", type=Path)
+    args = parser.parse_args()
+    if args.command == "run":
+        run(
+            args.config,
+            args.out,
+            args.minutes,
+            args.rate,
+            args.pause_ms,
+            args.concurrency,
+            args.scale,
+        )
+    else:
+        report(args.results, args.plot_dir)
 
 
 if __name__ == "__main__":

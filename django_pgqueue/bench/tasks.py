@@ -23,3 +23,9 @@ def probe(path: str, seq: int, t_enqueue: float) -> None:
         os.write(fd, line)  # one O_APPEND write: safe across processes
     finally:
         os.close(fd)
+
+
+@task()
+def pause(seconds: float) -> None:
+    """Sleep ``seconds``: a job of known duration, so a worker's capacity is known."""
+    time.sleep(seconds)
