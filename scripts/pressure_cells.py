@@ -4,7 +4,7 @@ Measures; asserts nothing.
 
     DATABASE_URL=postgresql://.../pgq_a python scripts/pressure_cells.py run stay a.json
     DATABASE_URL=postgresql://.../pgq_b python scripts/pressure_cells.py run history b.json
-    python scripts/pressure_cells.py report a.json b.json   # table, and plots with matplotlib
+    python scripts/pressure_cells.py report a.json b.json=label --plot-dir docs  # table, plot
 
 ``run`` takes ``--minutes`` (the pinned and readers phases, default 10), ``--rate``
 (jobs/s offered, default 100), ``--pause-ms`` (each job's duration, default 20) and
@@ -249,8 +249,13 @@ def phase_spans(result: dict[str, Any]) -> list[tuple[str, float, float]]:
     return spans
 
 
-def report(paths: list[Path], plot_dir: Path | None) -> None:
-    results = [json.loads(p.read_text()) for p in paths]
+def report(paths: list[str], plot_dir: Path | None) -> None:
+    results = []
+    for path in paths:  # PATH or PATH=LABEL
+        name, _, label = str(path).partition("=")
+        result = json.loads(Path(name).read_text())
+        result["config"] = label or result["config"]
+        results.append(result)
     print(
         "| config | phase | offered jobs/s | done jobs/s | pickup p50 ms | p95 ms | p99 ms "
         "| dead tuples (max) | backlog (max) |"
@@ -320,7 +325,7 @@ def main() -> None:
     r.add_argument("--concurrency", type=int, default=4)
     r.add_argument("--scale", type=float, default=1.0, help="of the fixed phases' lengths")
     rep = sub.add_parser("report")
-    rep.add_argument("results", type=Path, nargs="+")
+    rep.add_argument("results", nargs="+", help="result files, each as PATH or PATH=LABEL")
     rep.add_argument("--plot-dir", type=Path)
     args = parser.parse_args()
     if args.command == "run":

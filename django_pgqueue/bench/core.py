@@ -820,6 +820,7 @@ class Bench:
             "lease": 30.0,
             "worker_id": "bench",
             "limit": 100,
+            "floor": None,  # a full claim (sql/jobs.py, the scan floor)
         }
         times = []
         with self.conn() as conn:

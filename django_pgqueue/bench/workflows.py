@@ -69,7 +69,14 @@ def _pairs(bench: Bench, n: int) -> None:
 
 def _claim_complete_loop(bench: Bench, n: int) -> float:
     """Seconds per row of the worker's claim + completion over ``n`` due rows."""
-    params = {"all_queues": True, "queues": [], "lease": 30.0, "worker_id": "bench", "limit": BATCH}
+    params = {
+        "all_queues": True,
+        "queues": [],
+        "lease": 30.0,
+        "worker_id": "bench",
+        "limit": BATCH,
+        "floor": None,  # a full claim (sql/jobs.py, the scan floor)
+    }
     done = 0
     elapsed = 0.0
     with bench.conn() as conn:

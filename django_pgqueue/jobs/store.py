@@ -304,6 +304,82 @@ def forget_configured() -> None:
     _configured["at"] = -1e9
 
 
+class ScanFloor:
+    """Where the worker's plain claims start reading the due and lease indexes (the
+    scan floor, sql/jobs.py): one per claim loop, passed to :func:`claim` and
+    :func:`claim_atomic` as ``params["scan_floor"]``, which apply it to the plain
+    claims and to :func:`end_lapsed_steps`, each statement with its own floor.
+    Without one a claim reads the whole index (tests, ``run_tasks``, the benchmarks).
+
+    A *full* claim (no floor) runs every ``FULL_EVERY`` seconds, or less often when
+    full claims are slow (a held-back horizon): at most ``FULL_SHARE`` of the claim
+    loop's time, and at least every ``FULL_EVERY_MAX`` seconds. Between them a claim
+    reads only rows due (and leases lapsed) after the start of the last full claim
+    that came back short (it took every due row it could see, so every row due
+    before it was taken, is held by another claim, or was not committed yet), less
+    ``MARGIN``. A full claim that fills its limit finds a backlog that may lie below
+    the floor (a large ``enqueue_many`` committed by a long transaction, say): every
+    claim is then full, as without a floor, until one comes back short. Times are
+    this process's monotonic clock, turned into an age that the database subtracts
+    from its own ``now()``: no two clocks are compared.
+    """
+
+    #: Seconds between two full claims: the longest a row below the floor waits
+    #: (a job written by a transaction older than MARGIN, a row put back with an
+    #: old due time) while vacuum keeps up. The poll interval's default, which such
+    #: a row waited for without NOTIFY.
+    FULL_EVERY = 1.0
+    #: The share of the claim loop's time full claims may take: each full claim
+    #: taking 10 ms or more spaces the next out (20 ms: 4 s later), so that claims
+    #: behind a slow full claim stay rare.
+    FULL_SHARE = 0.005
+    #: The longest wait between two full claims, however slow they are.
+    FULL_EVERY_MAX = 30.0
+    #: Seconds below the last short full claim's start where the floor sits: a job
+    #: whose transaction began less than this before that claim is still above it.
+    MARGIN = 1.0
+
+    def __init__(self) -> None:
+        self._next_full_at: dict[str, float] = {}
+        #: When the last full claim began, if it came back short (else absent).
+        self._caught_up_at: dict[str, float] = {}
+
+    def age(self, statement: str, now: float) -> float | None:
+        """The ``%(floor)s`` for the next run of ``statement``: None for a full claim."""
+        caught_up = self._caught_up_at.get(statement)
+        if caught_up is None or now >= self._next_full_at.get(statement, now):
+            return None
+        return now - caught_up + self.MARGIN
+
+    def record(
+        self, statement: str, started: float, ended: float, floor: float | None, short: bool
+    ) -> None:
+        """Note a run of ``statement`` from ``started`` to ``ended`` with ``floor``;
+        ``short`` when it returned fewer rows than its limit."""
+        if floor is not None:
+            return
+        spacing = min(self.FULL_EVERY_MAX, (ended - started) / self.FULL_SHARE)
+        self._next_full_at[statement] = started + max(self.FULL_EVERY, spacing)
+        if short:
+            self._caught_up_at[statement] = started
+        else:
+            self._caught_up_at.pop(statement, None)  # a backlog: full claims until short
+
+
+def _above_floor(conn: Any, params: dict[str, Any], statement: str) -> list[ClaimedJob]:
+    """Run ``statement`` (a plain claim, or END_LAPSED_STEPS) above the claim loop's
+    scan floor, if it passed one."""
+    floors: ScanFloor | None = params.get("scan_floor")
+    if floors is None:
+        return CLAIMED_JOB.all(conn.execute(statement, {**params, "floor": None}).fetchall())
+    started = time.monotonic()
+    floor = floors.age(statement, started)
+    rows = conn.execute(statement, {**params, "floor": floor}).fetchall()
+    short = len(rows) < params["limit"]
+    floors.record(statement, started, time.monotonic(), floor, short)
+    return CLAIMED_JOB.all(rows)
+
+
 def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -> list[ClaimedJob]:
     """The flow claim (configured queues, under their limits) when any queue has a
     row, then the plain claim for the rest of the batch.
@@ -335,7 +411,7 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
         if len(claimed) >= params["limit"]:
             return ended + claimed
         params = {**params, "limit": params["limit"] - len(claimed)}
-    return ended + claimed + CLAIMED_JOB.all(conn.execute(plain, params).fetchall())
+    return ended + claimed + _above_floor(conn, params, plain)
 
 
 def end_lapsed_steps(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
@@ -347,7 +423,7 @@ def end_lapsed_steps(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
     so the worker reports them as it reports the rows a claim ended.
     """
     params = {**params, "channel": get_settings().NOTIFY_CHANNEL}
-    return CLAIMED_JOB.all(conn.execute(sql.END_LAPSED_STEPS, params).fetchall())
+    return _above_floor(conn, params, sql.END_LAPSED_STEPS)
 
 
 def complete(

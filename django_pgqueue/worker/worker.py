@@ -42,6 +42,7 @@ from django.db import connections
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..exceptions import WorkerCrashed
+from ..jobs.store import ScanFloor
 from ..notify import abort_channel
 from ..outcomes import Outcome
 from ..queues import apply_settings
@@ -337,6 +338,8 @@ class Worker:
             "queues": self.queues,
             "lease": self.lease_seconds,
             "worker_id": self.worker_id,
+            # Where the plain job claims start reading their indexes (jobs/store.py).
+            "scan_floor": ScanFloor(),
         }
         quiet = QuietSources(self.poll_interval, self.sources)
         failures = 0
