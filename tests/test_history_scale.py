@@ -72,7 +72,14 @@ def test_retention_of_a_million_finished_jobs_writes_almost_no_wal():
 def _claim_cost(conn: psycopg.Connection) -> tuple[list[str], int]:
     """The claim's plan (node types and relations) and the buffers it touched, run
     under EXPLAIN ANALYZE and rolled back."""
-    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 30.0, "worker_id": "w"}
+    params = {
+        "all_queues": True,
+        "queues": [],
+        "limit": 10,
+        "lease": 30.0,
+        "worker_id": "w",
+        "floor": None,
+    }
     with conn.transaction(force_rollback=True):
         (plan,) = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_JOBS, params

@@ -43,6 +43,7 @@ def _claim_params(worker_id: str, limit: int = 10, lease: float = 30.0) -> dict:
         "limit": limit,
         "lease": lease,
         "worker_id": worker_id,
+        "floor": None,  # a full claim
     }
 
 

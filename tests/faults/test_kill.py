@@ -38,7 +38,14 @@ def _claim_as(worker_id: str) -> list[tuple]:
     with connect("test-claim") as conn:
         return conn.execute(
             sql.CLAIM_JOBS,
-            {"all_queues": True, "queues": [], "limit": 10, "lease": 30.0, "worker_id": worker_id},
+            {
+                "all_queues": True,
+                "queues": [],
+                "limit": 10,
+                "lease": 30.0,
+                "worker_id": worker_id,
+                "floor": None,
+            },
         ).fetchall()
 
 
@@ -109,7 +116,14 @@ def test_claims_never_take_a_live_lease(test_dsn):
     with connect("test-claim") as conn:
         (row,) = conn.execute(
             sql.CLAIM_JOBS,
-            {"all_queues": True, "queues": [], "limit": 1, "lease": 0.6, "worker_id": "A"},
+            {
+                "all_queues": True,
+                "queues": [],
+                "limit": 1,
+                "lease": 0.6,
+                "worker_id": "A",
+                "floor": None,
+            },
         ).fetchall()
     lease_end = job(test_dsn, job_id)["locked_until"]
     while db_now(test_dsn) < lease_end - dt.timedelta(milliseconds=100):

@@ -115,7 +115,14 @@ class QueueMachine(RuleBasedStateMachine):
         claimable = self._claimable()
         rows = self.conn.execute(
             sql.CLAIM_JOBS,
-            {"all_queues": True, "queues": [], "limit": limit, "lease": LEASE, "worker_id": worker},
+            {
+                "all_queues": True,
+                "queues": [],
+                "limit": limit,
+                "lease": LEASE,
+                "worker_id": worker,
+                "floor": None,
+            },
         ).fetchall()
         assert len(rows) == min(limit, len(claimable)), (rows, claimable)
         for job_id, status, token, attempts, *_ in rows:
@@ -254,6 +261,7 @@ class QueueMachine(RuleBasedStateMachine):
                         "limit": 1000,
                         "lease": LEASE,
                         "worker_id": "drain",
+                        "floor": None,
                     },
                 ).fetchall()
                 if not rows:

@@ -41,7 +41,14 @@ def test_a_job_aborted_while_its_lease_lapsed_is_not_run_again(run_worker):
     from testproject.demo.models import TaskRun
 
     result = tasks.record_run.enqueue("aborted")
-    params = {"all_queues": True, "queues": [], "limit": 1, "lease": 0.2, "worker_id": "gone"}
+    params = {
+        "all_queues": True,
+        "queues": [],
+        "limit": 1,
+        "lease": 0.2,
+        "worker_id": "gone",
+        "floor": None,
+    }
     with connect("test-claim") as conn:
         assert len(conn.execute(sql.CLAIM_JOBS, params).fetchall()) == 1
     django_pgqueue.abort(result)  # flagged: its worker is gone and never sees it

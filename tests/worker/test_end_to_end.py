@@ -216,6 +216,7 @@ def _claim(worker_id: str, limit: int = 10, lease: float = 30.0):
                 "limit": limit,
                 "lease": lease,
                 "worker_id": worker_id,
+                "floor": None,
             },
         ).fetchall()
 

@@ -131,6 +131,7 @@ def test_claim_uses_the_partial_indexes_after_analyze():
                 .replace("%(limit)s", "10")
                 .replace("%(lease)s", "30")
                 .replace("%(worker_id)s", "'explain'")
+                .replace("%(floor)s", "NULL")
             )
             plan = "\n".join(row[0] for row in cursor.fetchall())
         finally:

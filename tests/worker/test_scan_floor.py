@@ -82,10 +82,10 @@ def buffers(conn: psycopg.Connection, statement: str, floor: float | None) -> in
     return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
 
 
+# END_LAPSED_STEPS takes the floor too, but the planner may read it through the step
+# index (rows with a workflow), which holds none of these rows: not measured here.
 @pytest.mark.parametrize(
-    "statement",
-    [sql.CLAIM_JOBS, sql.CLAIM_ATOMIC_JOBS, sql.END_LAPSED_STEPS],
-    ids=["claim", "claim_atomic", "end_lapsed_steps"],
+    "statement", [sql.CLAIM_JOBS, sql.CLAIM_ATOMIC_JOBS], ids=["claim", "claim_atomic"]
 )
 def test_a_pinned_horizon_does_not_make_a_floored_scan_read_the_dead_head(conn, statement):
     conn.execute(f"ANALYZE {sql.JOB_TABLE}")
@@ -102,7 +102,8 @@ def test_a_pinned_horizon_does_not_make_a_floored_scan_read_the_dead_head(conn, 
         pin.execute("ROLLBACK")
     assert dead >= CHURNED
     # Without the floor: the heap pages of the dead versions, through the indexes
-    # (the claims read both the due and the lease index, the steps' end the lease's).
+    # (the plain claim reads the due and the lease index, the atomic one the lease's:
+    # these jobs are not atomic).
     assert full > CHURNED / 50, full
     assert floored * 5 < full, (floored, full)  # measured for the claim: 23 against 193
 

@@ -65,6 +65,7 @@ def _claim_params() -> dict[str, Any]:
         "limit": LIMIT,
         "lease": 30.0,
         "worker_id": "plan-test",
+        "floor": None,
     }
 
 
