@@ -11,7 +11,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from django_pgqueue import task
+from django_pgqueue import retry, task
 from django_pgqueue.models import Job
 from django_pgqueue.testing import run_queued_jobs
 from testproject.demo import tasks
@@ -69,8 +69,11 @@ def test_the_lease_claim_leaves_atomic_rows_to_the_atomic_source(run_worker):
     assert worker.claimed == 1
 
 
-def test_the_transaction_is_bounded_by_the_timeout_setting(run_worker, settings):
+def test_the_transaction_is_bounded_by_the_timeout_setting(run_worker, settings, monkeypatch):
     settings.PGQUEUE = {**settings.PGQUEUE, "ATOMIC_TIMEOUT_SECONDS": 0.5}
+    # Full jitter may make the retry due at once, and retries="wait" would run it:
+    # the retry is put a minute away, so this run makes exactly the one attempt.
+    monkeypatch.setattr(retry, "exponential_delay", lambda *args, **kwargs: 60.0)
     result = tasks.record_atomic.enqueue(label="slow", sleep=1.5)
     run_queued_jobs(retries="wait")
     job = Job.objects.get(pk=int(result.id))
