@@ -394,6 +394,9 @@ _IN_FLOW_QUEUE = "queue_name = ANY (ARRAY(SELECT name FROM flow))"
 # today's statement and plan.
 _FLOOR_SQL = """(%(floor)s::float8 IS NULL
            OR {column} >= now() - pg_catalog.make_interval(secs => %(floor)s::float8))"""
+# The floor of the due source and of the lapsed leases (the claims, END_LAPSED_STEPS).
+_DUE_FLOOR_SQL = _FLOOR_SQL.format(column="next_attempt_at")
+_LEASE_FLOOR_SQL = _FLOOR_SQL.format(column="j.locked_until")
 
 
 def _claim_jobs(marker: str, kind_sql: str) -> str:
@@ -405,7 +408,7 @@ def _claim_jobs(marker: str, kind_sql: str) -> str:
         f"{JOB_TABLE} AS j",
         "j",
         f"{IN_QUEUES} AND {kind_sql}\n      AND (j.workflow_id IS NULL OR NOT {_EXHAUSTED_SQL})"
-        f"\n      AND {_FLOOR_SQL.format(column='j.locked_until')}",
+        f"\n      AND {_LEASE_FLOOR_SQL}",
     )
     update_sql = _claimed_jobs_update()
     return f"""/* pgqueue:{marker} */
@@ -415,7 +418,7 @@ WITH {lapsed_sql}, flow AS (
     SELECT id, {_IN_FLOW_QUEUE} AS unmarked FROM {JOB_TABLE}
     WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
       AND {IN_QUEUES} AND {_NOT_MARKED}
-      AND {_FLOOR_SQL.format(column="next_attempt_at")}
+      AND {_DUE_FLOOR_SQL}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
@@ -564,8 +567,7 @@ _LAPSED_STEPS = lapsed_source(
     "j.id",
     f"{JOB_TABLE} AS j",
     "j",
-    f"{IN_QUEUES} AND j.workflow_id IS NOT NULL AND {_EXHAUSTED_SQL}"
-    f"\n      AND {_FLOOR_SQL.format(column='j.locked_until')}",
+    f"{IN_QUEUES} AND j.workflow_id IS NOT NULL AND {_EXHAUSTED_SQL}\n      AND {_LEASE_FLOOR_SQL}",
 )
 END_LAPSED_STEPS = f"""/* pgqueue:end_lapsed_steps */
 WITH RECURSIVE {_LAPSED_STEPS}, done AS (
