@@ -370,13 +370,11 @@ def _above_floor(conn: Any, params: dict[str, Any], statement: str) -> list[Clai
     """Run ``statement`` (a plain claim, or END_LAPSED_STEPS) above the claim loop's
     scan floor, if it passed one."""
     floors: ScanFloor | None = params.get("scan_floor")
-    if floors is None:
-        return CLAIMED_JOB.all(conn.execute(statement, {**params, "floor": None}).fetchall())
     started = time.monotonic()
-    floor = floors.age(statement, started)
+    floor = None if floors is None else floors.age(statement, started)
     rows = conn.execute(statement, {**params, "floor": floor}).fetchall()
-    short = len(rows) < params["limit"]
-    floors.record(statement, started, time.monotonic(), floor, short)
+    if floors is not None:
+        floors.record(statement, started, time.monotonic(), floor, len(rows) < params["limit"])
     return CLAIMED_JOB.all(rows)
 
 
