@@ -195,6 +195,10 @@ DEFAULTS: dict[str, Any] = {
     # Whether the workers' maintenance also applies RETENTION to the history, by
     # dropping whole partitions (else only ``pgqueue_prune`` does).
     "MAINTENANCE_RETENTION": False,
+    # How long the webhook attempt log (request and response of every attempt) is
+    # kept, in seconds: retention drops its day partitions once their whole day is
+    # older. None keeps each attempt until its delivery is pruned.
+    "ATTEMPT_RETENTION_SECONDS": 30 * 24 * 3600.0,
     # Flow control defaults of job queues by name: {"concurrency", "key_concurrency",
     # "rate_limit", "rate_period", "key_rate_limit", "key_rate_period"}, each
     # optional (docs/flow-control.md). Every worker applies them as it starts; a
@@ -251,6 +255,7 @@ class PgQueueSettings:
     HISTORY_DELAY_SECONDS: float | None = 30.0
     MAINTENANCE_INTERVAL: float = 10.0
     MAINTENANCE_RETENTION: bool = False
+    ATTEMPT_RETENTION_SECONDS: float | None = 30 * 24 * 3600.0
     QUEUES: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -632,6 +637,13 @@ def validate(raw: Any) -> PgQueueSettings:
             "PGQUEUE['PROGRESS_INTERVAL_SECONDS']",
             merged["PROGRESS_INTERVAL_SECONDS"],
             allow_zero=True,
+        ),
+        ATTEMPT_RETENTION_SECONDS=(
+            None
+            if merged["ATTEMPT_RETENTION_SECONDS"] is None
+            else _positive_number(
+                "PGQUEUE['ATTEMPT_RETENTION_SECONDS']", merged["ATTEMPT_RETENTION_SECONDS"]
+            )
         ),
         HISTORY_DELAY_SECONDS=(
             None

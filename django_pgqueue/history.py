@@ -1,4 +1,5 @@
-"""Job history: finished jobs leave ``pgqueue_job`` for a partitioned table.
+"""Job history: finished jobs leave ``pgqueue_job`` for a partitioned table; and
+the day partitions of the webhook attempt log.
 
 The writer of ``pgqueue_job_history`` (with replay's restore in operations.py) and
 of its partitions:
@@ -10,10 +11,12 @@ of its partitions:
 * :func:`move_back`: the way back to one table, every history row returned to
   ``pgqueue_job`` in one statement.
 * :func:`ensure_partitions`: the day partitions of every terminal state, made
-  ahead (``PREMADE_DAYS``), and any past day a moved row needs.
+  ahead (``PREMADE_DAYS``), and any past day a moved row needs; the same for the
+  webhook attempt log (:data:`ATTEMPT_LOG`), partitioned by day by its migration.
 * :func:`drop_expired`: retention by whole partitions (``DETACH ... CONCURRENTLY``
   then ``DROP``), for ``pgqueue_prune`` and, with
-  ``PGQUEUE["MAINTENANCE_RETENTION"]``, the workers.
+  ``PGQUEUE["MAINTENANCE_RETENTION"]``, the workers; of the job history by state,
+  of the attempt log by ``PGQUEUE["ATTEMPT_RETENTION_SECONDS"]``.
 * :func:`maintain`: one maintenance pass, run by every worker process every
   ``PGQUEUE["MAINTENANCE_INTERVAL"]`` seconds (``worker/housekeeping.py``). No
   leader: each step runs in a short transaction under a transaction-level
@@ -40,15 +43,14 @@ from .conf import get_settings
 
 logger = logging.getLogger("django_pgqueue.history")
 
-#: Days of partitions made ahead of today (UTC), for every terminal state.
+#: Days of partitions made ahead of today (UTC), for every terminal state and the
+#: attempt log.
 PREMADE_DAYS = 3
 #: Rows moved per statement.
 MOVE_BATCH_SIZE = 1000
 #: Times in a row the mover makes missing partitions for one batch before it gives up
 #: the pass.
 MISSING_PARTITION_ROUNDS = 3
-
-_PARTITION_NAME = re.compile(sql.HISTORY_PARTITION_PATTERN)
 
 
 def job_columns() -> list[str]:
@@ -58,21 +60,74 @@ def job_columns() -> list[str]:
     return [str(f.column) for f in Job._meta.concrete_fields]
 
 
+@dataclass(frozen=True)
+class Family:
+    """A table whose rows live in UTC day partitions that maintenance makes ahead and
+    retention drops whole: the job history (a parent per terminal state) and the
+    webhook attempt log (one parent).
+
+    ``keys`` are what retention plans name (a state, or ``"attempts"``); a
+    partition's parent is ``parent_format`` and its name ``name_format``, with the
+    key and the day filled in. ``pattern`` matches the names, with a ``day`` group
+    and, where the key is in the name, a ``key`` group.
+    """
+
+    table: str  #: the partitioned table that reads and writes name
+    keys: tuple[str, ...]
+    parent_format: str
+    name_format: str
+    pattern: str
+
+    def name(self, key: str, day: dt.date) -> str:
+        return self.name_format.format(table=self.table, key=key, day=day)
+
+    def parent(self, key: str) -> str:
+        return self.parent_format.format(table=self.table, key=key)
+
+    @property
+    def regex(self) -> str:
+        """``pattern`` as a PostgreSQL regular expression (no named groups)."""
+        return re.sub(r"\(\?P<[a-z]+>", "(", self.pattern)
+
+
+JOB_HISTORY = Family(
+    table=sql.HISTORY_TABLE,
+    keys=tuple(t.removeprefix(sql.HISTORY_TABLE + "_") for t in sql.HISTORY_STATE_TABLES),
+    parent_format="{table}_{key}",
+    name_format="{table}_{key}_p{day:%Y%m%d}",
+    pattern=sql.HISTORY_PARTITION_PATTERN,
+)
+#: The webhook attempt log (``pgqueue_delivery_attempt``), partitioned by day of
+#: ``created_at`` by its migration; retention: ``PGQUEUE["ATTEMPT_RETENTION_SECONDS"]``.
+ATTEMPT_LOG = Family(
+    table=sql.ATTEMPT_TABLE,
+    keys=("attempts",),
+    parent_format="{table}",
+    name_format="{table}_p{day:%Y%m%d}",
+    pattern=sql.ATTEMPT_PARTITION_PATTERN,
+)
+
+
 def partition_name(state: str, day: dt.date) -> str:
     """The partition of ``state``'s finished jobs of ``day``."""
-    return f"{sql.HISTORY_TABLE}_{state}_p{day:%Y%m%d}"
+    return JOB_HISTORY.name(state, day)
 
 
 @dataclass(frozen=True)
 class Partition:
-    """One day partition of one state, as the catalogue has it."""
+    """One day partition of a family, as the catalogue has it."""
 
     name: str
-    state: str
+    key: str  #: the job state, or "attempts"
     day: dt.date
-    attached_to: str | None  #: its state table, None once detached
+    attached_to: str | None  #: its parent, None once detached
     detach_pending: bool
     estimated_rows: int
+    #: Holds every day up to its own (the attempt log's first partition).
+    from_minvalue: bool = False
+
+    def covers(self, day: dt.date) -> bool:
+        return day == self.day or (self.from_minvalue and day < self.day)
 
     @property
     def end(self) -> dt.datetime:
@@ -80,16 +135,26 @@ class Partition:
         return dt.datetime.combine(self.day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
 
 
-def partitions(conn: Any) -> list[Partition]:
-    """Every day partition of the history, attached or left detached."""
+def partitions(conn: Any, family: Family = JOB_HISTORY) -> list[Partition]:
+    """Every day partition of ``family``, attached or left detached."""
     found = []
-    for name, parent, pending, rows in conn.execute(sql.HISTORY_PARTITIONS).fetchall():
-        match = _PARTITION_NAME.match(name)
+    pattern = re.compile(family.pattern)
+    params = {"table": family.table, "regex": family.regex}
+    for name, parent, pending, rows, unbounded in conn.execute(
+        sql.DAY_PARTITIONS, params
+    ).fetchall():
+        match = pattern.match(name)
         if match is None:  # pragma: no cover - the statement filters by the same pattern
             continue
         day = dt.datetime.strptime(match["day"], "%Y%m%d").date()
-        found.append(Partition(name, match["state"], day, parent, bool(pending), int(rows)))
+        key = match.groupdict().get("key") or family.keys[0]
+        found.append(Partition(name, key, day, parent, bool(pending), int(rows), bool(unbounded)))
     return found
+
+
+def is_partitioned(conn: Any, family: Family) -> bool:
+    """Whether ``family``'s table exists and is partitioned (its migration ran)."""
+    return bool(conn.execute(sql.IS_PARTITIONED, (family.table,)).fetchone()[0])
 
 
 def _ddl(conn: Any, template: str, **parts: Any) -> None:
@@ -100,10 +165,11 @@ def _ddl(conn: Any, template: str, **parts: Any) -> None:
         conn.execute(statement)
 
 
-def create_partition(conn: Any, state: str, day: dt.date) -> bool:
-    """Make (if missing) and attach ``state``'s partition of ``day``, under the
-    maintenance lock; False when another worker holds the lock (it makes them)."""
-    name = partition_name(state, day)
+def create_partition(conn: Any, key: str, day: dt.date, family: Family = JOB_HISTORY) -> bool:
+    """Make (if missing) and attach ``family``'s partition of ``key`` and ``day``,
+    under the maintenance lock; False when another worker holds the lock (it makes
+    them)."""
+    name = family.name(key, day)
     start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
     end = start + dt.timedelta(days=1)
     with conn.transaction():
@@ -114,18 +180,18 @@ def create_partition(conn: Any, state: str, day: dt.date) -> bool:
             return True
         conn.execute(
             pgsql.SQL(sql.CREATE_PARTITION).format(
-                partition=pgsql.Identifier(name), parent=pgsql.Identifier(sql.HISTORY_TABLE)
+                partition=pgsql.Identifier(name), parent=pgsql.Identifier(family.table)
             )
         )
         conn.execute(
             pgsql.SQL(sql.ATTACH_PARTITION).format(
-                state_table=pgsql.Identifier(f"{sql.HISTORY_TABLE}_{state}"),
+                parent=pgsql.Identifier(family.parent(key)),
                 partition=pgsql.Identifier(name),
                 start=pgsql.Literal(start.isoformat()),
                 end=pgsql.Literal(end.isoformat()),
             )
         )
-    logger.debug("History partition %s created", name)  # the maintenance line counts them
+    logger.debug("Partition %s created", name)  # the maintenance line counts them
     return True
 
 
@@ -134,22 +200,21 @@ def _locked(conn: Any) -> bool:
     return bool(conn.execute(sql.TRY_MAINTENANCE_LOCK, (sql.MAINTENANCE_LOCK_KEY,)).fetchone()[0])
 
 
-def ensure_partitions(conn: Any, days_ahead: int = PREMADE_DAYS) -> int:
-    """Make today's partitions and ``days_ahead`` more for every terminal state;
+def ensure_partitions(
+    conn: Any, days_ahead: int = PREMADE_DAYS, family: Family = JOB_HISTORY
+) -> int:
+    """Make today's partitions and ``days_ahead`` more for every key of ``family``;
     return how many were made."""
     (today,) = conn.execute(sql.TODAY_UTC).fetchone()
-    have = {p.name for p in partitions(conn) if p.attached_to}
+    have = [p for p in partitions(conn, family) if p.attached_to]
     made = 0
     for offset in range(days_ahead + 1):
         day = today + dt.timedelta(days=offset)
-        for state in _states():
-            if partition_name(state, day) not in have and create_partition(conn, state, day):
-                made += 1
+        for key in family.keys:
+            if any(p.key == key and p.covers(day) for p in have):
+                continue
+            made += create_partition(conn, key, day, family)
     return made
-
-
-def _states() -> list[str]:
-    return [t.removeprefix(sql.HISTORY_TABLE + "_") for t in sql.HISTORY_STATE_TABLES]
 
 
 @dataclass
@@ -233,17 +298,22 @@ def drop_expired(
     *,
     dry_run: bool = False,
     progress: Callable[[str], None] | None = None,
+    family: Family = JOB_HISTORY,
+    now: dt.datetime | None = None,
 ) -> DropReport:
-    """Drop every history partition wholly older than its state's retention in
-    ``plan`` (state -> seconds), and any partition an interrupted run left detached.
+    """Drop every partition of ``family`` wholly older than its key's retention in
+    ``plan`` (a state, or "attempts", -> seconds), and any partition an interrupted
+    run left detached.
 
     A partition goes only when its whole day is past the retention: a row is never
-    dropped early, and rows a little past it wait for their day to end.
+    dropped early, and rows a little past it wait for their day to end. Ages are
+    measured from ``now``, the database's clock unless given.
     """
     report = DropReport()
-    (now,) = conn.execute(sql.DB_NOW).fetchone()
-    for part in partitions(conn):
-        age = plan.get(part.state)
+    if now is None:
+        (now,) = conn.execute(sql.DB_NOW).fetchone()
+    for part in partitions(conn, family):
+        age = plan.get(part.key)
         leftover = part.attached_to is None  # detached by a run that was interrupted
         if not leftover and (age is None or part.end > now - dt.timedelta(seconds=age)):
             continue
@@ -254,19 +324,17 @@ def drop_expired(
             ).fetchone()
         else:
             rows = max(part.estimated_rows, 0)
-            state_table = pgsql.Identifier(f"{sql.HISTORY_TABLE}_{part.state}")
+            parent = pgsql.Identifier(family.parent(part.key))
             if part.detach_pending:
-                _ddl(conn, sql.FINALIZE_DETACH, state_table=state_table, partition=ident)
+                _ddl(conn, sql.FINALIZE_DETACH, parent=parent, partition=ident)
             elif not leftover:
                 # Not in a transaction block: CONCURRENTLY runs its own two.
-                conn.execute(
-                    pgsql.SQL(sql.DETACH_PARTITION).format(state_table=state_table, partition=ident)
-                )
+                conn.execute(pgsql.SQL(sql.DETACH_PARTITION).format(parent=parent, partition=ident))
             _ddl(conn, sql.DROP_PARTITION, partition=ident)
             if progress is not None:
                 progress(f"{part.name}: dropped (about {rows} rows)")
         report.dropped[part.name] = rows
-        report.by_state[part.state] = report.by_state.get(part.state, 0) + rows
+        report.by_state[part.key] = report.by_state.get(part.key, 0) + rows
     return report
 
 
@@ -277,6 +345,8 @@ class MaintenanceReport:
     partitions_made: int = 0
     moved: MoveReport = field(default_factory=MoveReport)
     dropped: DropReport | None = None
+    #: The attempt log's partitions dropped (``attempt_retention``).
+    attempts_dropped: DropReport | None = None
     seconds: float = 0.0
 
 
@@ -284,19 +354,29 @@ def maintain(
     conn: Any,
     *,
     retention: dict[str, float] | None = None,
+    attempt_retention: float | None = None,
     stopping: Callable[[], bool] = lambda: False,
 ) -> MaintenanceReport:
-    """One pass of the workers' maintenance: premade partitions, the mover and, given
-    a ``retention`` plan (``maintenance.retention_plan``), retention by partitions."""
+    """One pass of the workers' maintenance: premade partitions (the job history's and
+    the attempt log's), the mover and, given a ``retention`` plan
+    (``maintenance.retention_plan``) or an ``attempt_retention`` in seconds, retention
+    by partitions."""
     started = time.monotonic()
     report = MaintenanceReport()
     with conn.transaction():
         locked = _locked(conn)  # a hint only: each step takes the lock again
+    attempt_log = is_partitioned(conn, ATTEMPT_LOG)
     if locked:
         report.partitions_made = ensure_partitions(conn)
+        if attempt_log:
+            report.partitions_made += ensure_partitions(conn, family=ATTEMPT_LOG)
     report.moved = move_finished(conn, stopping=stopping)
     report.partitions_made += report.moved.partitions_made
     if retention and locked and not stopping():
         report.dropped = drop_expired(conn, retention)
+    if attempt_retention is not None and attempt_log and locked and not stopping():
+        report.attempts_dropped = drop_expired(
+            conn, {"attempts": attempt_retention}, family=ATTEMPT_LOG
+        )
     report.seconds = time.monotonic() - started
     return report

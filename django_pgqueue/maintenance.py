@@ -19,7 +19,9 @@ that workers or enqueues wait on, and can be interrupted at any point.
 Finished jobs the workers moved to history (history.py) go a whole partition at a
 time: a day partition of a state is detached concurrently and dropped once its
 whole day is past that state's retention, which writes no WAL per row. Only rows
-still in the live tables are deleted row by row.
+still in the live tables are deleted row by row. The webhook attempt log goes the
+same way, a day partition at a time, once its day is older than
+``PGQUEUE["ATTEMPT_RETENTION_SECONDS"]``, whatever its deliveries' states.
 """
 
 from __future__ import annotations
@@ -105,10 +107,12 @@ def prune(
         raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
     plan = retention_plan(include_dead=include_dead, dead_seconds=dead_seconds)
     report = PruneReport(dry_run=dry_run, retention=plan)
-    if not dry_run:
-        with connect("prune", alias=alias, prepare=True) as conn:
+    with connect("prune", alias=alias, prepare=True) as conn:
+        if not dry_run:
             age = get_settings().ROLLUP_RETENTION_SECONDS
             report.add(sql.ROLLUP_TABLE, "older", rollup_store.prune(conn, age))
+        # Before the deliveries: those pruned below then have fewer attempts to delete.
+        _drop_attempt_log(conn, dry_run, report, progress)
     if not plan:
         return report
     params = {"states": list(plan), "ages": list(plan.values())}
@@ -127,7 +131,7 @@ def prune(
             dropped = history.drop_expired(conn, plan, dry_run=dry_run, progress=progress)
             for status, count in dropped.by_state.items():
                 report.add(sql.HISTORY_TABLE, status, count)
-            report.partitions_dropped = sorted(dropped.dropped)
+            report.partitions_dropped = sorted([*report.partitions_dropped, *dropped.dropped])
         event_age = plan.get("succeeded")
         if webhooks and event_age is not None:
             if dry_run:
@@ -155,6 +159,20 @@ def prune(
             report.add(sql.EDGE_TABLE, "finished", edges)
         _prune_key_rates(conn, dry_run, batch_size, report)
     return report
+
+
+def _drop_attempt_log(
+    conn: Any, dry_run: bool, report: PruneReport, progress: Callable[[str], None] | None
+) -> None:
+    """The webhook attempt log's day partitions older than ATTEMPT_RETENTION_SECONDS."""
+    age = get_settings().ATTEMPT_RETENTION_SECONDS
+    if age is None or not history.is_partitioned(conn, history.ATTEMPT_LOG):
+        return
+    dropped = history.drop_expired(
+        conn, {"attempts": age}, dry_run=dry_run, progress=progress, family=history.ATTEMPT_LOG
+    )
+    report.add(sql.ATTEMPT_TABLE, "older", sum(dropped.dropped.values()))
+    report.partitions_dropped = sorted([*report.partitions_dropped, *dropped.dropped])
 
 
 def _prune_key_rates(conn: Any, dry_run: bool, batch_size: int, report: PruneReport) -> None:

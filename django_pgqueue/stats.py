@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from django.db import connections, models
 
@@ -130,6 +130,23 @@ class XminHolder:
     state: str
     age_seconds: float
     xmin_age: int
+
+
+def attempt_log_runway() -> tuple[date, date | None] | None:
+    """Today (UTC, by the database's clock) and the last day the webhook attempt log
+    has a partition for (None: none); None when the log is not partitioned (its
+    migration has not run). Attempts of a day without a partition cannot be written:
+    the workers' maintenance makes them ``history.PREMADE_DAYS`` ahead."""
+    from . import history
+
+    alias = get_settings().DATABASE
+    connections[alias].ensure_connection()
+    conn = connections[alias].connection
+    if not history.is_partitioned(conn, history.ATTEMPT_LOG):
+        return None
+    (today,) = conn.execute(sql.TODAY_UTC).fetchone()
+    days = [p.day for p in history.partitions(conn, history.ATTEMPT_LOG) if p.attached_to]
+    return today, max(days, default=None)
 
 
 def xmin_holders(min_age: float) -> list[XminHolder]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from .mq import store as mq_store
@@ -20,6 +20,7 @@ from .stats import (
     QueueStats,
     WorkerInfo,
     XminHolder,
+    attempt_log_runway,
     delivery_overview,
     job_queue_overview,
     worker_overview,
@@ -147,9 +148,30 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
     limits = thresholds or Thresholds()
     data["xmin_holders"] = [_xmin_holder(h) for h in xmin_holders(limits.xmin_warning_age)]
     data["warnings"] = [_xmin_warning(h) for h in data["xmin_holders"]]
+    runway = attempt_log_runway()
+    data["attempt_log_partitioned_through"] = _iso_day(runway[1]) if runway else None
+    if runway is not None and (runway[1] is None or runway[1] <= runway[0]):
+        data["warnings"].append(_runway_warning(*runway))
     data["problems"] = problems(data, limits)
+    if runway is not None and (runway[1] is None or runway[1] < runway[0]):
+        data["problems"].append(_runway_warning(*runway))
     data["ok"] = not data["problems"]
     return data
+
+
+def _iso_day(day: date | None) -> str | None:
+    return day.isoformat() if day else None
+
+
+def _runway_warning(today: date, last: date | None) -> str:
+    """The attempt log's partitions run out today or have run out: the workers'
+    maintenance (which makes them days ahead) has not run."""
+    through = f"through {last.isoformat()}" if last else "for no day"
+    return (
+        f"the webhook attempt log has partitions {through} (today is {today.isoformat()}): "
+        "attempts of a later day cannot be written, so webhook deliveries fail; start a "
+        "worker (its maintenance makes them) or run history.ensure_partitions"
+    )
 
 
 def _xmin_holder(holder: XminHolder) -> dict[str, Any]:

@@ -174,7 +174,9 @@ def test_premade_partitions_and_the_maintenance_lock(caplog):
         assert made == 9  # today and two days ahead, three states
         # A worker's first start makes a dozen; its maintenance line counts them
         # ("12 partitions made"), so each one's own line is DEBUG, not a dozen INFO lines.
-        lines = [r for r in caplog.records if r.getMessage().startswith("History partition")]
+        lines = [
+            r for r in caplog.records if r.getMessage().startswith("Partition pgqueue_job_history_")
+        ]
         assert len(lines) == 9 and {r.levelno for r in lines} == {logging.DEBUG}
         assert history.ensure_partitions(a, days_ahead=2) == 0
         # Another worker holding the lock: this one skips its pass.

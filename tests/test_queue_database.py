@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import re
 import subprocess
 from io import StringIO
 
@@ -170,8 +171,11 @@ def test_a_new_project_migrates_each_database_and_checks_the_queue_one():
         on_default, on_queue = tables(urls[0]), tables(urls[1])
         assert not {t for t in on_default if t.startswith("pgqueue_")}
         assert {"auth_user", "django_admin_log", "auth_permission"} <= on_default
-        # The history's per-state tables are partitions of a model's table.
-        partitions = set(sql.HISTORY_STATE_TABLES)
+        # The history's per-state tables are partitions of a model's table, and so
+        # are the attempt log's days.
+        days = {t for t in on_queue if re.match(sql.ATTEMPT_PARTITION_PATTERN, t)}
+        assert days
+        partitions = set(sql.HISTORY_STATE_TABLES) | days
         assert on_queue == {"django_migrations"} | partitions | {
             m._meta.db_table for m in queue_models()
         }

@@ -122,6 +122,7 @@ def test_status_json_fields():
         "message_queues",
         "paused_queues",
         "xmin_holders",
+        "attempt_log_partitioned_through",
         "warnings",
         "problems",
         "ok",
@@ -209,3 +210,33 @@ def test_status_names_a_session_holding_back_the_xmin_horizon():
         pin.execute("ROLLBACK")
     code, out = _status("--json", "--xmin-warning-age", "1s")
     assert pid not in [h["pid"] for h in json.loads(out)["xmin_holders"]]
+
+
+def test_status_says_when_the_attempt_log_has_no_partition_for_today():
+    """Attempts of a day without a partition cannot be written (there is no DEFAULT
+    partition): with the premade days gone, pgqueue_status makes it a problem."""
+    from django_pgqueue import history
+    from django_pgqueue.db import connect
+
+    code, out = _status("--json")
+    data = json.loads(out)
+    assert code == 0 and data["attempt_log_partitioned_through"] is not None
+    with connect("test-runway") as conn:
+        parts = [p for p in history.partitions(conn, history.ATTEMPT_LOG) if p.attached_to]
+        for part in parts:
+            conn.execute(f"ALTER TABLE pgqueue_delivery_attempt DETACH PARTITION {part.name}")
+        try:
+            code, out = _status("--json")
+            data = json.loads(out)
+            assert data["attempt_log_partitioned_through"] is None
+            (problem,) = [p for p in data["problems"] if "attempt log" in p]
+            assert "partitions for no day" in problem and "start a worker" in problem
+            assert code == 2
+        finally:
+            for part in parts:
+                start = "MINVALUE" if part.from_minvalue else f"'{part.day.isoformat()}Z'"
+                conn.execute(
+                    f"ALTER TABLE pgqueue_delivery_attempt ATTACH PARTITION {part.name}"
+                    f" FOR VALUES FROM ({start}) TO ('{part.end.isoformat()}')"
+                )
+    assert json.loads(_status("--json")[1])["attempt_log_partitioned_through"]

@@ -15,16 +15,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..states import TERMINAL
-from .fragments import JOB_TABLE, TERMINAL_SQL
+from .fragments import ATTEMPT_TABLE, JOB_TABLE, TERMINAL_SQL
 from .jobs import JOB_ROW_COLUMNS
 
 HISTORY_TABLE = "pgqueue_job_history"
 #: The partitions of one terminal state: ``pgqueue_job_history_succeeded``...
 HISTORY_STATE_TABLES = tuple(HISTORY_TABLE + "_" + state.value for state in TERMINAL)
 #: A day's partition of one state: ``pgqueue_job_history_succeeded_p20261202``.
-HISTORY_PARTITION_PATTERN = rf"^{HISTORY_TABLE}_(?P<state>[a-z]+)_p(?P<day>[0-9]{{8}})$"
-# The same as a PostgreSQL regular expression (no named groups).
-_PARTITION_REGEX = rf"^{HISTORY_TABLE}_[a-z]+_p[0-9]{{8}}$"
+HISTORY_PARTITION_PATTERN = rf"^{HISTORY_TABLE}_(?P<key>[a-z]+)_p(?P<day>[0-9]{{8}})$"
+#: A day's partition of the webhook attempt log: ``pgqueue_delivery_attempt_p20261202``
+#: (its first one, made by the migration, also holds every earlier day).
+ATTEMPT_PARTITION_PATTERN = rf"^{ATTEMPT_TABLE}_p(?P<day>[0-9]{{8}})$"
 
 # Maintenance's lock (``pg_try_advisory_xact_lock``): one worker at a time moves
 # and manages partitions; the others skip the pass. A transaction-level lock,
@@ -118,17 +119,17 @@ DB_NOW = "/* pgqueue:db_now */ SELECT now()"
 # Today by the database clock, as a UTC date: partitions are named and bounded by it.
 TODAY_UTC = "/* pgqueue:today_utc */ SELECT (now() AT TIME ZONE 'UTC')::date"
 
-# One day's partition of one state: an empty table with the parent's columns, then
-# attached. ATTACH takes SHARE UPDATE EXCLUSIVE on the state's table (the mover
-# and readers go on); creating it directly as PARTITION OF would take ACCESS
-# EXCLUSIVE. The bounds are UTC midnights. Identifiers and bounds are composed
-# with psycopg.sql by maintenance.py.
+# One day's partition: an empty table with the parent's columns, then attached.
+# ATTACH takes SHARE UPDATE EXCLUSIVE on the parent (a state's table of the job
+# history, or the attempt log: the mover, the writers and readers go on); creating
+# it directly as PARTITION OF would take ACCESS EXCLUSIVE. The bounds are UTC
+# midnights. Identifiers and bounds are composed with psycopg.sql by history.py.
 CREATE_PARTITION = (
     "/* pgqueue:create_partition */ CREATE TABLE IF NOT EXISTS {partition} "
-    "(LIKE {parent} INCLUDING DEFAULTS)"
+    "(LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
 )
 ATTACH_PARTITION = (
-    "/* pgqueue:attach_partition */ ALTER TABLE {state_table} ATTACH PARTITION {partition} "
+    "/* pgqueue:attach_partition */ ALTER TABLE {parent} ATTACH PARTITION {partition} "
     "FOR VALUES FROM ({start}) TO ({end})"
 )
 
@@ -137,30 +138,39 @@ ATTACH_PARTITION = (
 # A detach interrupted by a kill leaves the partition "detach pending": FINALIZE
 # completes it. A detached partition not yet dropped is found by its name.
 DETACH_PARTITION = (
-    "/* pgqueue:detach_partition */ ALTER TABLE {state_table} DETACH PARTITION {partition} "
-    "CONCURRENTLY"
+    "/* pgqueue:detach_partition */ ALTER TABLE {parent} DETACH PARTITION {partition} CONCURRENTLY"
 )
 FINALIZE_DETACH = (
-    "/* pgqueue:finalize_detach */ ALTER TABLE {state_table} DETACH PARTITION {partition} FINALIZE"
+    "/* pgqueue:finalize_detach */ ALTER TABLE {parent} DETACH PARTITION {partition} FINALIZE"
 )
 DROP_PARTITION = "/* pgqueue:drop_partition */ DROP TABLE IF EXISTS {partition}"
 
-# Every day partition of the history, attached or left detached by an interrupted
-# retention, with its state table (NULL once detached) and whether a detach is
-# pending. Read from the catalogue by name, in the schema the queue's tables
-# resolve to (the search_path).
-HISTORY_PARTITIONS = f"""/* pgqueue:history_partitions */
+# Every day partition of one family (the job history's, the attempt log's),
+# attached or left detached by an interrupted retention, with its parent (NULL once
+# detached), whether a detach is pending, and whether it has no lower bound (the
+# attempt log's first partition, the table as the previous release left it, holds
+# every day up to its own). Read from the catalogue by name (``%(regex)s``, a
+# PostgreSQL regular expression), in the schema the family's table resolves to
+# (``%(table)s``, through the search_path).
+DAY_PARTITIONS = """/* pgqueue:day_partitions */
 SELECT c.relname::text, p.relname::text, COALESCE(i.inhdetachpending, false),
-       c.reltuples::bigint
+       c.reltuples::bigint,
+       COALESCE(pg_catalog.pg_get_expr(c.relpartbound, c.oid) LIKE '%%(MINVALUE)%%', false)
 FROM pg_catalog.pg_class AS c
 LEFT JOIN pg_catalog.pg_inherits AS i ON i.inhrelid = c.oid
 LEFT JOIN pg_catalog.pg_class AS p ON p.oid = i.inhparent
 WHERE c.relkind = 'r'
   AND c.relnamespace = (SELECT relnamespace FROM pg_catalog.pg_class
-                        WHERE oid = pg_catalog.to_regclass('{HISTORY_TABLE}'))
-  AND c.relname::text ~ '{_PARTITION_REGEX}'
+                        WHERE oid = pg_catalog.to_regclass(%(table)s))
+  AND c.relname::text ~ %(regex)s
 ORDER BY c.relname
 """
+
+# Whether a table is partitioned (the attempt log is, once its migration ran).
+IS_PARTITIONED = (
+    "/* pgqueue:is_partitioned */ SELECT COALESCE((SELECT relkind = 'p' FROM pg_catalog.pg_class"
+    " WHERE oid = pg_catalog.to_regclass(%s)), false)"
+)
 
 # Exact rows of some history partitions (``pgqueue_prune --dry-run``).
 COUNT_PARTITION = "/* pgqueue:count_partition */ SELECT pg_catalog.count(*) FROM {partition}"

@@ -84,19 +84,28 @@ class HousekeepingThread(threading.Thread):
     def _pass(self) -> None:
         try:
             self._connection()
-            retention = retention_plan() if get_settings().MAINTENANCE_RETENTION else None
+            conf = get_settings()
+            retention = retention_plan() if conf.MAINTENANCE_RETENTION else None
             report = history.maintain(
-                self._conn, retention=retention, stopping=self.stopping.is_set
+                self._conn,
+                retention=retention,
+                attempt_retention=(
+                    conf.ATTEMPT_RETENTION_SECONDS if conf.MAINTENANCE_RETENTION else None
+                ),
+                stopping=self.stopping.is_set,
             )
             self.passes += 1
-            if report.moved.moved or report.partitions_made or report.dropped:
+            dropped = sum(
+                len(d.dropped) for d in (report.dropped, report.attempts_dropped) if d is not None
+            )
+            if report.moved.moved or report.partitions_made or dropped:
                 logger.info(
                     "Maintenance: %d finished jobs moved to history in %d batches, %d "
                     "partitions made, %d dropped (%.2f s)",
                     report.moved.moved,
                     report.moved.batches,
                     report.partitions_made,
-                    len(report.dropped.dropped) if report.dropped else 0,
+                    dropped,
                     report.seconds,
                 )
         except Exception as exc:
