@@ -50,25 +50,21 @@ def _event(application: str | None = None) -> dict[str, Any]:
     return {**event, "application": application} if application else event
 
 
-def test_post_events_is_four_round_trips_the_ceiling_three(api, tenants):
+def test_post_events_is_two_round_trips_the_ceiling_one(api, tenants):
     client = api("send")
     client.post("events", _event())  # the connection is open and warm
     answer, trips = _round_trips(lambda: client.post("events", _event()))
     assert answer.status_code == 202
     assert trips == [
         "pgqueue:api_authenticate",  # the key, its rate-limit row, last_used_at: autocommit
-        "BEGIN",
-        "pgqueue:record_event",  # the event and its fan-out
-        "COMMIT",
+        "pgqueue:record_event",  # the event and its fan-out, one statement: autocommit
     ]
     # An event of an application looks the application up in the same statement.
     answer, trips = _round_trips(lambda: client.post("events", _event("cust_a")))
     assert answer.status_code == 202
     assert trips == [
         "pgqueue:api_authenticate",
-        "BEGIN",
         "pgqueue:record_application_event",
-        "COMMIT",
     ]
 
     def ceiling() -> Any:
@@ -77,24 +73,47 @@ def test_post_events_is_four_round_trips_the_ceiling_three(api, tenants):
 
     answer, trips = _round_trips(ceiling)
     assert answer.status_code == 202
-    assert trips == ["BEGIN", "pgqueue:insert_event", "COMMIT"]
+    assert trips == ["pgqueue:insert_event"]
 
 
-def test_send_event_is_one_statement_between_begin_and_commit(tenants):
+def test_send_event_is_one_statement(tenants):
     """The application's lookup, the event and its fan-out travel as one statement:
-    a second one here (the fan-out, the lookup) is a round trip per event again."""
+    a second one here (the fan-out, the lookup) is a round trip per event again.
+    Outside a transaction it runs alone, in autocommit; in the caller's, under a
+    savepoint."""
     send_event("order.paid", {"id": 0})  # the connection is open and warm
     event, trips = _round_trips(lambda: send_event("order.paid", {"id": 1}))
-    assert trips == ["BEGIN", "pgqueue:record_event", "COMMIT"]
+    assert trips == ["pgqueue:record_event"]
     assert [d.endpoint for d in Delivery.objects.filter(event=event)] == [tenants["ep_global"]]
     event, trips = _round_trips(
         lambda: send_event("order.paid", {"id": 2}, application="cust_a", idempotency_key="k")
     )
-    assert trips == ["BEGIN", "pgqueue:record_application_event", "COMMIT"]
+    assert trips == ["pgqueue:record_application_event"]
     assert [d.endpoint for d in Delivery.objects.filter(event=event)] == [tenants["ep_a"]]
     # A repeat of the key reads the first event back: one query more, only then.
     again, trips = _round_trips(
         lambda: send_event("order.paid", {"id": 2}, application="cust_a", idempotency_key="k")
     )
-    assert again.pk == event.pk and len(trips) == 4
+    assert again.pk == event.pk and len(trips) == 2
     assert Delivery.objects.filter(event=event).count() == 1
+
+
+def test_send_event_in_the_caller_s_transaction_runs_there(tenants):
+    """In the caller's transaction the statement runs under a savepoint: it commits
+    or rolls back with the caller's work, and a refusal leaves that transaction
+    usable."""
+    from django.db import transaction
+
+    from django_pgqueue.exceptions import UnknownApplication
+    from django_pgqueue.models import Event
+
+    send_event("order.paid", {"id": 0})  # the connection is open and warm
+    with transaction.atomic(using=get_settings().DATABASE):
+        event, trips = _round_trips(lambda: send_event("order.paid", {"id": 3}))
+        # The caller's BEGIN (its transaction's first statement), then the savepoint.
+        assert trips == ["BEGIN", "SAVEPOINT", "pgqueue:record_event", "RELEASE"]
+        with pytest.raises(UnknownApplication):
+            send_event("order.paid", {"id": 4}, application="cust_none")
+        assert Event.objects.filter(pk=event.pk).exists()  # still usable
+        transaction.set_rollback(True, using=get_settings().DATABASE)
+    assert not Event.objects.filter(pk=event.pk).exists()
