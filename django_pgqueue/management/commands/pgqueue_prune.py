@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from django_pgqueue.conf import get_settings
 from django_pgqueue.maintenance import DEFAULT_BATCH_SIZE, DEFAULT_DEAD_RETENTION, prune
 from django_pgqueue.management.argtypes import non_negative_float, positive_int
 
@@ -64,13 +65,20 @@ class Command(BaseCommand):
             pause=options["pause"],
             progress=(lambda line: self.stdout.write(line)) if options["verbosity"] > 1 else None,
         )
+        verb = "Would delete" if report.dry_run else "Deleted"
+        if report.partitions_dropped:
+            names = ", ".join(report.partitions_dropped)
+            drop = "Would drop" if report.dry_run else "Dropped"
+            self.stdout.write(f"{drop} {len(report.partitions_dropped)} partition(s): {names}.")
         if not report.retention:
             self.stdout.write("Nothing to prune: every state is kept (PGQUEUE['RETENTION']).")
             return
         kept = ", ".join(
             f"{state} older than {describe(age)}" for state, age in report.retention.items()
         )
-        verb = "Would delete" if report.dry_run else "Deleted"
+        attempts = get_settings().ATTEMPT_RETENTION_SECONDS
+        if attempts is not None:
+            kept += f"; webhook attempts older than {describe(attempts)}"
         self.stdout.write(f"Retention: {kept}.")
         if "dead" not in report.retention:
             self.stdout.write("Dead-lettered rows are kept (use --include-dead to prune them).")
