@@ -21,9 +21,16 @@ on for longer than a few catalogue changes, whatever the table's size:
    partition that holds every day before the cutoff
    (``pgqueue_delivery_attempt_p<cutoff - 1 day>``, from ``MINVALUE``), its identity
    handed to the new partitioned parent (continuing from the largest id), its
-   primary key swapped for the index of step 2, and it is attached. The validated
-   check proves the partition's bound, so the attach scans nothing; the existing
-   index on ``delivery_id`` and the foreign key are adopted as the parent's.
+   primary key swapped for the index of step 2, its foreign key to
+   ``pgqueue_delivery`` dropped, and it is attached. The validated check proves the
+   partition's bound, so the attach scans nothing; the existing index on
+   ``delivery_id`` is adopted as the parent's.
+
+The log keeps no foreign key in the database (``db_constraint=False``): attaching
+and dropping partitions would otherwise lock ``pgqueue_delivery`` against every
+claim and completion, for as long as any transaction that wrote a delivery (a
+``send_event`` in a long request, say) stays open. Its writers keep the reference
+whole (``models/webhooks.py``).
 4. The days from the cutoff to three days ahead get their partitions; after that
    the workers' maintenance makes them.
 
@@ -37,7 +44,8 @@ the table for as long as the copy takes: prune the log first
 import datetime as dt
 from typing import Any
 
-from django.db import migrations
+import django.db.models.deletion
+from django.db import migrations, models
 
 TABLE = "pgqueue_delivery_attempt"
 DELIVERY_TABLE = "pgqueue_delivery"
@@ -45,6 +53,9 @@ DELIVERY_TABLE = "pgqueue_delivery"
 PREMADE_DAYS = 3
 LEGACY_CHECK = "pgq_att_before_partitions"
 LEGACY_KEY = "pgq_att_id_created_key"
+#: The foreign key the squashed migration made (Django's name for it), which the way
+#: back makes again.
+SQUASHED_FK = "pgqueue_delivery_att_delivery_id_31cb000c_fk_pgqueue_d"
 #: The partitioned table's primary key (the partition key must be part of it).
 PARENT_KEY = "pgq_att_pkey"
 
@@ -143,6 +154,7 @@ def _partition(cursor: Any) -> None:
         cursor.execute(f"ALTER INDEX {index} RENAME TO {legacy}_delivery_id")
         cursor.execute(f"ALTER TABLE {legacy} ALTER COLUMN id DROP IDENTITY")
         cursor.execute(f"ALTER TABLE {legacy} DROP CONSTRAINT {old_key}")
+        cursor.execute(f"ALTER TABLE {legacy} DROP CONSTRAINT {fk}")
         cursor.execute(
             f"ALTER TABLE {legacy} ADD CONSTRAINT {legacy}_pkey PRIMARY KEY USING INDEX {LEGACY_KEY}"
         )
@@ -160,10 +172,6 @@ def _partition(cursor: Any) -> None:
             f"ALTER TABLE {TABLE} ADD CONSTRAINT {PARENT_KEY} PRIMARY KEY (id, created_at)"
         )
         cursor.execute(f"CREATE INDEX {index} ON {TABLE} (delivery_id)")
-        cursor.execute(
-            f"ALTER TABLE {TABLE} ADD CONSTRAINT {fk} FOREIGN KEY (delivery_id) "
-            f"REFERENCES {DELIVERY_TABLE} (id) DEFERRABLE INITIALLY DEFERRED"
-        )
         cursor.execute(
             f"ALTER TABLE {TABLE} ATTACH PARTITION {legacy} FOR VALUES FROM (MINVALUE) TO ({bound})"
         )
@@ -187,7 +195,7 @@ def unpartition(apps: Any, schema_editor: Any) -> None:
     with schema_editor.connection.cursor() as cursor:
         if _relkind(cursor) != "p":
             return
-        fk = _delivery_fk(cursor)
+        fk = SQUASHED_FK
         index = _delivery_index(cursor)
         plain = f"{TABLE}_plain"
         cursor.execute("BEGIN")
@@ -225,4 +233,20 @@ class Migration(migrations.Migration):
 
     dependencies = [("django_pgqueue", "0001_squashed_0024_job_flow_mark")]
 
-    operations = [migrations.RunPython(partition, unpartition, elidable=False)]
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            database_operations=[migrations.RunPython(partition, unpartition, elidable=False)],
+            state_operations=[
+                migrations.AlterField(
+                    model_name="deliveryattempt",
+                    name="delivery",
+                    field=models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attempts_log",
+                        to="django_pgqueue.delivery",
+                    ),
+                )
+            ],
+        )
+    ]

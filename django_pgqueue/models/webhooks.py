@@ -652,7 +652,15 @@ def delivery_idempotency_key(msg_id: str, delivery_id: int) -> str:
 class DeliveryAttempt(models.Model):
     """One HTTP attempt of a delivery, written with the attempt's outcome."""
 
-    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempts_log")
+    # No foreign key in the database: the log is partitioned by day, and attaching or
+    # dropping a partition with one would lock pgqueue_delivery against every claim
+    # and completion until each transaction writing it had ended. Every writer keeps
+    # the reference whole instead: an attempt is written by the statement that
+    # updates its delivery, and every delete of deliveries (retention, endpoints,
+    # applications, the ORM's cascade) deletes their attempts with them.
+    delivery = models.ForeignKey(
+        Delivery, on_delete=models.CASCADE, related_name="attempts_log", db_constraint=False
+    )
     attempt = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     duration_ms = models.PositiveIntegerField(default=0)
