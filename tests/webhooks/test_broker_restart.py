@@ -27,7 +27,11 @@ from django_pgqueue.webhooks import verify
 from ..conftest import wait_for
 from ..support.private_brokers import PrivateNats, PrivateRabbit, nats_server, rabbitmq_server
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+# The run's own waits (the first deliveries 60 s, a failed attempt 30 s, the broker's
+# start up to 60 s, every delivery confirmed 120 s) name what was missing when one
+# runs out; the suite's 120-second timeout would cut them short on a loaded machine
+# (a private RabbitMQ alone can take a minute to start) with only a stack dump.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
 BEFORE = 150  # events sent before the kill, delivered while the broker dies
 DURING = 50  # events sent while the broker is down
