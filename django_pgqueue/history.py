@@ -365,7 +365,8 @@ def maintain(
     report = MaintenanceReport()
     with conn.transaction():
         locked = _locked(conn)  # a hint only: each step takes the lock again
-    attempt_log = is_partitioned(conn, ATTEMPT_LOG)
+    # Only the worker holding the lock makes and drops partitions.
+    attempt_log = locked and is_partitioned(conn, ATTEMPT_LOG)
     if locked:
         report.partitions_made = ensure_partitions(conn)
         if attempt_log:
@@ -374,7 +375,7 @@ def maintain(
     report.partitions_made += report.moved.partitions_made
     if retention and locked and not stopping():
         report.dropped = drop_expired(conn, retention)
-    if attempt_retention is not None and attempt_log and locked and not stopping():
+    if attempt_retention is not None and attempt_log and not stopping():
         report.attempts_dropped = drop_expired(
             conn, {"attempts": attempt_retention}, family=ATTEMPT_LOG
         )

@@ -150,11 +150,13 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
     data["warnings"] = [_xmin_warning(h) for h in data["xmin_holders"]]
     runway = attempt_log_runway()
     data["attempt_log_partitioned_through"] = _iso_day(runway[1]) if runway else None
-    if runway is not None and (runway[1] is None or runway[1] <= runway[0]):
-        data["warnings"].append(_runway_warning(*runway))
     data["problems"] = problems(data, limits)
-    if runway is not None and (runway[1] is None or runway[1] < runway[0]):
-        data["problems"].append(_runway_warning(*runway))
+    if runway is not None:
+        today, last = runway
+        if last is None or last <= today:  # runs out today: a warning
+            data["warnings"].append(_runway_warning(today, last))
+        if last is None or last < today:  # today has none: a problem
+            data["problems"].append(_runway_warning(today, last))
     data["ok"] = not data["problems"]
     return data
 

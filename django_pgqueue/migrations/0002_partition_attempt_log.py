@@ -26,13 +26,14 @@ on for longer than a few catalogue changes, whatever the table's size:
    partition's bound, so the attach scans nothing; the existing index on
    ``delivery_id`` is adopted as the parent's.
 
+4. The days from the cutoff to three days ahead get their partitions; after that
+   the workers' maintenance makes them.
+
 The log keeps no foreign key in the database (``db_constraint=False``): attaching
 and dropping partitions would otherwise lock ``pgqueue_delivery`` against every
 claim and completion, for as long as any transaction that wrote a delivery (a
 ``send_event`` in a long request, say) stays open. Its writers keep the reference
 whole (``models/webhooks.py``).
-4. The days from the cutoff to three days ahead get their partitions; after that
-   the workers' maintenance makes them.
 
 A run interrupted after step 1 or 2 is resumed by ``migrate`` (each step is
 skipped or redone as the catalogue shows). The reverse (``migrate django_pgqueue
