@@ -117,6 +117,28 @@ PLAN_EACH_RUN_LIMIT = plan_each_run("%(limit)s::bigint")
 #   estimated at 100 rows, which keeps the join a primary-key lookup per claimed
 #   row, as long as the plan is made for the table's actual size (see "Plans and
 #   table growth" in jobs.py).
+# * The claim commits asynchronously (``relaxed``, below): it does not wait for
+#   its WAL to reach the disk.
+
+
+# ``synchronous_commit = off`` for the current transaction only (``set_config``'s
+# ``is_local``), as a CTE a statement joins once: a CTE that calls a volatile
+# function is never inlined, so it runs exactly once. For writes that PostgreSQL
+# may forget in a crash of its own without anything lost:
+#
+# * a claim: the attempt's row, its token and lease. Forgotten, the row is due
+#   again as it was before the claim and is claimed again, which is what a crash
+#   after a durable claim leads to as well (the lease lapses). The worker's
+#   completion is fenced by the forgotten token and writes nothing. A later
+#   synchronous commit (any completion, an atomic task's transaction) flushes
+#   the WAL up to its own commit record, so a claim is durable before anything
+#   that depends on it is.
+# * the HTTP API's rate-limit row (sql/api.py): a crash forgets a few requests'
+#   cost.
+#
+# Not for completions: a completion reported to nobody but the database must
+# survive the crash that follows it, or a finished task runs again.
+ASYNC_COMMIT = "relaxed AS (SELECT pg_catalog.set_config('synchronous_commit', 'off', true))"
 
 
 def lapsed_source(columns_sql: str, rows_sql: str, alias: str, condition_sql: str = "") -> str:
@@ -135,7 +157,8 @@ def lapsed_source(columns_sql: str, rows_sql: str, alias: str, condition_sql: st
 
 def picked(column_names: Sequence[str], sources_sql: str) -> str:
     """The ``picked`` CTE: the rows of ``sources_sql`` (a UNION ALL of the claim's
-    sources, one column per name) folded into one array per column."""
+    sources, one column per name) folded into one array per column; then
+    ``relaxed``, which :func:`unnest_picked` joins."""
     aggregates = [f"pg_catalog.array_agg({column}) AS {column}" for column in column_names]
     folded_sql = ",\n           ".join(aggregates)
     return f"""picked AS (
@@ -143,14 +166,15 @@ def picked(column_names: Sequence[str], sources_sql: str) -> str:
     FROM (
         {sources_sql}
     ) AS all_sources
-)"""
+), {ASYNC_COMMIT}"""
 
 
 def unnest_picked(column_names: Sequence[str]) -> str:
-    """``picked``'s arrays back as rows ``p``, for the claim's UPDATE to join by id."""
+    """``picked``'s arrays back as rows ``p``, for the claim's UPDATE to join by id,
+    with ``relaxed`` (the claim's asynchronous commit), which :func:`picked` declares."""
     arrays_sql = ", ".join(f"picked.{column}" for column in column_names)
     names_sql = ", ".join(column_names)
-    return f"picked, unnest({arrays_sql})\n         AS p({names_sql})"
+    return f"picked, relaxed, unnest({arrays_sql})\n         AS p({names_sql})"
 
 
 # ---- Rate limits (GCRA) ----------------------------------------------------------

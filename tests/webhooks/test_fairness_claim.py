@@ -297,3 +297,15 @@ def test_admin_form_save_leaves_the_claim_state_alone():
     after = Endpoint.objects.get(pk=ep.pk)
     assert after.description == "edited"
     assert (after.served_at, after.rate_tat) == (fresh.served_at, fresh.rate_tat)
+
+
+def test_the_claim_commits_asynchronously() -> None:
+    """Like the job claims (tests/worker/test_claim_commit.py): a claim PostgreSQL
+    forgets in its own crash is claimed again; completions stay synchronous."""
+    endpoints(1)
+    send(0, 1)
+    with connect("test-claim") as conn:
+        with conn.transaction():
+            assert len(claim(conn=conn)) == 1
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "off"
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
