@@ -389,20 +389,10 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
     this answer; only a newly configured queue waits up to CONFIGURED_TTL to be
     served by the flow claim.
 
-    At most once a second it first ends the workflow steps whose lease lapsed for
-    good (:func:`end_lapsed_steps`, which the claims leave alone so that they carry
-    no release); those rows come first and do not count against the limit, as
-    none of them runs.
+    First, when it is due, the claims' :func:`upkeep`; the rows it ended come first
+    and do not count against the limit, as none of them runs.
     """
-    now = time.monotonic()
-    ended: list[ClaimedJob] = []
-    if now - _steps_ended["at"] > LAPSED_STEPS_EVERY:
-        _steps_ended["at"] = now
-        ended = end_lapsed_steps(conn, params)
-    if now - _configured["at"] > CONFIGURED_TTL:
-        any_row, _unmarked = conn.execute(sql.QUEUE_MARKS_CHECK).fetchone()
-        _configured["any"] = bool(any_row)
-        _configured["at"] = now
+    ended = upkeep(conn, params)
     claimed: list[ClaimedJob] = []
     if _configured["any"]:
         claimed = CLAIMED_JOB.all(conn.execute(flow, params).fetchall())
@@ -410,6 +400,29 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
             return ended + claimed
         params = {**params, "limit": params["limit"] - len(claimed)}
     return ended + claimed + _above_floor(conn, params, plain)
+
+
+def upkeep(conn: Any, params: dict[str, Any], ahead: float = 0.0) -> list[ClaimedJob]:
+    """The claims' periodic work, each part only when it is due: at most once a
+    second, end the workflow steps whose lease lapsed for good
+    (:func:`end_lapsed_steps`, which the claims leave alone so that they carry no
+    release), and ask again whether any queue has a row (the flow claim). Returns
+    the rows it ended, to be reported as a claim's.
+
+    A claim runs it first. An idle worker runs it too, ``ahead`` seconds before
+    each part falls due (``Source.upkeep``), so that the claim a NOTIFY wakes does
+    not pay for it.
+    """
+    now = time.monotonic() + ahead
+    ended: list[ClaimedJob] = []
+    if now - _steps_ended["at"] > LAPSED_STEPS_EVERY:
+        _steps_ended["at"] = now - ahead
+        ended = end_lapsed_steps(conn, params)
+    if now - _configured["at"] > CONFIGURED_TTL:
+        any_row, _unmarked = conn.execute(sql.QUEUE_MARKS_CHECK).fetchone()
+        _configured["any"] = bool(any_row)
+        _configured["at"] = now - ahead
+    return ended
 
 
 def end_lapsed_steps(conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:

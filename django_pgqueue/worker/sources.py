@@ -56,6 +56,12 @@ class Source(ABC):
     def retries_due_now(self, conn: Any, params: dict[str, Any]) -> None:  # noqa: B027
         """Make scheduled retries due now (django_pgqueue.testing); optional, no-op here."""
 
+    def upkeep(self, conn: Any, params: dict[str, Any], ahead: float) -> list[Any]:
+        """The claims' periodic work, if due within ``ahead`` seconds, run by an idle
+        worker (so that a woken claim need not); rows it ended are reported as a
+        claim's. Optional: nothing here."""
+        return []
+
     @abstractmethod
     def run(self, item: Any) -> Outcome:
         """Run one claimed row; never raises."""
@@ -156,6 +162,10 @@ class JobSource(Source):
 
     def claim(self, conn: Any, params: dict[str, Any]) -> list[ClaimedJob]:
         return store.claim(conn, params)
+
+    def upkeep(self, conn: Any, params: dict[str, Any], ahead: float) -> list[ClaimedJob]:
+        # Shared by the atomic source: it runs at most once per interval per process.
+        return store.upkeep(conn, params, ahead)
 
     def any_due(self, conn: Any, params: dict[str, Any]) -> bool:
         return store.any_due(conn, params)

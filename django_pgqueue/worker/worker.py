@@ -71,6 +71,12 @@ WATCH_INTERVAL = 0.2
 #: Frames of a timed-out task's stack kept in its error entry.
 STACK_FRAMES = 30
 
+#: An idle worker looks at the sources' upkeep (due once a second,
+#: ``jobs.store.upkeep``) every UPKEEP_TICK seconds and does it UPKEEP_AHEAD seconds
+#: before it falls due: it is done while idle, never by the claim a NOTIFY wakes.
+UPKEEP_TICK = 0.25
+UPKEEP_AHEAD = 0.5
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -113,6 +119,8 @@ class Worker:
         self.batch_size = batch_size or conf.BATCH_SIZE
         self.lease_seconds = lease_seconds or conf.LEASE_SECONDS
         self.poll_interval = poll_interval or conf.POLL_INTERVAL
+        #: When the claim loop last came back with a short batch (_isolated_wake_up).
+        self._short_batch_at = -1e9
         # ``until_empty`` is a burst run that also waits for scheduled retries and
         # deferred jobs; ``max_time`` bounds a run (exit code 2 when work is left).
         self.burst = burst or until_empty
@@ -375,7 +383,9 @@ class Worker:
                 self.wake.wait(self.poll_interval)  # a task thread frees a slot
             elif result is PassResult.EMPTY and not self._wait_for_work(params, quiet):
                 return  # a burst run whose work is done
-            # FULL_BATCH and SHORT_BATCH: claim again at once.
+            elif result is PassResult.SHORT_BATCH and self._isolated_wake_up():
+                self._wait_for_work(params, quiet)
+            # FULL_BATCH, and SHORT_BATCH in a stream of work: claim again at once.
 
     def _claim_pass(self, params: dict[str, Any], quiet: QuietSources) -> PassResult:
         """Claim from each source that is not quiet, while slots are free."""
@@ -419,7 +429,7 @@ class Worker:
     def _wait_for_work(self, params: dict[str, Any], quiet: QuietSources) -> bool:
         """Sleep after an empty pass; False when a burst run has nothing left to do."""
         if not self.burst:
-            self.wake.wait(self.poll_interval)
+            self._idle_wait(params)
             return True
         if self._is_idle():
             if not self._anything_due(params):
@@ -432,6 +442,50 @@ class Worker:
         # Burst runs end as soon as the work does: re-check often.
         self.wake.wait(min(self.poll_interval, 0.05))
         return True
+
+    def _isolated_wake_up(self) -> bool:
+        """After a short batch: whether to wait for a NOTIFY rather than claim again.
+
+        Every row committed after the claim's snapshot comes with a NOTIFY, which
+        sets ``wake`` (at once if it came during the claim). For a wake-up on its
+        own, a second claim would find nothing, at a claim's cost per job, and
+        hold the GIL while the rows' task threads start. In a stream of work (the
+        last short batch came less than two NOTIFY windows ago) it claims again at
+        once: the producers coalesce their NOTIFYs (``NOTIFY_COALESCE_SECONDS``), so
+        a row committed during the claim would otherwise wait for its window's.
+        Not in burst runs, nor without a LISTEN connection.
+        """
+        now = time.monotonic()
+        last, self._short_batch_at = self._short_batch_at, now
+        if self.burst or self.listener is None or not self.listener.connected.is_set():
+            return False
+        return now - last >= 2 * get_settings().NOTIFY_COALESCE_SECONDS
+
+    def _idle_wait(self, params: dict[str, Any]) -> None:
+        """Wait up to a poll interval for ``wake``, doing the sources' upkeep before it
+        falls due (UPKEEP_TICK, UPKEEP_AHEAD), so that it is never due in the claim
+        a NOTIFY wakes, whatever the poll interval."""
+        deadline = time.monotonic() + self.poll_interval
+        while True:
+            self._upkeep(params)
+            left = deadline - time.monotonic()
+            if left <= 0 or self.wake.wait(min(left, UPKEEP_TICK)):
+                return
+
+    def _upkeep(self, params: dict[str, Any]) -> None:
+        """The sources' periodic claim work (``Source.upkeep``), when due, before an
+        idle wait: the claim a NOTIFY wakes then does not pay for it. A failure is
+        logged and left to the next claim, which runs the same work when due."""
+        try:
+            for source in self.sources:
+                items = source.upkeep(
+                    self._claim_connection(), {**params, "limit": self.batch_size}, UPKEEP_AHEAD
+                )
+                if items:
+                    self._dispatch(source, items)
+        except Exception as exc:
+            logger.warning("Claim upkeep failed (%s); the next claim retries it", exc)
+            self._drop_claim_connection()
 
     @traced_claim
     def _claim(self, source: Source, params: dict[str, Any], limit: int) -> list[Any]:
