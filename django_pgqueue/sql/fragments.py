@@ -121,7 +121,7 @@ PLAN_EACH_RUN_LIMIT = plan_each_run("%(limit)s::bigint")
 #   its WAL to reach the disk.
 
 
-# ``synchronous_commit = off`` for the current transaction only (``set_config``'s
+# An asynchronous commit for the current transaction only (``set_config``'s
 # ``is_local``), as a CTE a statement joins once: a CTE that calls a volatile
 # function is never inlined, so it runs exactly once. For writes that PostgreSQL
 # may forget in a crash of its own without anything lost:

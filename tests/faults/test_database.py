@@ -117,10 +117,12 @@ def test_queue_tables_are_logged_and_enqueue_keeps_synchronous_commit(cluster_db
             # (docs/message-queues.md); jobs and deliveries never use it.
             continue
         text = path.read_text().lower()
-        if path.relative_to(package).parts == ("sql", "api.py"):
-            # The HTTP API's rate-limit counter, and only it, commits asynchronously: a
-            # transaction-local set_config in its own autocommit statement, never in the
-            # event's transaction (tests/api/test_events.py checks the setting after it).
+        if path.relative_to(package).parts == ("sql", "fragments.py"):
+            # ASYNC_COMMIT, declared once: a transaction-local set_config for the claims
+            # (whose loss in a crash only makes a row due again) and the HTTP API's
+            # rate-limit counter, each in its own autocommit statement, never in a
+            # transaction that stores work (tests/worker/test_claim_commit.py,
+            # tests/api/test_events.py check the setting after them).
             text = text.replace("set_config('synchronous_commit', 'off', true)", "", 1)
         if path.parent.name == "migrations":
             # The message-queue registry's own column (models/message_queues.py, the
@@ -128,6 +130,9 @@ def test_queue_tables_are_logged_and_enqueue_keeps_synchronous_commit(cluster_db
             text = re.sub(r'"unlogged",|"unlogged message table[^"]*"', "", text)
         assert "synchronous_commit" not in text, path
         assert "unlogged" not in text, path
+        if "async_commit" in text and path.name != "fragments.py":
+            # Its only users: the claims' frame and the API's authentication.
+            assert path.relative_to(package).parts in (("sql", "api.py"),), path
 
 
 def test_lock_timeout_on_claims_backs_off_and_recovers(worker_process, cluster_db, summary):
