@@ -3,7 +3,7 @@ one statement. The package's rules hold here too (see ``sql/__init__.py``)."""
 
 from __future__ import annotations
 
-from .fragments import APPLICATION_TABLE, ASYNC_COMMIT
+from .fragments import APPLICATION_TABLE, ASYNC_COMMIT_SQL
 
 API_KEY_TABLE = "pgqueue_api_key"
 API_RATE_TABLE = "pgqueue_api_rate"
@@ -23,13 +23,14 @@ API_RATE_TABLE = "pgqueue_api_rate"
 #   cost comes in as ``EXCLUDED.tat - now()``, the interval the INSERT computed. One row
 #   per key, updated in place, holds across processes and hosts; no window edge
 #   lets a client send twice the limit, as a fixed window does.
-# * Asynchronous commit (``relaxed``, fragments.py) for this statement's own transaction: the row
-#   lock of a busy key is released without waiting for the WAL flush; a crash may
-#   forget the last few requests' cost, which a rate limit can afford.
+# * Asynchronous commit (``relaxed``, ASYNC_COMMIT_SQL) for this statement's own
+#   transaction: the row lock of a busy key is released without waiting for the WAL
+#   flush; a crash may forget the last few requests' cost, which a rate limit can
+#   afford.
 # * ``used``: ``last_used_at``, written at most once a minute per key, so a busy key
 #   costs no extra row version per request. Data-modifying CTEs always run.
 AUTHENTICATE = f"""/* pgqueue:api_authenticate */
-WITH {ASYNC_COMMIT}, found AS (
+WITH relaxed AS (SELECT {ASYNC_COMMIT_SQL}), found AS (
     SELECT k.id, k.key_hash, k.scopes, k.application_id, k.revoked_at,
            a.uid AS application_uid, a.is_active AS application_active,
            -- seconds one request costs; NULL: no limit for this key

@@ -118,7 +118,7 @@ def test_queue_tables_are_logged_and_enqueue_keeps_synchronous_commit(cluster_db
             continue
         text = path.read_text().lower()
         if path.relative_to(package).parts == ("sql", "fragments.py"):
-            # ASYNC_COMMIT, declared once: a transaction-local set_config for the claims
+            # ASYNC_COMMIT_SQL, declared once: a transaction-local set_config for the claims
             # (whose loss in a crash only makes a row due again) and the HTTP API's
             # rate-limit counter, each in its own autocommit statement, never in a
             # transaction that stores work (tests/worker/test_claim_commit.py,

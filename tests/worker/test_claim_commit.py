@@ -1,5 +1,5 @@
 """Claims commit asynchronously, completions synchronously (sql/fragments.py,
-``ASYNC_COMMIT``): a claim PostgreSQL forgets in its own crash is claimed again, a
+``ASYNC_COMMIT_SQL``): a claim PostgreSQL forgets in its own crash is claimed again, a
 completion it forgot would run a finished task again."""
 
 from __future__ import annotations
