@@ -474,13 +474,15 @@ class Worker:
 
     def _upkeep(self, params: dict[str, Any]) -> None:
         """The sources' periodic claim work (``Source.upkeep``), when due, before an
-        idle wait: the claim a NOTIFY wakes then does not pay for it. A failure is
-        logged and left to the next claim, which runs the same work when due."""
+        idle wait: the claim a NOTIFY wakes then does not pay for it. Only on an open
+        claim connection: after a failure the next claim reconnects, with its
+        back-off, and runs the same work when due. A failure is logged once."""
+        conn = self._claim_conn
+        if conn is None or conn.closed:
+            return
         try:
             for source in self.sources:
-                items = source.upkeep(
-                    self._claim_connection(), {**params, "limit": self.batch_size}, UPKEEP_AHEAD
-                )
+                items = source.upkeep(conn, {**params, "limit": self.batch_size}, UPKEEP_AHEAD)
                 if items:
                     self._dispatch(source, items)
         except Exception as exc:

@@ -9,13 +9,17 @@ flow-controlled queues): two more statements before the job could start.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 from django_pgqueue.conf import get_settings
+from django_pgqueue.db import connection_params
 from django_pgqueue.jobs import store
 from django_pgqueue.models import Job
 from django_pgqueue.worker.runner import TaskRunner
@@ -76,3 +80,44 @@ def test_a_woken_worker_claims_once_and_the_upkeep_is_done_while_idle(
     assert claims == [1] * WAKE_UPS, f"one claim per wake-up, each taking its job: {claims}"
     assert upkeeps, "the upkeep ran while the worker was idle"
     assert set(upkeeps) == {"upkeep"}, f"a woken claim ran the upkeep first: {upkeeps}"
+
+
+def test_an_idle_upkeep_that_loses_its_connection_warns_once_and_the_next_claim_reconnects(
+    run_worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = CountingJobSource("upkeep-lost")
+    worker = run_worker(
+        burst=False, sources=[source], poll_interval=60.0, concurrency=1, notify=True
+    )
+    assert worker.listener is not None
+    wait_for(worker.listener.connected.is_set, 10, "the LISTEN connection")
+    wait_for(lambda: len(source.claims) >= 1, 10, "the first claim")
+    params = connection_params()
+    database = params["dbname"]
+    # A database cannot refuse sessions from a session of its own: from another one.
+    admin = psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True)
+    allow = "ALTER DATABASE {} ALLOW_CONNECTIONS {}"
+    try:
+        # The database refuses new sessions (superusers too) and loses the claim's.
+        admin.execute(pgsql.SQL(allow.format("{}", "false")).format(pgsql.Identifier(database)))
+        (killed,) = admin.execute(
+            "SELECT pg_catalog.count(pg_catalog.pg_terminate_backend(pid))"
+            " FROM pg_catalog.pg_stat_activity WHERE application_name = %s",
+            (f"pgqueue-worker-{worker.worker_id}",),
+        ).fetchone()
+        assert killed == 1
+        with caplog.at_level(logging.WARNING, logger="django_pgqueue.worker"):
+            time.sleep(2.5)  # several upkeeps fall due meanwhile, ten ticks
+    finally:
+        admin.execute(pgsql.SQL(allow.format("{}", "true")).format(pgsql.Identifier(database)))
+        admin.close()
+    failures = [r for r in caplog.records if "Claim upkeep failed" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in caplog.records]
+    before = len(source.claims)
+    result = tasks.add.enqueue(2, 3)
+    wait_for(
+        lambda: Job.objects.filter(pk=int(result.id), status="succeeded").exists(),
+        10,
+        "the job enqueued after the connection was lost",
+    )
+    assert source.claims[before:][0] == 1
