@@ -44,6 +44,18 @@ class CountingJobSource(JobSource):
         return rows
 
 
+def idle_worker(run_worker: Any, source: CountingJobSource) -> Any:
+    """A worker of ``source`` alone, listening, past its first (empty) claim, that
+    polls only once a minute: every later claim follows a NOTIFY."""
+    worker = run_worker(
+        burst=False, sources=[source], poll_interval=60.0, concurrency=1, notify=True
+    )
+    assert worker.listener is not None
+    wait_for(worker.listener.connected.is_set, 10, "the LISTEN connection")
+    wait_for(lambda: len(source.claims) >= 1, 10, "the first claim")
+    return worker
+
+
 def test_a_woken_worker_claims_once_and_the_upkeep_is_done_while_idle(
     run_worker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -57,12 +69,7 @@ def test_a_woken_worker_claims_once_and_the_upkeep_is_done_while_idle(
 
     monkeypatch.setattr(store, "end_lapsed_steps", recorded)
     source = CountingJobSource("wakeup-test")
-    worker = run_worker(
-        burst=False, sources=[source], poll_interval=60.0, concurrency=1, notify=True
-    )
-    assert worker.listener is not None
-    wait_for(worker.listener.connected.is_set, 10, "the LISTEN connection")
-    wait_for(lambda: len(source.claims) >= 1, 10, "the first claim")
+    idle_worker(run_worker, source)
     time.sleep(0.3)
     before = len(source.claims)
     upkeeps.clear()
@@ -86,12 +93,7 @@ def test_an_idle_upkeep_that_loses_its_connection_warns_once_and_the_next_claim_
     run_worker: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = CountingJobSource("upkeep-lost")
-    worker = run_worker(
-        burst=False, sources=[source], poll_interval=60.0, concurrency=1, notify=True
-    )
-    assert worker.listener is not None
-    wait_for(worker.listener.connected.is_set, 10, "the LISTEN connection")
-    wait_for(lambda: len(source.claims) >= 1, 10, "the first claim")
+    worker = idle_worker(run_worker, source)
     params = connection_params()
     database = params["dbname"]
     # A database cannot refuse sessions from a session of its own: from another one.
