@@ -139,7 +139,7 @@ def partitions(conn: Any, family: Family = JOB_HISTORY) -> list[Partition]:
     """Every day partition of ``family``, attached or left detached."""
     found = []
     pattern = re.compile(family.pattern)
-    params = {"table": family.table, "regex": family.regex}
+    params = {"table": quoted(family.table), "regex": family.regex}
     for name, parent, pending, rows, unbounded in conn.execute(
         sql.DAY_PARTITIONS, params
     ).fetchall():
@@ -154,7 +154,13 @@ def partitions(conn: Any, family: Family = JOB_HISTORY) -> list[Partition]:
 
 def is_partitioned(conn: Any, family: Family) -> bool:
     """Whether ``family``'s table exists and is partitioned (its migration ran)."""
-    return bool(conn.execute(sql.IS_PARTITIONED, (family.table,)).fetchone()[0])
+    return bool(conn.execute(sql.IS_PARTITIONED, (quoted(family.table),)).fetchone()[0])
+
+
+def quoted(name: str) -> str:
+    """``name`` as a quoted identifier, for ``to_regclass``: a message queue's archive
+    may have capitals, ``-`` or ``@`` in its name."""
+    return pgsql.Identifier(name).as_string(None)
 
 
 def _ddl(conn: Any, template: str, **parts: Any) -> None:
@@ -170,29 +176,35 @@ def create_partition(conn: Any, key: str, day: dt.date, family: Family = JOB_HIS
     under the maintenance lock; False when another worker holds the lock (it makes
     them)."""
     name = family.name(key, day)
-    start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
-    end = start + dt.timedelta(days=1)
     with conn.transaction():
         if not _locked(conn):
             return False
         conn.execute(sql.DDL_LOCK_TIMEOUT)
-        if conn.execute(sql.RELATION_EXISTS, (name,)).fetchone()[0]:
+        if conn.execute(sql.RELATION_EXISTS, (quoted(name),)).fetchone()[0]:
             return True
-        conn.execute(
-            pgsql.SQL(sql.CREATE_PARTITION).format(
-                partition=pgsql.Identifier(name), parent=pgsql.Identifier(family.table)
-            )
-        )
-        conn.execute(
-            pgsql.SQL(sql.ATTACH_PARTITION).format(
-                parent=pgsql.Identifier(family.parent(key)),
-                partition=pgsql.Identifier(name),
-                start=pgsql.Literal(start.isoformat()),
-                end=pgsql.Literal(end.isoformat()),
-            )
-        )
+        for statement in partition_ddl(family, key, day):
+            conn.execute(statement)
     logger.debug("Partition %s created", name)  # the maintenance line counts them
     return True
+
+
+def partition_ddl(family: Family, key: str, day: dt.date) -> list[pgsql.Composed]:
+    """The statements that make ``family``'s partition of ``key`` and ``day`` (the UTC
+    day's bounds): an empty table like the parent, then attached."""
+    name = pgsql.Identifier(family.name(key, day))
+    start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    end = start + dt.timedelta(days=1)
+    return [
+        pgsql.SQL(sql.CREATE_PARTITION).format(
+            partition=name, parent=pgsql.Identifier(family.table)
+        ),
+        pgsql.SQL(sql.ATTACH_PARTITION).format(
+            parent=pgsql.Identifier(family.parent(key)),
+            partition=name,
+            start=pgsql.Literal(start.isoformat()),
+            end=pgsql.Literal(end.isoformat()),
+        ),
+    ]
 
 
 def _locked(conn: Any) -> bool:
@@ -343,6 +355,9 @@ class MaintenanceReport:
     """One maintenance pass."""
 
     partitions_made: int = 0
+    #: This worker held the maintenance lock at the start of the pass (only it makes
+    #: and drops partitions; the others still move finished jobs).
+    locked: bool = False
     moved: MoveReport = field(default_factory=MoveReport)
     dropped: DropReport | None = None
     #: The attempt log's partitions dropped (``attempt_retention``).
@@ -364,7 +379,7 @@ def maintain(
     started = time.monotonic()
     report = MaintenanceReport()
     with conn.transaction():
-        locked = _locked(conn)  # a hint only: each step takes the lock again
+        locked = report.locked = _locked(conn)  # a hint only: each step takes it again
     # Only the worker holding the lock makes and drops partitions.
     attempt_log = locked and is_partitioned(conn, ATTEMPT_LOG)
     if locked:

@@ -34,6 +34,7 @@ from typing import Any, cast
 from . import history, sql
 from .conf import get_settings
 from .db import connect
+from .mq import partitions as mq_partitions
 from .rollup import store as rollup_store
 from .workflows import store as workflow_store
 
@@ -113,6 +114,7 @@ def prune(
             report.add(sql.ROLLUP_TABLE, "older", rollup_store.prune(conn, age))
         # Before the deliveries: those pruned below then have fewer attempts to delete.
         _drop_attempt_log(conn, dry_run, report, progress)
+        _drop_archives(conn, dry_run, report, progress)
     if not plan:
         return report
     params = {"states": list(plan), "ages": list(plan.values())}
@@ -172,6 +174,17 @@ def _drop_attempt_log(
         conn, {"attempts": age}, dry_run=dry_run, progress=progress, family=history.ATTEMPT_LOG
     )
     report.add(sql.ATTEMPT_TABLE, "older", sum(dropped.dropped.values()))
+    report.partitions_dropped = sorted([*report.partitions_dropped, *dropped.dropped])
+
+
+def _drop_archives(
+    conn: Any, dry_run: bool, report: PruneReport, progress: Callable[[str], None] | None
+) -> None:
+    """The day partitions of the partitioned message archives older than their queue's
+    ``archive_retention`` (``mq.partitions``)."""
+    dropped = mq_partitions.drop_expired(conn, dry_run=dry_run, progress=progress)
+    for queue, rows in dropped.by_queue.items():
+        report.add(mq_partitions.family(queue).table, "older", rows)
     report.partitions_dropped = sorted([*report.partitions_dropped, *dropped.dropped])
 
 

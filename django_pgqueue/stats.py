@@ -149,6 +149,25 @@ def attempt_log_runway() -> tuple[date, date | None] | None:
     return today, max(days, default=None)
 
 
+def archive_runways() -> list[tuple[str, date, date | None]]:
+    """(queue, today, the last day its archive has a partition for) of every message
+    queue whose archive is partitioned (``mq.partitions``): a message archived on a
+    day without a partition cannot be archived."""
+    from . import history
+    from .mq import partitions
+
+    alias = get_settings().DATABASE
+    connections[alias].ensure_connection()
+    conn = connections[alias].connection
+    (today,) = conn.execute(sql.TODAY_UTC).fetchone()
+    found = []
+    for name, _age in partitions.partitioned_archives(conn):
+        family = partitions.family(name)
+        days = [p.day for p in history.partitions(conn, family) if p.attached_to]
+        found.append((name, today, max(days, default=None)))
+    return found
+
+
 def xmin_holders(min_age: float) -> list[XminHolder]:
     """Sessions of the queue database holding a snapshot older than ``min_age`` seconds."""
     with connections[get_settings().DATABASE].cursor() as cursor:

@@ -20,6 +20,7 @@ from .stats import (
     QueueStats,
     WorkerInfo,
     XminHolder,
+    archive_runways,
     attempt_log_runway,
     delivery_overview,
     job_queue_overview,
@@ -151,28 +152,47 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
     runway = attempt_log_runway()
     data["attempt_log_partitioned_through"] = _iso_day(runway[1]) if runway else None
     data["problems"] = problems(data, limits)
-    if runway is not None:
-        today, last = runway
+    runways = [
+        (ATTEMPT_LOG_RUNWAY, *runway) if runway else None,
+        *((_archive_runway(name), today, last) for name, today, last in archive_runways()),
+    ]
+    for what, today, last in filter(None, runways):
         if last is None or last <= today:  # runs out today: a warning
-            data["warnings"].append(_runway_warning(today, last))
+            data["warnings"].append(_runway_warning(what, today, last))
         if last is None or last < today:  # today has none: a problem
-            data["problems"].append(_runway_warning(today, last))
+            data["problems"].append(_runway_warning(what, today, last))
     data["ok"] = not data["problems"]
     return data
+
+
+#: What runs out with the attempt log's partitions, and what an archive's stops.
+ATTEMPT_LOG_RUNWAY = (
+    "the webhook attempt log",
+    "attempts of a later day cannot be written, so webhook deliveries fail",
+)
+
+
+def _archive_runway(queue: str) -> tuple[str, str]:
+    return (
+        f"the archive of message queue {queue!r}",
+        "messages cannot be archived on a later day, so archive() fails there",
+    )
 
 
 def _iso_day(day: date | None) -> str | None:
     return day.isoformat() if day else None
 
 
-def _runway_warning(today: date, last: date | None) -> str:
-    """The attempt log's partitions run out today or have run out: the workers'
-    maintenance (which makes them days ahead) has not run."""
+def _runway_warning(what: tuple[str, str], today: date, last: date | None) -> str:
+    """A table's day partitions (the attempt log's, a partitioned archive's) run out
+    today or have run out: the workers' maintenance (which makes them days ahead)
+    has not run."""
+    table, consequence = what
     through = f"through {last.isoformat()}" if last else "for no day"
     return (
-        f"the webhook attempt log has partitions {through} (today is {today.isoformat()}): "
-        "attempts of a later day cannot be written, so webhook deliveries fail; start a "
-        "worker (its maintenance makes them) or run history.ensure_partitions"
+        f"{table} has partitions {through} (today is {today.isoformat()}): "
+        f"{consequence}; start a worker (its maintenance makes them) or run "
+        "history.ensure_partitions"
     )
 
 

@@ -9,10 +9,15 @@ queue's tables.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models.functions import Length, Now
+from django.db.models.lookups import LessThanOrEqual
 from django.utils.translation import gettext_lazy as _
+
+from ..mq.partitions import MAX_PARTITIONED_NAME_LENGTH, MAX_RETENTION
 
 
 class MessageQueue(models.Model):
@@ -37,6 +42,16 @@ class MessageQueue(models.Model):
         related_name="dead_letter_sources",
         help_text=_("Queue that receives dead letters (the queue's own archive if empty)."),
     )
+    archive_retention = models.DurationField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "Set: the archive is partitioned by day of archived_at, and retention drops "
+            "a day's partition once the whole day is older than this. Empty: one plain "
+            "archive table, kept until you delete its rows."
+        ),
+    )
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -58,6 +73,18 @@ class MessageQueue(models.Model):
             models.CheckConstraint(
                 condition=~Q(dead_letter=models.F("name")),
                 name="pgqueue_mq_dead_letter_other",
+            ),
+            # The rules of a partitioned archive, for both doors (mq.create and the
+            # SQL API's create_partitioned; mq/partitions.py says why).
+            models.CheckConstraint(
+                condition=Q(archive_retention__isnull=True)
+                | Q(archive_retention__gt=dt.timedelta(0), archive_retention__lte=MAX_RETENTION),
+                name="pgqueue_mq_archive_retention_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(archive_retention__isnull=True)
+                | Q(LessThanOrEqual(Length("name"), MAX_PARTITIONED_NAME_LENGTH)),
+                name="pgqueue_mq_partitioned_name_length",
             ),
         ]
 

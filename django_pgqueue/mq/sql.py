@@ -41,6 +41,10 @@ REGISTRY = "pgqueue_mq_queue"
 QUEUE_PREFIX = "pgqueue_mq_q_"
 ARCHIVE_PREFIX = "pgqueue_mq_a_"
 SEQUENCE_PREFIX = "pgqueue_mq_s_"
+#: A day partition of a partitioned archive (``mq.create(archive_retention=...)``) is
+#: ``pgqueue_mq_a_<name>@<YYYYMMDD>``: ``@`` is not allowed in a queue name, so no
+#: other queue's archive can ever look like a partition of this one.
+ARCHIVE_PARTITION_MARK = "@"
 #: The FIFO index of one queue (``create_fifo_index``): ``pgqueue_mq_g_<name>`` fits
 #: PostgreSQL's 63 bytes for every valid name, where ``..._q_<name>_group`` would not.
 GROUP_INDEX_PREFIX = "pgqueue_mq_g_"
@@ -75,19 +79,35 @@ def channel(name: str) -> str:
 
 # The lookup every operation starts from (cached per process by store.py).
 GET_QUEUE = f"""/* pgqueue:mq_get_queue */
-SELECT name, unlogged, max_reads, dead_letter FROM {REGISTRY} WHERE name = %s"""
+SELECT name, unlogged, max_reads, dead_letter, created_at, archive_retention
+FROM {REGISTRY} WHERE name = %s"""
 
 # ON CONFLICT DO NOTHING: two concurrent creates of one queue serialize on the
 # primary key; the second sees the first's row (after its commit) and creates
 # nothing, so create is idempotent like pgmq's.
 REGISTER_QUEUE = f"""/* pgqueue:mq_register */
-INSERT INTO {REGISTRY} (name, unlogged, max_reads, dead_letter, created_at)
-VALUES (%s, %s, %s, %s, pg_catalog.now())
+INSERT INTO {REGISTRY} (name, unlogged, max_reads, dead_letter, archive_retention, created_at)
+VALUES (%s, %s, %s, %s, %s, pg_catalog.now())
 ON CONFLICT (name) DO NOTHING
 RETURNING name"""
 
 LIST_QUEUES = f"""/* pgqueue:mq_list */
-SELECT name, unlogged, max_reads, dead_letter, created_at FROM {REGISTRY} ORDER BY name"""
+SELECT name, unlogged, max_reads, dead_letter, created_at, archive_retention
+FROM {REGISTRY} ORDER BY name"""
+
+# The queues whose archive is partitioned by day (``partitions.py``): the workers'
+# maintenance makes their partitions ahead and retention drops the old ones. The
+# retention in seconds; the archive's relkind tells one whose table is partitioned
+# ('p') from a registry row whose tables are missing (NULL).
+PARTITIONED_ARCHIVES = f"""/* pgqueue:mq_partitioned_archives */
+SELECT r.name, EXTRACT(epoch FROM r.archive_retention)::float8
+FROM {REGISTRY} AS r
+JOIN pg_catalog.pg_class AS a
+  ON a.relname = '{ARCHIVE_PREFIX}' || r.name AND a.relkind = 'p'
+ AND a.relnamespace = (SELECT c.relnamespace FROM pg_catalog.pg_class AS c
+                       WHERE c.oid = '{REGISTRY}'::regclass)
+WHERE r.archive_retention IS NOT NULL
+ORDER BY r.name"""
 
 UNREGISTER_QUEUE = f"/* pgqueue:mq_unregister */ DELETE FROM {REGISTRY} WHERE name = %s"
 
@@ -101,7 +121,10 @@ SELECT name FROM {REGISTRY} WHERE dead_letter = %s ORDER BY name"""
 # msg_id's sequence gives the messages ever sent (NULL: never used, or not
 # readable by this role); PostgreSQL's cumulative statistics give the rows ever
 # deleted from the queue table (every delete, archive, pop and dead-letter move)
-# and ever inserted into its archive, and its estimate of the queue's rows. The
+# and ever inserted into its archive (the sum over its partitions, for a
+# partitioned archive: a partition dropped by retention takes its count with it,
+# which the sampler reads as a counter started again), and its estimate of the
+# queue's rows. The
 # tables are found by name in the registry's own schema, so a queue whose tables
 # are gone (dropped between the registry read and now) simply has no row here,
 # and its oid tells a queue dropped and created again from the one sampled last.
@@ -110,7 +133,10 @@ SELECT r.name, q.oid::bigint,
        CASE WHEN pg_catalog.has_sequence_privilege(s.oid, 'SELECT')
             THEN COALESCE(pg_catalog.pg_sequence_last_value(s.oid), 0) END,
        pg_catalog.pg_stat_get_tuples_deleted(q.oid),
-       COALESCE(pg_catalog.pg_stat_get_tuples_inserted(a.oid), 0),
+       COALESCE(CASE WHEN a.relkind = 'p' THEN
+                    (SELECT pg_catalog.sum(pg_catalog.pg_stat_get_tuples_inserted(t.relid))::bigint
+                     FROM pg_catalog.pg_partition_tree(a.oid) AS t WHERE t.isleaf)
+                ELSE pg_catalog.pg_stat_get_tuples_inserted(a.oid) END, 0),
        pg_catalog.pg_stat_get_live_tuples(q.oid),
        r.created_at
 FROM {REGISTRY} AS r
@@ -122,7 +148,7 @@ LEFT JOIN pg_catalog.pg_class AS s
   ON s.relname = '{SEQUENCE_PREFIX}' || r.name AND s.relkind = 'S'
  AND s.relnamespace = q.relnamespace
 LEFT JOIN pg_catalog.pg_class AS a
-  ON a.relname = '{ARCHIVE_PREFIX}' || r.name AND a.relkind = 'r'
+  ON a.relname = '{ARCHIVE_PREFIX}' || r.name AND a.relkind IN ('r', 'p')
  AND a.relnamespace = q.relnamespace
 ORDER BY r.name"""
 
@@ -145,6 +171,9 @@ QUEUE_COLUMNS = """read_ct integer NOT NULL DEFAULT 0,
     headers jsonb
 """
 
+#: How a partitioned archive is partitioned (its day partitions: ``partitions.py``).
+ARCHIVE_PARTITIONING = "PARTITION BY RANGE (archived_at)"
+
 _CREATE = {
     "create_queue": """/* pgqueue:mq_create */
 CREATE {persistence} TABLE {q} (
@@ -159,7 +188,7 @@ CREATE TABLE {a} (
     archived_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     """
     + QUEUE_COLUMNS
-    + ")",
+    + ") {partitioning}",
     "create_archive_index": "/* pgqueue:mq_create */ CREATE INDEX {a_id} ON {a} (msg_id)",
 }
 
@@ -338,21 +367,26 @@ FROM {q}""",
     # The admin's list and pgqueue_status: the archive size is exact up to 10,000
     # rows (a bounded count: the planner's reltuples alone stays 0 until the first
     # VACUUM or ANALYZE, so a freshly archived message did not show), and beyond that
-    # the planner's estimate (counting a million archived rows on every page view is
-    # not worth it). In flight: hidden by a read; the rest of the hidden ones are
-    # delayed sends. The oldest visible message's wait counts from its vt (when it
-    # became visible), as a job's from its run-at: a queue nobody reads shows it
-    # growing.
+    # the planner's estimate, summed over its partitions for a partitioned archive
+    # (counting a million archived rows on every page view is not worth it). In
+    # flight: hidden by a read; the rest of the hidden ones are delayed sends. The
+    # oldest visible message's wait counts from its vt (when it became visible), as a
+    # job's from its run-at: a queue nobody reads shows it growing.
     "stats": """/* pgqueue:mq_stats */
 SELECT pg_catalog.count(*),
        pg_catalog.count(*) FILTER (WHERE vt <= pg_catalog.clock_timestamp()),
        EXTRACT(epoch FROM pg_catalog.clock_timestamp() - pg_catalog.min(enqueued_at)),
        (SELECT CASE WHEN counted.n < 10000 THEN counted.n
-                    ELSE GREATEST(counted.n, c.reltuples::bigint) END
+                    ELSE GREATEST(counted.n, estimated.n) END
           FROM (SELECT pg_catalog.count(*) AS n FROM (SELECT 1 FROM {a} LIMIT 10000) AS s)
                AS counted,
-               pg_catalog.pg_class AS c
-         WHERE c.oid = %s::regclass),
+               (SELECT pg_catalog.sum(GREATEST(c.reltuples, 0))::bigint AS n
+                  FROM (SELECT %s::regclass AS oid) AS archive, pg_catalog.pg_class AS c
+                 WHERE c.relkind = 'r'
+                   AND (c.oid = archive.oid
+                        OR c.oid IN (SELECT t.relid
+                                     FROM pg_catalog.pg_partition_tree(archive.oid) AS t)))
+               AS estimated),
        pg_catalog.count(*) FILTER (WHERE vt > pg_catalog.clock_timestamp() AND read_ct > 0),
        EXTRACT(epoch FROM pg_catalog.clock_timestamp()
                - pg_catalog.min(vt) FILTER (WHERE vt <= pg_catalog.clock_timestamp()))
@@ -593,15 +627,24 @@ def for_plpgsql(kind: str, **ids: pgsql.Composable) -> str:
 
 
 @lru_cache(maxsize=4096)
-def statement(kind: str, name: str, dead_letter: str | None = None, unlogged: bool = False) -> str:
+def statement(
+    kind: str,
+    name: str,
+    dead_letter: str | None = None,
+    unlogged: bool = False,
+    partitioned: bool = False,
+) -> str:
     """The text of statement ``kind`` for queue ``name`` (validated), cached.
 
     ``dead_letter`` names the target queue of ``read_dead_letter_queue``,
-    ``quarantine_queue`` and ``move``; ``unlogged`` chooses the persistence of ``create_queue``.
+    ``quarantine_queue`` and ``move``; ``unlogged`` chooses the persistence of
+    ``create_queue``, ``partitioned`` whether ``create_archive`` makes a table
+    partitioned by day of ``archived_at``.
     """
     ids: dict[str, pgsql.Composable] = dict(identifiers(name))
     if dead_letter is not None:
         ids["dead"] = ids["target"] = pgsql.Identifier(QUEUE_PREFIX + dead_letter)
     ids["persistence"] = pgsql.SQL("UNLOGGED" if unlogged else "")
+    ids["partitioning"] = pgsql.SQL(ARCHIVE_PARTITIONING if partitioned else "")
     ids["doc"] = pgsql.SQL("::text")
     return pgsql.SQL(_TEMPLATES[kind]).format(**ids).as_string(None)

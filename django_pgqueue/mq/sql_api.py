@@ -17,9 +17,10 @@ the package means running the command again.
 
 FIFO group reads (``read_grouped*``) and topic routing (``bind_topic``,
 ``send_topic``, ...) run the statements and rules of the Python door
-(``mq.grouped``, ``mq.topics``). Partitioned queues (which need pg_partman) are
-not offered: their functions exist with pgmq's signatures and raise an error naming
-themselves (``REFUSED``). Beyond pgmq, ``archive`` and ``delete`` take a ``read_ct``
+(``mq.grouped``, ``mq.topics``). ``create_partitioned`` takes time intervals only
+and partitions the archive alone, by day (``mq.partitions``); converting an
+existing archive is not offered: that function exists with pgmq's signature and
+raises an error naming itself (``REFUSED``). Beyond pgmq, ``archive`` and ``delete`` take a ``read_ct``
 to match only the read that is still current.
 """
 
@@ -30,8 +31,12 @@ from typing import Any
 from psycopg import sql as pgsql
 
 from ..conf import get_settings
+from ..history import PREMADE_DAYS
+from ..sql.history import ATTACH_PARTITION, CREATE_PARTITION
 from .grouped import KINDS as GROUPED_KINDS
 from .sql import (
+    ARCHIVE_PARTITION_MARK,
+    ARCHIVE_PARTITIONING,
     ARCHIVE_PREFIX,
     CHANNEL_PREFIX,
     GROUP_INDEX_PREFIX,
@@ -90,7 +95,8 @@ CREATE TYPE {api}.metrics_result AS (
 
 -- pgmq's queue list, over the registry of django_pgqueue.mq.
 CREATE VIEW {api}.meta AS
-SELECT name::varchar AS queue_name, false AS is_partitioned, unlogged AS is_unlogged, created_at
+SELECT name::varchar AS queue_name, archive_retention IS NOT NULL AS is_partitioned,
+       unlogged AS is_unlogged, created_at
 FROM {reg};
 
 CREATE FUNCTION {api}.validate_queue_name(queue_name text) RETURNS void
@@ -116,15 +122,20 @@ BEGIN
 END $$;
 
 -- Create a queue as mq.create() does: registry row first (ON CONFLICT DO NOTHING
--- makes concurrent creates of one name serialize and the second a no-op).
-CREATE FUNCTION {api}._create(queue_name text, p_unlogged boolean) RETURNS void
-LANGUAGE plpgsql AS $$
+-- makes concurrent creates of one name serialize and the second a no-op; the
+-- registry's checks refuse a retention out of range, or a name too long for the
+-- partitions). With a retention, the archive is partitioned by day and gets its
+-- first partitions here, by the statements maintenance uses (mq/partitions.py).
+CREATE FUNCTION {api}._create(queue_name text, p_unlogged boolean, p_retention interval DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     q text := {api}._rel(queue_name, 'q');
     a text := {api}._rel(queue_name, 'a');
+    today date := (now() AT TIME ZONE 'UTC')::date;
+    part text;
 BEGIN
-    INSERT INTO {reg} (name, unlogged, max_reads, dead_letter, created_at)
-    VALUES (queue_name, p_unlogged, NULL, NULL, now())
+    INSERT INTO {reg} (name, unlogged, max_reads, dead_letter, archive_retention, created_at)
+    VALUES (queue_name, p_unlogged, NULL, NULL, p_retention, now())
     ON CONFLICT (name) DO NOTHING;
     IF NOT FOUND THEN
         RETURN;
@@ -139,8 +150,18 @@ BEGIN
         'CREATE TABLE %s (
             msg_id bigint NOT NULL,
             archived_at timestamptz NOT NULL DEFAULT now(),
-            {columns})', a);
+            {columns}) %s', a, CASE WHEN p_retention IS NULL THEN '' ELSE {partitioning} END);
     EXECUTE format('CREATE INDEX %I ON %s (msg_id)', {archive_prefix} || queue_name || '_id', a);
+    IF p_retention IS NOT NULL THEN
+        FOR i IN 0..{premade_days} LOOP
+            part := format('%I.%I', {data},
+                           {archive_prefix} || queue_name || {partition_mark} || to_char(today + i, 'YYYYMMDD'));
+            EXECUTE format({create_partition}, part, a);
+            EXECUTE format({attach_partition}, a, part,
+                           quote_literal(to_char(today + i, 'YYYY-MM-DD') || ' 00:00:00+00'),
+                           quote_literal(to_char(today + i + 1, 'YYYY-MM-DD') || ' 00:00:00+00'));
+        END LOOP;
+    END IF;
 END $$;
 
 CREATE FUNCTION {api}."create"(queue_name text) RETURNS void
@@ -149,12 +170,24 @@ CREATE FUNCTION {api}.create_non_partitioned(queue_name text) RETURNS void
 LANGUAGE sql AS $$ SELECT {api}._create(queue_name, false) $$;
 CREATE FUNCTION {api}.create_unlogged(queue_name text) RETURNS void
 LANGUAGE sql AS $$ SELECT {api}._create(queue_name, true) $$;
+-- pgmq partitions a queue and its archive with pg_partman, by msg_id (numeric
+-- intervals) or by time. Here only the archive is partitioned, by day of
+-- archived_at, and retention_interval is how long archived messages are kept; the
+-- queue's own table is never partitioned, so no waiting message is ever dropped.
 CREATE FUNCTION {api}.create_partitioned(
     queue_name text, partition_interval text DEFAULT '10000',
     retention_interval text DEFAULT '100000'
 ) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'partitioned queues are not supported by django_pgqueue (they need pg_partman); use create() or create_unlogged()';
+    IF partition_interval ~ '^ *[0-9]+ *$' OR retention_interval ~ '^ *[0-9]+ *$' THEN
+        RAISE EXCEPTION 'create_partitioned: numeric intervals (partitions by msg_id) are not supported by django_pgqueue; give time intervals, e.g. create_partitioned(%, ''1 day'', ''7 days''): the archive is partitioned by day of archived_at',
+            quote_literal(queue_name) USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF partition_interval::interval <> interval '1 day' THEN
+        RAISE EXCEPTION 'create_partitioned: partition_interval must be ''1 day'' (archives are partitioned by UTC day), got %',
+            quote_literal(partition_interval) USING ERRCODE = 'feature_not_supported';
+    END IF;
+    PERFORM {api}._create(queue_name, false, retention_interval::interval);
 END $$;
 
 CREATE FUNCTION {api}.drop_queue(queue_name text) RETURNS boolean
@@ -659,7 +692,7 @@ REFUSED = [
         "convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000', "
         "retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10)",
         "void",
-        "partitioned queues and archives are not offered (they need pg_partman)",
+        "an existing archive is not converted; create the queue with create_partitioned()",
     ),
 ]
 
@@ -888,6 +921,14 @@ def _embedded(kind: str, **ids: Any) -> pgsql.Composable:
     return pgsql.SQL(for_plpgsql(kind, **ids).replace("{", "{{").replace("}", "}}"))
 
 
+def _partition_statement(template: str, **placeholders: str) -> pgsql.Composable:
+    """A day partition's statement (``sql/history.py``, the one maintenance runs) as a
+    ``format()`` string literal inside this DDL, its parts as ``%n$s``."""
+    text = pgsql.SQL(template).format(**{k: pgsql.SQL(v) for k, v in placeholders.items()})
+    literal = pgsql.Literal(text.as_string(None)).as_string(None)
+    return pgsql.SQL(literal.replace("{", "{{").replace("}", "}}"))
+
+
 def _refusals() -> str:
     """The refusing functions of ``REFUSED``. A function returning a TABLE is written in
     SQL (a parameter may share an output column's name there, as in pgmq's
@@ -988,6 +1029,15 @@ def ddl(schema: str, data_schema: str) -> str:
             max_bytes=pgsql.SQL(str(int(conf.MAX_ARGS_BYTES))),
             max_depth=pgsql.SQL(str(int(conf.MAX_JSON_DEPTH))),
             max_batch=pgsql.SQL(str(MAX_BATCH)),
+            partitioning=pgsql.Literal(ARCHIVE_PARTITIONING),
+            partition_mark=pgsql.Literal(ARCHIVE_PARTITION_MARK),
+            premade_days=pgsql.SQL(str(int(PREMADE_DAYS))),
+            create_partition=_partition_statement(
+                CREATE_PARTITION, partition="%1$s", parent="%2$s"
+            ),
+            attach_partition=_partition_statement(
+                ATTACH_PARTITION, parent="%1$s", partition="%2$s", start="%3$s", end="%4$s"
+            ),
         )
         .as_string(None)
     )

@@ -31,8 +31,10 @@ from django.db import DatabaseError, connections, transaction
 from ..conf import get_settings
 from ..db import array_literal, text_array_literal
 from ..notify import notifier
-from . import sql
+from ..sql import history as history_sql
+from . import partitions, sql
 from .exceptions import QueueExists, QueueInUse, QueueNotFound
+from .partitions import check_retention
 from .validation import (
     MAX_BATCH,
     MAX_QTY,
@@ -152,6 +154,8 @@ class QueueInfo:
     max_reads: int | None
     dead_letter: str | None
     created_at: dt.datetime | None = None
+    #: Set: the archive is partitioned by day and keeps this long (``partitions.py``).
+    archive_retention: dt.timedelta | None = None
 
 
 _cache: dict[str, tuple[float, QueueInfo]] = {}
@@ -241,15 +245,19 @@ def create(
     unlogged: bool = False,
     max_reads: int | None = None,
     dead_letter: str | None = None,
+    archive_retention: dt.timedelta | float | None = None,
 ) -> QueueInfo:
     """Create queue ``name`` (idempotent when the options match).
 
     ``unlogged=True`` makes its message table UNLOGGED: faster, and a database
     crash empties it. ``max_reads=N`` dead-letters a message on the read after its
     N-th, into queue ``dead_letter`` (which must exist) or, without one, into this
-    queue's archive.
+    queue's archive. ``archive_retention`` (a ``timedelta`` or seconds) partitions
+    the archive by day of ``archived_at``: retention then drops a day's archived
+    messages whole, once the day is that old (``mq.partitions``).
     """
     check_name(name)
+    retention = None if archive_retention is None else check_retention(name, archive_retention)
     if max_reads is not None:
         check_count("max_reads", max_reads, 1_000_000)
     if dead_letter is not None:
@@ -258,22 +266,19 @@ def create(
         if dead_letter == name:
             raise ValueError(f"queue {name!r} cannot be its own dead-letter queue")
         get_queue(dead_letter)
-    wanted = QueueInfo(name, bool(unlogged), max_reads, dead_letter)
+    wanted = QueueInfo(name, bool(unlogged), max_reads, dead_letter, archive_retention=retention)
+    partitioned = retention is not None
     with transaction.atomic(using=_alias()), _cursor() as cursor:
-        cursor.execute(sql.REGISTER_QUEUE, [name, wanted.unlogged, max_reads, dead_letter])
+        cursor.execute(
+            sql.REGISTER_QUEUE, [name, wanted.unlogged, max_reads, dead_letter, retention]
+        )
         if cursor.fetchone() is None:
             forget(name)
             existing = get_queue(name)
-            if (existing.unlogged, existing.max_reads, existing.dead_letter) != (
-                wanted.unlogged,
-                wanted.max_reads,
-                wanted.dead_letter,
-            ):
-                raise QueueExists(
-                    f"message queue {name!r} exists with other options "
-                    f"(unlogged={existing.unlogged}, max_reads={existing.max_reads}, "
-                    f"dead_letter={existing.dead_letter!r})"
-                )
+            options = ("unlogged", "max_reads", "dead_letter", "archive_retention")
+            if any(getattr(existing, o) != getattr(wanted, o) for o in options):
+                shown = ", ".join(f"{o}={getattr(existing, o)!r}" for o in options)
+                raise QueueExists(f"message queue {name!r} exists with other options ({shown})")
             return existing
         for kind in (
             "create_queue",
@@ -281,7 +286,14 @@ def create(
             "create_archive",
             "create_archive_index",
         ):
-            cursor.execute(sql.statement(kind, name, unlogged=wanted.unlogged))
+            cursor.execute(
+                sql.statement(kind, name, unlogged=wanted.unlogged, partitioned=partitioned)
+            )
+        if partitioned:
+            cursor.execute(history_sql.TODAY_UTC)
+            (today,) = cursor.fetchone()
+            for statement in partitions.premade_ddl(name, today):
+                cursor.execute(statement.as_string(None))
     forget(name)
     return wanted
 
@@ -308,7 +320,7 @@ def list_queues() -> list[QueueInfo]:
     """Every message queue, by name."""
     with _cursor() as cursor:
         cursor.execute(sql.LIST_QUEUES)
-        return [QueueInfo(r[0], r[1], r[2], r[3], r[4]) for r in cursor.fetchall()]
+        return [QueueInfo(*row) for row in cursor.fetchall()]
 
 
 # -- messages --------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from .. import history
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..maintenance import retention_plan
+from ..mq import partitions as mq_partitions
 from ..rollup import store as rollup_store
 
 logger = logging.getLogger("django_pgqueue.worker")
@@ -94,17 +95,23 @@ class HousekeepingThread(threading.Thread):
                 ),
                 stopping=self.stopping.is_set,
             )
+            archives = mq_partitions.maintain(
+                self._conn,
+                retention=conf.MAINTENANCE_RETENTION and report.locked,
+                stopping=self.stopping.is_set,
+            )
             self.passes += 1
-            dropped = sum(
+            dropped = len(archives.dropped) + sum(
                 len(d.dropped) for d in (report.dropped, report.attempts_dropped) if d is not None
             )
-            if report.moved.moved or report.partitions_made or dropped:
+            made = report.partitions_made + archives.partitions_made
+            if report.moved.moved or made or dropped:
                 logger.info(
                     "Maintenance: %d finished jobs moved to history in %d batches, %d "
                     "partitions made, %d dropped (%.2f s)",
                     report.moved.moved,
                     report.moved.batches,
-                    report.partitions_made,
+                    made,
                     dropped,
                     report.seconds,
                 )

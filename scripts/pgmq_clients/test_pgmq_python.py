@@ -7,8 +7,8 @@ client's own virtualenv (the project does not depend on the client):
     PG_DATABASE=<db> python -m pytest -q scripts/pgmq_clients/test_pgmq_python.py
 
 The database must hold the SQL API in schema ``pgmq`` (``pgqueue_install_sql_api``).
-What the API refuses (partitioned queues) is checked to be refused by name, never
-left as "function does not exist".
+What the API refuses (converting an archive to partitions, partitions by msg_id) is
+checked to be refused by name, never left as "function does not exist".
 """
 
 from __future__ import annotations
@@ -72,8 +72,19 @@ def test_queues_are_created_listed_validated_and_dropped(client):
     assert client.validate_queue_name(queue)
     with pytest.raises(psycopg.Error, match="must be letters"):
         client.validate_queue_name("bad name; --")
-    with pytest.raises(psycopg.Error, match="partitioned queues are not supported"):
+    # pgmq's default intervals partition by msg_id: refused, naming why.
+    with pytest.raises(psycopg.Error, match=r"numeric intervals .* are not supported"):
         client.create_partitioned_queue(queue + "_p")
+    # Time intervals: the archive is partitioned by day and kept for the retention.
+    client.create_partitioned_queue(
+        queue + "_p", partition_interval="1 day", retention_interval="7 days"
+    )
+    with pytest.warns(UserWarning):
+        records = {r.queue_name: r for r in client.list_queues()}
+    assert records[queue + "_p"].is_partitioned and not records[queue].is_partitioned
+    msg_id = client.send(queue + "_p", {"kept": "7 days"})
+    assert client.archive(queue + "_p", msg_id) is True
+    assert client.drop_queue(queue + "_p") is True
     client.detach_archive(queue)
     assert client.drop_queue(queue) is True
     assert client.drop_queue(queue + "_u") is True

@@ -32,7 +32,8 @@ def _drop_queue_tables() -> None:
         tables = [
             row[0]
             for row in conn.execute(
-                "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ '^pgqueue_mq_[qa]_'"
+                "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') AND NOT relispartition"
+                " AND relname ~ '^pgqueue_mq_[qa]_'"
                 " AND relnamespace = current_schema()::regnamespace"
             )
         ]

@@ -271,3 +271,17 @@ def test_with_the_rollup_off_no_worker_samples(run_worker):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert not Rollup.objects.filter(kind="mq").exists()
+
+
+def test_a_partitioned_archive_is_counted_over_its_partitions(sampler):
+    """The archive's inserted-rows counter of a partitioned archive is its partitions'
+    (the parent itself holds no rows, and PostgreSQL counts none for it)."""
+    mq.create("kept", archive_retention=dt.timedelta(days=7))
+    m0 = _minute()
+    assert rollup_store.sample_message_queues(sampler, m0) == 1
+    mq.send_batch("kept", [{"n": 1}, {"n": 2}])
+    first, second = mq.read("kept", vt=60, qty=2)
+    mq.archive("kept", [first.msg_id, second.msg_id])
+    _flush()
+    assert rollup_store.sample_message_queues(sampler, m0 + MINUTE) == 1
+    assert _row("kept", m0 + MINUTE) == (2, 2, 2, 0)
