@@ -57,12 +57,20 @@ class MessageQueueAdmin(WhenDatesMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         "visible",
         "oldest",
         "archive_size",
+        "archive_retention",
         "unlogged",
         "max_reads",
         "dead_letter",
         "browse",
     )
-    readonly_fields = ("name", "unlogged", "max_reads", "dead_letter", "created_at")
+    readonly_fields = (
+        "name",
+        "unlogged",
+        "max_reads",
+        "dead_letter",
+        "archive_retention",
+        "created_at",
+    )
     operate_permission = "operate_messagequeue"
 
     def has_operate_permission(self, request: HttpRequest) -> bool:

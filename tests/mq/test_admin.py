@@ -3,6 +3,8 @@ CSRF, the operate permission, and leave a LogEntry."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
@@ -159,3 +161,13 @@ def test_a_queue_name_no_queue_can_have_is_a_404(viewer_client):
     for name in ("wo%00rk", "x" * 100, "%C2%B2"):
         response = viewer_client.get(base.replace("/work/", f"/{name}/"))
         assert response.status_code == 404
+
+
+def test_a_partitioned_archive_is_listed_with_its_retention_and_browsed(viewer_client):
+    mq.create("kept", archive_retention=dt.timedelta(days=7))
+    msg_id = mq.send("kept", {"job": "kept-for-a-week"})
+    mq.archive("kept", msg_id)
+    page = viewer_client.get(reverse("admin:django_pgqueue_messagequeue_changelist"))
+    assert page.status_code == 200 and "7 days" in page.content.decode()
+    archive = viewer_client.get(url("kept", archived=True))
+    assert archive.status_code == 200 and "kept-for-a-week" in archive.content.decode()
