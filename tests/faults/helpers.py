@@ -7,10 +7,14 @@ fault proxy or PgBouncer), so what they see is what the server holds.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +23,8 @@ import psycopg
 from django_pgqueue import sql
 from django_pgqueue.jobs.store import NewJobs
 
-from ..conftest import wait_for as wait_until  # noqa: F401 - re-exported
+from ..conftest import REPO, database_url
+from ..conftest import wait_for as wait_until
 
 TERMINAL = ("succeeded", "dead", "cancelled")
 RECORD_RUN = "testproject.demo.tasks.record_run"
@@ -239,3 +244,28 @@ def paused_fields(line: str) -> tuple[str, int | None, uuid.UUID | None]:
 def line_index(proc: Any) -> int:
     with proc._cond:
         return len(proc.lines)
+
+
+def kill_prune_when(dsn: str, reached: Callable[[], bool], what: str) -> None:
+    """Run ``manage.py pgqueue_prune`` in a real process, SIGKILL it once ``reached()``
+    (``what`` names that moment), then cut its session on the server too."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "pgqueue_prune", "-v", "2"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(reached, 120, what)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    terminate(dsn, "pgqueue-prune")

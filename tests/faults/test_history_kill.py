@@ -9,10 +9,7 @@ server side too rather than left to finish.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 
 import psycopg
 import pytest
@@ -21,9 +18,8 @@ from django_pgqueue import history
 from django_pgqueue.db import connect
 from django_pgqueue.maintenance import prune
 
-from ..conftest import REPO, database_url
 from .conftest import worker_env
-from .helpers import query, terminate, wait_until
+from .helpers import kill_prune_when, query, terminate, wait_until
 
 pytestmark = [
     pytest.mark.fault,
@@ -113,31 +109,12 @@ def test_kill9_of_a_prune_while_it_drops_partitions(test_dsn, summary):
     assert kept_ids
     with connect("test-count") as conn:
         before = len(history.partitions(conn))
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "DJANGO_SETTINGS_MODULE": "testproject.settings",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "pgqueue_prune", "-v", "2"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
 
-        def dropped_one() -> bool:
-            with connect("test-count") as conn:
-                return len(history.partitions(conn)) < before
+    def dropped_one() -> bool:
+        with connect("test-count") as conn:
+            return len(history.partitions(conn)) < before
 
-        wait_until(dropped_one, 120, "a partition dropped")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    terminate(test_dsn, "pgqueue-prune")
+    kill_prune_when(test_dsn, dropped_one, "a partition dropped")
     with connect("test-count") as conn:
         mid = history.partitions(conn)
     left = {r[0] for r in query(test_dsn, "SELECT id FROM pgqueue_job_history")}
