@@ -31,7 +31,9 @@ One ``runworkers`` process serves jobs that sleep ``pause-ms``, so its capacity 
 Sampled every 5 s: dead tuples and size of ``pgqueue_job`` (``pgstattuple``) and the
 backlog (pending jobs). Per phase: jobs finished per second, and the pickup latency
 (``started_at - created_at``: wake-up, wait in the backlog and claim) p50/p95/p99 of the
-jobs enqueued in it.
+jobs enqueued in it. Each job is followed by a NOTIFY with the payload an enqueue sends
+(``--wake jobs``, the default), or none (``--wake all``: it wakes every source of the
+worker, four claims per job, as in the runs before 2026-12-07).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ VALUES ('pending', 0, 0, 1, clock_timestamp(), '', '', '[]', clock_timestamp(),
     clock_timestamp(), 'django_pgqueue.bench.tasks.pause', 'default', 'default', %s, '{}',
     '[]', false)"""
 
-WAKE = "SELECT pg_notify('pgqueue', '')"
+WAKE = "SELECT pg_notify(%s, %s)"
 
 PICKUP = """SELECT extract(epoch FROM started_at - created_at) FROM (
     SELECT created_at, started_at FROM pgqueue_job WHERE started_at IS NOT NULL
@@ -95,8 +97,8 @@ def pct(values: list[float], q: float) -> float:
 class Load:
     """A producer thread offering ``rate`` jobs/s, each inserted and notified."""
 
-    def __init__(self, bench: Any, args: str) -> None:
-        self.bench, self.args = bench, args
+    def __init__(self, bench: Any, args: str, wake: tuple[str, str]) -> None:
+        self.bench, self.args, self.wake = bench, args, wake
         self.rate = 1.0
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -106,7 +108,7 @@ class Load:
             nxt = time.monotonic()
             while not self.stopping.is_set():
                 conn.execute(INSERT_JOB, (self.args,))
-                conn.execute(WAKE)  # as an enqueue does: the pickup is not the poll
+                conn.execute(WAKE, self.wake)  # as an enqueue does: the pickup is not the poll
                 nxt += 1.0 / self.rate
                 delay = nxt - time.monotonic()
                 if delay > 0:
@@ -144,6 +146,7 @@ def run(
     pause_ms: float,
     concurrency: int,
     scale: float,
+    wake: str,
 ) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     sys.path.insert(0, str(REPO))
@@ -151,6 +154,8 @@ def run(
 
     django.setup()
     from django_pgqueue.bench.core import Bench, stop
+    from django_pgqueue.conf import get_settings
+    from django_pgqueue.notify import WAKE_ALL, WAKE_JOBS
 
     capacity = concurrency * 1000.0 / pause_ms
     bench = Bench(only=["drain"], out=print)
@@ -166,7 +171,9 @@ def run(
         argv += ["--concurrency", str(concurrency)]
         worker = subprocess.Popen(argv, env=bench.child_env(**env), stdout=subprocess.DEVNULL)
         time.sleep(3)  # start-up is not a phase's latency
-        load = Load(bench, json.dumps([pause_ms / 1000.0]))
+        payload = WAKE_JOBS if wake == "jobs" else WAKE_ALL
+        channel = get_settings().NOTIFY_CHANNEL
+        load = Load(bench, json.dumps([pause_ms / 1000.0]), (channel, payload))
         load.rate = rate
         samples: list[list[float]] = []
         stopping = threading.Event()
@@ -213,6 +220,7 @@ def run(
             "config": config,
             "minutes": minutes,
             "rate": rate,
+            "wake": wake,
             "capacity": capacity,
             "samples": samples,
             "phases": [],
@@ -324,6 +332,13 @@ def main() -> None:
     r.add_argument("--pause-ms", type=float, default=20)
     r.add_argument("--concurrency", type=int, default=4)
     r.add_argument("--scale", type=float, default=1.0, help="of the fixed phases' lengths")
+    r.add_argument(
+        "--wake",
+        choices=("jobs", "all"),
+        default="jobs",
+        help="the producer's NOTIFY payload: 'jobs', as an enqueue sends (wakes the job "
+        "claims only), or 'all', none (wakes every source, as the runs before 2026-12-07)",
+    )
     rep = sub.add_parser("report")
     rep.add_argument("results", nargs="+", help="result files, each as PATH or PATH=LABEL")
     rep.add_argument("--plot-dir", type=Path)
@@ -337,6 +352,7 @@ def main() -> None:
             args.pause_ms,
             args.concurrency,
             args.scale,
+            args.wake,
         )
     else:
         report(args.results, args.plot_dir)

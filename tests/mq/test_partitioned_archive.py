@@ -86,6 +86,22 @@ def test_a_partitioned_archive_has_its_days_made_by_the_create():
     assert relkind("pgqueue_mq_a_kept") is None and days("kept") == []
 
 
+def test_names_with_capitals_and_dashes_keep_their_own_partitions():
+    """Each queue's partitions are found by name: ``a``'s never include ``a_p``'s, and a
+    name that needs quoting (capitals, ``-``) works at every step."""
+    names = ("My-Queue_1", "a", "a_p")
+    for name in names:
+        mq.create(name, archive_retention=dt.timedelta(days=3))
+    for name in names:
+        assert len(days(name)) == history.PREMADE_DAYS + 1
+    with connect("test-maintain") as conn:
+        assert partitions.maintain(conn, retention=True).partitions_made == 0
+    msg_id = mq.send("My-Queue_1", {"n": 1})
+    assert mq.archive("My-Queue_1", msg_id) == [msg_id]
+    assert mq.drop("a") is True
+    assert len(days("a_p")) == history.PREMADE_DAYS + 1
+
+
 @pytest.mark.parametrize(
     ("name", "retention", "error"),
     [
