@@ -17,7 +17,7 @@ from django.db.models.functions import Length, Now
 from django.db.models.lookups import LessThanOrEqual
 from django.utils.translation import gettext_lazy as _
 
-from ..mq.partitions import MAX_PARTITIONED_NAME_LENGTH, MAX_RETENTION
+from ..mq.validation import MAX_PARTITIONED_NAME_LENGTH, MAX_RETENTION
 
 
 class MessageQueue(models.Model):

@@ -38,18 +38,10 @@ from psycopg import sql as pgsql
 
 from .. import history
 from . import sql
-from .validation import MAX_NAME_LENGTH
+from .validation import MAX_PARTITIONED_NAME_LENGTH, MAX_RETENTION
 
 #: The key of an archive's partitions in retention plans and reports.
 KEY = "archive"
-#: The longest name of a queue with a partitioned archive: its partitions,
-#: ``pgqueue_mq_a_<name>@<YYYYMMDD>``, must fit PostgreSQL's 63-byte identifiers.
-MAX_PARTITIONED_NAME_LENGTH = 63 - len(sql.ARCHIVE_PREFIX) - len(sql.ARCHIVE_PARTITION_MARK) - 8
-assert MAX_PARTITIONED_NAME_LENGTH <= MAX_NAME_LENGTH
-
-
-#: The longest retention accepted (a partition is dropped once its day is older).
-MAX_RETENTION = dt.timedelta(days=100 * 366)
 
 
 def check_retention(name: str, value: object) -> dt.timedelta:

@@ -19,11 +19,19 @@ from ..conf import get_settings
 from ..contract import BIGINT_MAX, check_json_document, strict_int
 from ..exceptions import PayloadTooLarge
 from .exceptions import InvalidMessage, InvalidQueueName
+from .sql import ARCHIVE_PARTITION_MARK, ARCHIVE_PREFIX
 
 #: Longest queue name: the queue's table is ``pgqueue_mq_q_<name>`` and its index
 #: ``pgqueue_mq_q_<name>_vt``, which must fit PostgreSQL's 63-byte identifiers. It
 #: is also pgmq's limit, so a name valid there is valid here.
 MAX_NAME_LENGTH = 47
+
+#: The longest name of a queue with a partitioned archive (``mq.partitions``): its
+#: partitions, ``pgqueue_mq_a_<name>@<YYYYMMDD>``, must fit the 63 bytes too. The
+#: registry's check ``pgqueue_mq_partitioned_name_length`` holds it at both doors.
+MAX_PARTITIONED_NAME_LENGTH = 63 - len(ARCHIVE_PREFIX + ARCHIVE_PARTITION_MARK + "YYYYMMDD")
+#: The longest archive retention (``pgqueue_mq_archive_retention_range``).
+MAX_RETENTION = dt.timedelta(days=100 * 366)
 
 #: Letters, digits, ``_`` and ``-``, starting with a letter or ``_``. The name is
 #: always quoted as an identifier; the pattern keeps names readable in table

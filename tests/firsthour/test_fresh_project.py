@@ -388,7 +388,7 @@ def test_a_worker_on_a_database_never_migrated_says_to_migrate(fresh_project, em
     assert (
         f"The database 'default' ({empty_database}) lacks django_pgqueue's tables: "
         "its migrations are not applied (0001_squashed_0024_job_flow_mark ... "
-        "0002_partition_attempt_log, 2 in all)"
+        "0003_mq_archive_retention, 3 in all)"
     ) in result.stderr
     assert "Run `python manage.py migrate` first." in result.stderr
 
