@@ -147,6 +147,7 @@ def run(
     concurrency: int,
     scale: float,
     wake: str,
+    only: set[str] | None = None,
 ) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     sys.path.insert(0, str(REPO))
@@ -183,6 +184,8 @@ def run(
         bounds: list[tuple[str, Any, Any, float]] = []
         try:
             for name, seconds, load_factor in phases(minutes, scale):
+                if only is not None and name not in only:
+                    continue
                 load.rate = rate * load_factor if load_factor > 0 else capacity * -load_factor
                 with bench.conn() as conn:
                     (start,) = conn.execute("SELECT clock_timestamp()").fetchone()
@@ -339,6 +342,11 @@ def main() -> None:
         help="the producer's NOTIFY payload: 'jobs', as an enqueue sends (wakes the job "
         "claims only), or 'all', none (wakes every source, as the runs before 2026-12-07)",
     )
+    r.add_argument(
+        "--phases",
+        help="comma-separated phases to run, in their order (default: all six); "
+        "the report needs clean, overload and recovery",
+    )
     rep = sub.add_parser("report")
     rep.add_argument("results", nargs="+", help="result files, each as PATH or PATH=LABEL")
     rep.add_argument("--plot-dir", type=Path)
@@ -353,6 +361,7 @@ def main() -> None:
             args.concurrency,
             args.scale,
             args.wake,
+            set(args.phases.split(",")) if args.phases else None,
         )
     else:
         report(args.results, args.plot_dir)
