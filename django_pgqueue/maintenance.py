@@ -54,6 +54,8 @@ class PruneReport:
     batches: int = 0
     #: History partitions dropped (or, with ``dry_run``, that would be).
     partitions_dropped: list[str] = field(default_factory=list)
+    #: Day partitions made ahead (``make_partitions``), not with ``dry_run``.
+    partitions_made: int = 0
 
     def add(self, table: str, status: str, count: int) -> None:
         per_state = self.deleted.setdefault(table, {})
@@ -112,6 +114,8 @@ def prune(
         if not dry_run:
             age = get_settings().ROLLUP_RETENTION_SECONDS
             report.add(sql.ROLLUP_TABLE, "older", rollup_store.prune(conn, age))
+        if not dry_run:
+            report.partitions_made = make_partitions(conn)
         # Before the deliveries: those pruned below then have fewer attempts to delete.
         _drop_attempt_log(conn, dry_run, report, progress)
         _drop_archives(conn, dry_run, report, progress)
@@ -161,6 +165,20 @@ def prune(
             report.add(sql.EDGE_TABLE, "finished", edges)
         _prune_key_rates(conn, dry_run, batch_size, report)
     return report
+
+
+def make_partitions(conn: Any) -> int:
+    """The day partitions ahead that the workers' maintenance makes (the job
+    history's, the attempt log's, the partitioned message archives'), made here too
+    so that a ``pgqueue_prune`` run daily keeps them made where no worker runs (a
+    database used only through the SQL API, say). Each is made under the
+    maintenance lock: while a worker holds it, that worker makes them."""
+    made = 0
+    if _history_exists(conn):
+        made += history.ensure_partitions(conn)
+    if history.is_partitioned(conn, history.ATTEMPT_LOG):
+        made += history.ensure_partitions(conn, family=history.ATTEMPT_LOG)
+    return made + mq_partitions.maintain(conn, retention=False).partitions_made
 
 
 def _drop_attempt_log(

@@ -192,7 +192,7 @@ def _runway_warning(what: tuple[str, str], today: date, last: date | None) -> st
     return (
         f"{table} has partitions {through} (today is {today.isoformat()}): "
         f"{consequence}; start a worker (its maintenance makes them) or run "
-        "history.ensure_partitions"
+        "`manage.py pgqueue_prune` (it makes them too)"
     )
 
 

@@ -5,15 +5,17 @@ retention; at both doors (Python and the SQL API), with the same rules."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import time
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
 from django_pgqueue import history, mq, status
 from django_pgqueue.db import connect
-from django_pgqueue.maintenance import prune
+from django_pgqueue.maintenance import make_partitions, prune
 from django_pgqueue.mq import partitions
 from django_pgqueue.mq import store as mq_store
 
@@ -160,6 +162,22 @@ def test_maintenance_makes_missing_days_and_drops_with_maintenance_retention():
     assert days("kept") == [first + dt.timedelta(days=n) for n in range(history.PREMADE_DAYS + 1)]
 
 
+def test_a_daily_prune_keeps_the_days_made_where_no_worker_runs():
+    """A database used only through the SQL API runs no worker: ``pgqueue_prune`` from
+    cron makes the days ahead, as the maintenance does, and says so."""
+    mq.create("kept", archive_retention=WEEK)
+    first = today()
+    for n in range(1, history.PREMADE_DAYS + 1):
+        drop_day("kept", first + dt.timedelta(days=n))
+    assert days("kept") == [first]
+    assert prune(dry_run=True).partitions_made == 0 and days("kept") == [first]
+    out = io.StringIO()
+    call_command("pgqueue_prune", stdout=out)
+    assert f"Made {history.PREMADE_DAYS} day partition(s) ahead." in out.getvalue()
+    assert days("kept") == [first + dt.timedelta(days=n) for n in range(history.PREMADE_DAYS + 1)]
+    assert not any("'kept'" in w for w in status.snapshot()["warnings"])
+
+
 @override_settings(PGQUEUE={"MAINTENANCE_INTERVAL": 0.2, "MAINTENANCE_RETENTION": True})
 def test_a_running_worker_keeps_the_days_made_and_drops_the_old(run_worker):
     mq.create("kept", archive_retention=dt.timedelta(days=1))
@@ -252,6 +270,7 @@ def test_retention_of_a_million_archived_messages_writes_almost_no_wal():
     mq.create("kept", archive_retention=dt.timedelta(days=1))
     archive_on("kept", today() - dt.timedelta(days=10), million)
     with connect("test-wal") as conn:
+        make_partitions(conn)  # the days ahead, as a worker has them made: not retention
         conn.execute("CHECKPOINT")  # full-page writes of the fill are not retention's
         before = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         started = time.perf_counter()

@@ -66,6 +66,8 @@ class Command(BaseCommand):
             progress=(lambda line: self.stdout.write(line)) if options["verbosity"] > 1 else None,
         )
         verb = "Would delete" if report.dry_run else "Deleted"
+        if report.partitions_made:
+            self.stdout.write(f"Made {report.partitions_made} day partition(s) ahead.")
         if report.partitions_dropped:
             names = ", ".join(report.partitions_dropped)
             drop = "Would drop" if report.dry_run else "Dropped"
