@@ -207,7 +207,22 @@ class WorkerProcess:
         self.proc.wait(10)
 
     def wait(self, timeout: float = 60) -> int:
-        return self.proc.wait(timeout)
+        """The exit code; a process still running after ``timeout`` is aborted with
+        SIGABRT, whose faulthandler dump (every thread's stack) ends its output, and
+        the test fails with that output, so a hang says where it hung."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGABRT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            self._reader.join(5)
+            raise AssertionError(
+                f"worker {self.proc.pid} still running after {timeout:g} s; its output "
+                "and its threads' stacks:\n" + self.output()
+            ) from None
 
     def output(self) -> str:
         return "\n".join(self.lines)
@@ -247,6 +262,8 @@ def worker_process(transactional_db: None) -> Iterator[Callable[..., WorkerProce
             **_queue_database_env(),
             "DJANGO_SETTINGS_MODULE": "testproject.settings",
             "PYTHONUNBUFFERED": "1",
+            # A hung child aborted by WorkerProcess.wait prints every thread's stack.
+            "PYTHONFAULTHANDLER": "1",
             **(env or {}),
         }
         proc = WorkerProcess(list(args), full_env, prefix)

@@ -10,7 +10,7 @@ Signals under a process manager: Ctrl-C and systemd's default ``KillMode`` signa
 the whole process group, so each child gets the signal twice (from the kernel and
 from this parent). A child takes any repeat that arrives within
 ``SIGNAL_REPEAT_SECONDS`` of the first as the same request (see
-``Worker._on_signal``); only a deliberate second signal after that forces an exit.
+``worker/signals.py``); only a deliberate second signal after that forces an exit.
 The exit code says how the children ended: 0 only when every child drained cleanly.
 
 Children die with their parent: each child asks the kernel for SIGTERM when this
@@ -35,6 +35,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from .signals import StopSignals
+
 logger = logging.getLogger("django_pgqueue.worker")
 
 #: Exit code of a worker process that asks to be replaced (EX_TEMPFAIL).
@@ -42,10 +44,6 @@ RECYCLE_EXIT_CODE = 75
 
 #: Environment variable that tells a child the pid of its supervisor.
 SUPERVISOR_PID_ENV = "PGQUEUE_SUPERVISOR_PID"
-
-#: A repeat of a stop signal within this many seconds of the first is the same request
-#: (a process-group signal reaches a child directly and again through its supervisor).
-SIGNAL_REPEAT_SECONDS = 1.0
 
 _PR_SET_PDEATHSIG = 1
 
@@ -79,7 +77,6 @@ class Supervisor:
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts = 0
         self.recycled = 0
-        self._first_signal: float | None = None
         self.forced = False
 
     def _spawn(self, slot: int) -> None:
@@ -87,22 +84,27 @@ class Supervisor:
         env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())}
         self.children[slot] = subprocess.Popen(argv, env=env)  # inherits stdout/stderr
 
-    def _on_signal(self, signum: int, frame: object) -> None:
-        now = time.monotonic()
-        if self._first_signal is not None:
-            if now - self._first_signal < SIGNAL_REPEAT_SECONDS:
-                return  # the same request, seen again (group delivery)
-            self.forced = True
-        else:
-            self._first_signal = now
+    def _on_stop_signal(self, signum: int) -> None:
+        """Stop, and pass the signal on: each child drains (signals.py's relay thread)."""
         self.stopping.set()
-        # A repeat after the window is forwarded too: each child then exits at once.
-        for child in self.children.values():
+        self._forward(signum)
+
+    def _on_second_stop_signal(self, signum: int) -> None:
+        """A repeat after the window is forwarded too: each child then exits at once."""
+        self.forced = True
+        self.stopping.set()
+        self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        for child in list(self.children.values()):
             if child.poll() is None:
                 child.send_signal(signum)
 
     def run(self) -> int:
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        signals = StopSignals(
+            self._on_stop_signal, self._on_second_stop_signal, name="pgqueue-supervisor-signals"
+        )
+        signals.install()
         try:
             for slot in range(self.processes):
                 self._spawn(slot)
@@ -156,8 +158,7 @@ class Supervisor:
                     self._spawn(slot)
             return 1 if failed or self.forced else 0
         finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+            signals.restore()
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:

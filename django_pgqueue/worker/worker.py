@@ -55,8 +55,9 @@ from .heartbeat import Heartbeat
 from .listener import Listener
 from .observers import attempt_log, attempt_written
 from .runner import TaskRunner
+from .signals import StopSignals
 from .sources import JobSource, Source
-from .supervisor import RECYCLE_EXIT_CODE, SIGNAL_REPEAT_SECONDS
+from .supervisor import RECYCLE_EXIT_CODE
 
 logger = logging.getLogger("django_pgqueue.worker")
 
@@ -178,7 +179,6 @@ class Worker:
         self.claimed = 0
         self.finished = 0
         self.outcomes: dict[str, int] = {}
-        self._first_signal: float | None = None
         # Under --processes: the supervisor's pid; its death makes this process drain.
         self.parent_pid = parent_pid
         if sources is None:
@@ -220,7 +220,11 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 after a clean stop)."""
-        old_handlers = self._install_signals()
+        signals = StopSignals(
+            self._on_stop_signal, self._on_second_stop_signal, name="pgqueue-signals"
+        )
+        if self.install_signal_handlers:
+            signals.install()
         logger.info(
             "Worker %s starting: queues=%s concurrency=%d prefetch=%s lease=%.1fs poll=%.1fs "
             "notify=%s burst=%s",
@@ -260,7 +264,7 @@ class Worker:
             self._claim_loop()
         finally:
             clean = self._shutdown()
-            self._restore_signals(old_handlers)
+            signals.restore()
         attempt_log().flush(logger, self.worker_id)
         if self.timed_out:
             return 2
@@ -281,43 +285,19 @@ class Worker:
         self.stopping.set()
         self.wake.set()
 
-    def _install_signals(self) -> dict[int, Any]:
-        if (
-            not self.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
-            return {}
-        old: dict[int, Any] = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            old[sig] = signal.signal(sig, self._on_signal)
-        return old
-
-    @staticmethod
-    def _restore_signals(old: dict[int, Any]) -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        """First SIGTERM/SIGINT drains; a repeat forces an exit only after a clear interval.
-
-        A signal to the process group (Ctrl-C, systemd's default KillMode) reaches a
-        child of ``--processes`` directly and again through its supervisor, moments
-        apart: a repeat within SIGNAL_REPEAT_SECONDS is that same request.
-        """
-        now = time.monotonic()
-        if self._first_signal is not None:
-            if now - self._first_signal < SIGNAL_REPEAT_SECONDS:
-                logger.debug("Signal %s repeated: already draining", signal.Signals(signum).name)
-                return
-            logger.warning("Second signal: exiting now; leases will recover held jobs")
-            os._exit(1)
-        self._first_signal = now
+    def _on_stop_signal(self, signum: int) -> None:
+        """The first SIGTERM/SIGINT drains (in the signal relay's thread, signals.py)."""
         logger.info(
             "Signal %s: no new claims; waiting up to %.0f s for running tasks",
             signal.Signals(signum).name,
             self.shutdown_grace,
         )
         self.stop()
+
+    def _on_second_stop_signal(self, signum: int) -> None:
+        """A second request, after the repeat window: exit now."""
+        logger.warning("Second signal: exiting now; leases will recover held jobs")
+        os._exit(1)
 
     # -- claiming ------------------------------------------------------------------
 

@@ -146,3 +146,17 @@ def test_claim_sql_is_fenced_by_materialized_ctes():
     assert sql.CLAIM_JOBS.count("AS MATERIALIZED") == 2
     assert "FOR UPDATE SKIP LOCKED" in sql.CLAIM_JOBS
     assert "WHERE id IN (SELECT" not in sql.CLAIM_JOBS
+
+
+def test_a_worker_that_does_not_exit_fails_the_test_with_its_threads_stacks(worker_process):
+    """The harness itself: a wait that times out aborts the child, whose faulthandler
+    names every thread's frames, so a shutdown that hangs in CI says where."""
+    proc = worker_process("--concurrency", "1", env={"PGQUEUE_LOG_LEVEL": "INFO"})
+    proc.wait_line("", timeout=30)
+    with pytest.raises(AssertionError) as failed:
+        proc.wait(0.5)  # a healthy worker runs on: the wait times out
+    message = str(failed.value)
+    assert "still running after" in message
+    assert "(most recent call first)" in message, message[-2000:]
+    assert "_claim_loop" in message or "_wait_for_work" in message, message[-2000:]
+    assert proc.proc.returncode == -signal.SIGABRT
