@@ -17,6 +17,10 @@ an archive partitioned by RANGE on ``archived_at``, one partition per UTC day
   (``DETACH ... CONCURRENTLY``, then ``DROP``), so it costs catalogue changes, never
   a row-by-row delete.
 
+An existing queue's plain archive is converted by
+``store.convert_archive_partitioned`` with :func:`conversion_ddl`: the archive
+becomes the partition of every day before a cutoff, and no message moves.
+
 There is no DEFAULT partition, for the reasons the job history has none
 (docs/operations.md). An archive on a day without a partition (no worker ran its
 maintenance for ``PREMADE_DAYS`` days) fails with PostgreSQL's "no partition of
@@ -31,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg import sql as pgsql
@@ -148,3 +152,55 @@ def maintain(
         dropped = drop_expired(conn)
         report.dropped, report.by_queue = dropped.dropped, dropped.by_queue
     return report
+
+
+# -- converting a plain archive (store.convert_archive_partitioned) -----------------------
+
+#: How many UTC midnights ahead the converted archive's bound is (its check must hold
+#: for every message archived while the conversion runs).
+CONVERT_CUTOFF_DAYS = 2
+
+
+def conversion_names(name: str) -> dict[str, str]:
+    """The bare names a conversion of queue ``name``'s archive gives its objects."""
+    table = sql.ARCHIVE_PREFIX + name
+    return {
+        "a": table,
+        "a_id": table + "_id",
+        "check": table + sql.CONVERT_CHECK_SUFFIX,
+        "legacy_id": table + sql.CONVERT_INDEX_SUFFIX,
+    }
+
+
+def conversion_ddl(name: str, today: dt.date) -> dict[str, list[pgsql.Composed]]:
+    """The statements converting queue ``name``'s plain archive (``sql.CONVERT_ARCHIVE``,
+    by step, plus ``premade``: the day partitions from the cutoff to
+    ``history.PREMADE_DAYS`` ahead), with its cutoff ``CONVERT_CUTOFF_DAYS`` after
+    ``today``."""
+    names = conversion_names(name)
+    cutoff = today + dt.timedelta(days=CONVERT_CUTOFF_DAYS)
+    archive = family(name)
+    legacy = archive.name(KEY, cutoff - dt.timedelta(days=1))
+    parts = {
+        "a": pgsql.Identifier(names["a"]),
+        "a_id": pgsql.Identifier(names["a_id"]),
+        "a_id_name": pgsql.Identifier(names["a_id"]),
+        "check": pgsql.Identifier(names["check"]),
+        "legacy": pgsql.Identifier(legacy),
+        "legacy_table": pgsql.Identifier(legacy),
+        "legacy_id": pgsql.Identifier(names["legacy_id"]),
+        "cutoff": pgsql.Literal(f"{cutoff.isoformat()} 00:00:00+00"),
+    }
+
+    def render(templates: str | Sequence[str]) -> list[pgsql.Composed]:
+        listed = [templates] if isinstance(templates, str) else templates
+        return [pgsql.SQL(t).format(**parts) for t in listed]
+
+    steps = {step: render(templates) for step, templates in sql.CONVERT_ARCHIVE.items()}
+    last = today + dt.timedelta(days=history.PREMADE_DAYS)
+    steps["premade"] = [
+        statement
+        for offset in range((last - cutoff).days + 1)
+        for statement in history.partition_ddl(archive, KEY, cutoff + dt.timedelta(days=offset))
+    ]
+    return steps

@@ -95,6 +95,12 @@ LIST_QUEUES = f"""/* pgqueue:mq_list */
 SELECT name, unlogged, max_reads, dead_letter, created_at, archive_retention
 FROM {REGISTRY} ORDER BY name"""
 
+# A converted archive's retention (``mq.convert_archive_partitioned``), written in
+# the conversion's swap transaction; the registry's checks refuse a retention out
+# of range or a name too long for the partitions.
+SET_ARCHIVE_RETENTION = f"""/* pgqueue:mq_convert_archive */
+UPDATE {REGISTRY} SET archive_retention = %s WHERE name = %s AND archive_retention IS NULL"""
+
 # The queues whose archive is partitioned by day (``partitions.py``): the workers'
 # maintenance makes their partitions ahead and retention drops the old ones. The
 # retention in seconds; the archive's relkind tells one whose table is partitioned
@@ -173,6 +179,47 @@ QUEUE_COLUMNS = """read_ct integer NOT NULL DEFAULT 0,
 
 #: How a partitioned archive is partitioned (its day partitions: ``partitions.py``).
 ARCHIVE_PARTITIONING = "PARTITION BY RANGE (archived_at)"
+
+# Converting a queue's plain archive into a partitioned one, online (Python:
+# ``mq.convert_archive_partitioned``; SQL API: ``convert_archive_partitioned``), as
+# migration 0002 converted the attempt log. No archived message moves: the archive
+# becomes the partition that holds every day before ``{cutoff}`` (two UTC midnights
+# ahead, so no message archived meanwhile falls outside it), named as the day
+# partition of the day before the cutoff, from MINVALUE; retention drops it whole
+# once that day is past the queue's retention, as any day partition.
+#
+# * ``check``, then ``validate`` (its own transaction in Python: it scans the
+#   archive under SHARE UPDATE EXCLUSIVE, so archives go on being written): the
+#   check proves the partition's bound, and the attach below scans nothing.
+# * ``swap`` (one short transaction, under ACCESS EXCLUSIVE on the archive): the
+#   archive and its index take the partition's names, the partitioned parent takes
+#   the archive's (its index adopts the old one), and the old table is attached.
+# Placeholders: ``{a}``/``{a_id}`` the archive and its index (schema-qualified in
+# the SQL API), ``{legacy}``/``{legacy_id}``/``{a_id_name}``/``{check}`` bare
+# names, ``{legacy_table}`` the legacy partition qualified as ``{a}`` is.
+CONVERT_ARCHIVE = {
+    "check": "/* pgqueue:mq_convert_archive */ ALTER TABLE {a} "
+    "ADD CONSTRAINT {check} CHECK (archived_at < {cutoff}) NOT VALID",
+    "validate": "/* pgqueue:mq_convert_archive */ ALTER TABLE {a} VALIDATE CONSTRAINT {check}",
+    # A conversion that failed before its swap takes its check away again (or the
+    # check would refuse every archive after the cutoff); so does one that starts
+    # over after an interrupted run.
+    "undo": "/* pgqueue:mq_convert_archive */ ALTER TABLE {a} DROP CONSTRAINT IF EXISTS {check}",
+    "swap": [
+        "/* pgqueue:mq_convert_archive */ LOCK TABLE {a} IN ACCESS EXCLUSIVE MODE",
+        "/* pgqueue:mq_convert_archive */ ALTER TABLE {a} RENAME TO {legacy}",
+        "/* pgqueue:mq_convert_archive */ ALTER INDEX {a_id} RENAME TO {legacy_id}",
+        "/* pgqueue:mq_convert_archive */ CREATE TABLE {a} (LIKE {legacy_table} INCLUDING "
+        "DEFAULTS) " + ARCHIVE_PARTITIONING,
+        "/* pgqueue:mq_convert_archive */ CREATE INDEX {a_id_name} ON {a} (msg_id)",
+        "/* pgqueue:mq_convert_archive */ ALTER TABLE {a} ATTACH PARTITION {legacy_table} "
+        "FOR VALUES FROM (MINVALUE) TO ({cutoff})",
+    ],
+}
+#: Suffixes (after ``ARCHIVE_PREFIX`` and the name) of the check and of the old
+#: index's new name: ``@`` as in the partitions' names, never a day.
+CONVERT_CHECK_SUFFIX = "@before"
+CONVERT_INDEX_SUFFIX = "@old_id"
 
 _CREATE = {
     "create_queue": """/* pgqueue:mq_create */

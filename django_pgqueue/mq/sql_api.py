@@ -18,9 +18,10 @@ the package means running the command again.
 FIFO group reads (``read_grouped*``) and topic routing (``bind_topic``,
 ``send_topic``, ...) run the statements and rules of the Python door
 (``mq.grouped``, ``mq.topics``). ``create_partitioned`` takes time intervals only
-and partitions the archive alone, by day (``mq.partitions``); converting an
-existing archive is not offered: that function exists with pgmq's signature and
-raises an error naming itself (``REFUSED``). Beyond pgmq, ``archive`` and ``delete`` take a ``read_ct``
+and partitions the archive alone, by day (``mq.partitions``);
+``convert_archive_partitioned`` runs the statements of
+``mq.convert_archive_partitioned`` (``mq/sql.py``, ``CONVERT_ARCHIVE``) in its one
+transaction. Beyond pgmq, ``archive`` and ``delete`` take a ``read_ct``
 to match only the read that is still current.
 """
 
@@ -34,11 +35,15 @@ from ..conf import get_settings
 from ..history import PREMADE_DAYS
 from ..sql.history import ATTACH_PARTITION, CREATE_PARTITION
 from .grouped import KINDS as GROUPED_KINDS
+from .partitions import CONVERT_CUTOFF_DAYS
 from .sql import (
     ARCHIVE_PARTITION_MARK,
     ARCHIVE_PARTITIONING,
     ARCHIVE_PREFIX,
     CHANNEL_PREFIX,
+    CONVERT_ARCHIVE,
+    CONVERT_CHECK_SUFFIX,
+    CONVERT_INDEX_SUFFIX,
     GROUP_INDEX_PREFIX,
     MESSAGE_COLUMNS,
     QUEUE_COLUMNS,
@@ -131,8 +136,6 @@ RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     q text := {api}._rel(queue_name, 'q');
     a text := {api}._rel(queue_name, 'a');
-    today date := (now() AT TIME ZONE 'UTC')::date;
-    part text;
 BEGIN
     INSERT INTO {reg} (name, unlogged, max_reads, dead_letter, archive_retention, created_at)
     VALUES (queue_name, p_unlogged, NULL, NULL, p_retention, now())
@@ -153,15 +156,27 @@ BEGIN
             {columns}) %s', a, CASE WHEN p_retention IS NULL THEN '' ELSE {partitioning} END);
     EXECUTE format('CREATE INDEX %I ON %s (msg_id)', {archive_prefix} || queue_name || '_id', a);
     IF p_retention IS NOT NULL THEN
-        FOR i IN 0..{premade_days} LOOP
-            part := format('%I.%I', {data},
-                           {archive_prefix} || queue_name || {partition_mark} || to_char(today + i, 'YYYYMMDD'));
-            EXECUTE format({create_partition}, part, a);
-            EXECUTE format({attach_partition}, a, part,
-                           quote_literal(to_char(today + i, 'YYYY-MM-DD') || ' 00:00:00+00'),
-                           quote_literal(to_char(today + i + 1, 'YYYY-MM-DD') || ' 00:00:00+00'));
-        END LOOP;
+        PERFORM {api}._make_archive_days(queue_name, 0);
     END IF;
+END $$;
+
+-- The day partitions of a partitioned archive from today + first_offset to the
+-- last day maintenance keeps made, by the statements maintenance uses (sql/history.py).
+CREATE FUNCTION {api}._make_archive_days(queue_name text, first_offset integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    a text := {api}._rel(queue_name, 'a');
+    today date := (now() AT TIME ZONE 'UTC')::date;
+    part text;
+BEGIN
+    FOR i IN first_offset..{premade_days} LOOP
+        part := format('%I.%I', {data},
+                       {archive_prefix} || queue_name || {partition_mark} || to_char(today + i, 'YYYYMMDD'));
+        EXECUTE format({create_partition}, part, a);
+        EXECUTE format({attach_partition}, a, part,
+                       quote_literal(to_char(today + i, 'YYYY-MM-DD') || ' 00:00:00+00'),
+                       quote_literal(to_char(today + i + 1, 'YYYY-MM-DD') || ' 00:00:00+00'));
+    END LOOP;
 END $$;
 
 CREATE FUNCTION {api}."create"(queue_name text) RETURNS void
@@ -174,20 +189,67 @@ LANGUAGE sql AS $$ SELECT {api}._create(queue_name, true) $$;
 -- intervals) or by time. Here only the archive is partitioned, by day of
 -- archived_at, and retention_interval is how long archived messages are kept; the
 -- queue's own table is never partitioned, so no waiting message is ever dropped.
+-- The intervals create_partitioned and convert_archive_partitioned accept.
+CREATE FUNCTION {api}._check_intervals(
+    fn text, queue_name text, partition_interval text, retention_interval text
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF partition_interval ~ '^ *[0-9]+ *$' OR retention_interval ~ '^ *[0-9]+ *$' THEN
+        RAISE EXCEPTION '%: numeric intervals (partitions by msg_id) are not supported by django_pgqueue; give time intervals, e.g. %(%, ''1 day'', ''7 days''): the archive is partitioned by day of archived_at',
+            fn, fn, quote_literal(queue_name) USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF partition_interval::interval <> interval '1 day' THEN
+        RAISE EXCEPTION '%: partition_interval must be ''1 day'' (archives are partitioned by UTC day), got %',
+            fn, quote_literal(partition_interval) USING ERRCODE = 'feature_not_supported';
+    END IF;
+END $$;
+
 CREATE FUNCTION {api}.create_partitioned(
     queue_name text, partition_interval text DEFAULT '10000',
     retention_interval text DEFAULT '100000'
 ) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF partition_interval ~ '^ *[0-9]+ *$' OR retention_interval ~ '^ *[0-9]+ *$' THEN
-        RAISE EXCEPTION 'create_partitioned: numeric intervals (partitions by msg_id) are not supported by django_pgqueue; give time intervals, e.g. create_partitioned(%, ''1 day'', ''7 days''): the archive is partitioned by day of archived_at',
-            quote_literal(queue_name) USING ERRCODE = 'feature_not_supported';
-    END IF;
-    IF partition_interval::interval <> interval '1 day' THEN
-        RAISE EXCEPTION 'create_partitioned: partition_interval must be ''1 day'' (archives are partitioned by UTC day), got %',
-            quote_literal(partition_interval) USING ERRCODE = 'feature_not_supported';
-    END IF;
+    PERFORM {api}._check_intervals('create_partitioned', queue_name, partition_interval, retention_interval);
     PERFORM {api}._create(queue_name, false, retention_interval::interval);
+END $$;
+
+-- pgmq's conversion of an existing archive, as mq.convert_archive_partitioned: the
+-- archive becomes the partition of every day before a cutoff two UTC midnights
+-- ahead, and no message moves. The same statements (mq/sql.py, CONVERT_ARCHIVE),
+-- in this function's one transaction: the check's validation scans the archive
+-- under the lock the check took, so this queue's archives wait for that scan
+-- (Python's conversion validates in a transaction of its own). An archive
+-- partitioned already is left as it is, with a notice, as in pgmq.
+-- leading_partition is not used: maintenance keeps {premade_days} days made ahead.
+CREATE FUNCTION {api}.convert_archive_partitioned(
+    table_name text, partition_interval text DEFAULT '10000',
+    retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    a text := {api}._rel(table_name, 'a');
+    cutoff date := (now() AT TIME ZONE 'UTC')::date + {cutoff_days};
+    legacy text := {archive_prefix} || table_name || {partition_mark} || to_char(cutoff - 1, 'YYYYMMDD');
+    chk text := quote_ident({archive_prefix} || table_name || {check_suffix});
+    bound text := quote_literal(to_char(cutoff, 'YYYY-MM-DD') || ' 00:00:00+00');
+    legacy_t text := format('%I.%I', {data}, legacy);
+    a_id text := format('%I.%I', {data}, {archive_prefix} || table_name || '_id');
+    legacy_id text := quote_ident({archive_prefix} || table_name || {index_suffix});
+    a_id_name text := quote_ident({archive_prefix} || table_name || '_id');
+BEGIN
+    PERFORM {api}._check_intervals('convert_archive_partitioned', table_name, partition_interval, retention_interval);
+    PERFORM 1 FROM {reg} WHERE name = table_name AND archive_retention IS NOT NULL;
+    IF FOUND THEN
+        RAISE NOTICE 'the archive of % is partitioned already', quote_literal(table_name);
+        RETURN;
+    END IF;
+    UPDATE {reg} SET archive_retention = retention_interval::interval WHERE name = table_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message queue % does not exist', quote_literal(table_name)
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    SET LOCAL lock_timeout = '2s';
+{convert_steps}
+    PERFORM {api}._make_archive_days(table_name, {cutoff_days});
 END $$;
 
 CREATE FUNCTION {api}.drop_queue(queue_name text) RETURNS boolean
@@ -684,18 +746,6 @@ LANGUAGE sql STABLE AS $$
 $$;
 """
 
-#: pgmq functions this API does not offer, each refusing by name (SQLSTATE 0A000)
-#: rather than leaving the client with "function does not exist": (signature,
-#: result, why).
-REFUSED = [
-    (
-        "convert_archive_partitioned(table_name text, partition_interval text DEFAULT '10000', "
-        "retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10)",
-        "void",
-        "an existing archive is not converted; create the queue with create_partitioned()",
-    ),
-]
-
 # FIFO group reads: the statements of mq.grouped ({read_grouped}, {read_grouped_rr},
 # {read_grouped_head}, via for_plpgsql: $1 and $3 qty, $2 the messages looked at per
 # group, $4 vt), so both doors hand out a group's messages by one rule. A queue with
@@ -929,32 +979,36 @@ def _partition_statement(template: str, **placeholders: str) -> pgsql.Composable
     return pgsql.SQL(literal.replace("{", "{{").replace("}", "}}"))
 
 
-def _refusals() -> str:
-    """The refusing functions of ``REFUSED``. A function returning a TABLE is written in
-    SQL (a parameter may share an output column's name there, as in pgmq's
-    ``list_topic_bindings(queue_name)``), selecting from the raising ``_refuse``."""
-    parts = [
-        "CREATE FUNCTION {api}._refuse(name text, why text) RETURNS void LANGUAGE plpgsql AS $$\n"
-        "BEGIN\n    RAISE EXCEPTION '% is not supported by django_pgqueue: %', name, why\n"
-        "        USING ERRCODE = 'feature_not_supported';\nEND $$;\n"
-    ]
-    for signature, result, why in REFUSED:
-        name = signature.split("(")[0]
-        call = f"{{api}}._refuse('{name}', '{why}')"
-        if result.startswith("TABLE"):
-            types = [col.split()[1] for col in result[result.index("(") + 1 : -1].split(",")]
-            body = f"SELECT {', '.join(f'NULL::{t}' for t in types)} FROM {call}"  # noqa: S608 - module constants
-        elif result == "void":
-            body = f"SELECT {call}"
-        else:
-            body = f"SELECT NULL::{result.removeprefix('SETOF ')} FROM {call}"  # noqa: S608 - module constants
-        parts.append(
-            f"CREATE FUNCTION {{api}}.{signature} RETURNS {result} LANGUAGE sql AS $$ {body} $$;\n"
-        )
-    return "".join(parts)
+#: The conversion's statements (mq/sql.py, CONVERT_ARCHIVE) as format() arguments, in
+#: the order of the variables of convert_archive_partitioned.
+_CONVERT_ARGS = "a, chk, bound, quote_ident(legacy), legacy_t, a_id, legacy_id, a_id_name"
+_CONVERT_PLACEHOLDERS = {
+    "a": "%1$s",
+    "check": "%2$s",
+    "cutoff": "%3$s",
+    "legacy": "%4$s",
+    "legacy_table": "%5$s",
+    "a_id": "%6$s",
+    "legacy_id": "%7$s",
+    "a_id_name": "%8$s",
+}
 
 
-_DDL += _FENCED_DDL + _NOTIFY_DDL + _GROUPED_DDL + _TOPIC_DDL + _refusals()
+def _convert_statements() -> pgsql.Composable:
+    """The EXECUTEs of convert_archive_partitioned, one per statement of the Python
+    conversion's steps, in their order."""
+    lines = []
+    for step in ("undo", "check", "validate", "swap"):
+        templates = CONVERT_ARCHIVE[step]
+        for template in [templates] if isinstance(templates, str) else templates:
+            statement = _partition_statement(template, **_CONVERT_PLACEHOLDERS)
+            lines.append(
+                pgsql.SQL("    EXECUTE format({}, " + _CONVERT_ARGS + ");").format(statement)
+            )
+    return pgsql.SQL("\n").join(lines)
+
+
+_DDL += _FENCED_DDL + _NOTIFY_DDL + _GROUPED_DDL + _TOPIC_DDL
 
 
 def _schema_state(cursor: Any, schema: str) -> tuple[bool, bool, bool, bool]:
@@ -1038,6 +1092,10 @@ def ddl(schema: str, data_schema: str) -> str:
             attach_partition=_partition_statement(
                 ATTACH_PARTITION, parent="%1$s", partition="%2$s", start="%3$s", end="%4$s"
             ),
+            cutoff_days=pgsql.SQL(str(int(CONVERT_CUTOFF_DAYS))),
+            check_suffix=pgsql.Literal(CONVERT_CHECK_SUFFIX),
+            index_suffix=pgsql.Literal(CONVERT_INDEX_SUFFIX),
+            convert_steps=_convert_statements(),
         )
         .as_string(None)
     )

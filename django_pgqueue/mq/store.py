@@ -14,6 +14,7 @@ was dropped elsewhere) raises QueueNotFound and forgets the cached entry.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -296,6 +297,83 @@ def create(
                 cursor.execute(statement.as_string(None))
     forget(name)
     return wanted
+
+
+def convert_archive_partitioned(name: str, archive_retention: dt.timedelta | float) -> QueueInfo:
+    """Partition the plain archive of existing queue ``name`` by day, online, and keep
+    ``archive_retention`` (a ``timedelta`` or seconds) of it from then on.
+
+    No archived message moves: the archive becomes the partition holding every day
+    before a cutoff two UTC midnights ahead, dropped whole by retention once that
+    day is past ``archive_retention`` (``sql.CONVERT_ARCHIVE``). Three transactions,
+    so archives go on being written: a check (a moment's lock), its validation
+    (a scan that blocks no reader or writer), then the swap (a moment's lock:
+    catalogue changes only). A lock not granted within 2 s is QueueInUse, with
+    nothing changed. Idempotent: a queue already partitioned with this retention is
+    returned as it is. Run it outside a transaction of yours, or it all becomes one.
+    """
+    check_name(name)
+    retention = check_retention(name, archive_retention)
+    forget(name)
+    existing = get_queue(name)
+    if existing.archive_retention is not None:
+        if existing.archive_retention == retention:
+            return existing
+        raise QueueExists(
+            f"the archive of message queue {name!r} is partitioned already, with "
+            f"archive_retention={existing.archive_retention!r}"
+        )
+    with _cursor(name) as cursor:
+        cursor.execute(history_sql.TODAY_UTC)
+        (today,) = cursor.fetchone()
+    steps = partitions.conversion_ddl(name, today)
+
+    def run(*names: str, retention_row: bool = False) -> None:
+        with transaction.atomic(using=_alias()), _cursor(name) as cursor:
+            cursor.execute(history_sql.DDL_LOCK_TIMEOUT)
+            if retention_row:
+                cursor.execute(sql.SET_ARCHIVE_RETENTION, [retention, name])
+                if cursor.rowcount != 1:
+                    raise QueueExists(
+                        f"message queue {name!r} was dropped or its archive partitioned "
+                        "while this conversion ran"
+                    )
+            for step in names:
+                for statement in steps[step]:
+                    cursor.execute(statement.as_string(None))
+
+    checked = False
+    try:
+        run("undo", "check")  # a check an interrupted conversion left goes first
+        checked = True
+        run("validate")
+        run("swap", "premade", retention_row=True)
+    except BaseException as exc:
+        undone = not checked
+        if checked:
+            with contextlib.suppress(Exception):  # the archive is still plain: its check goes
+                run("undo")
+                undone = True
+        if not undone:
+            logger.error(
+                "Converting the archive of message queue %r failed and its check %r "
+                "remains: it refuses messages archived from %s UTC on. Run "
+                "convert_archive_partitioned again, or drop the check.",
+                name,
+                partitions.conversion_names(name)["check"],
+                today + dt.timedelta(days=partitions.CONVERT_CUTOFF_DAYS),
+            )
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":
+            raise QueueInUse(
+                f"the archive of message queue {name!r} is in use: a lock on it was not "
+                "granted within 2 s (a long transaction reads or writes it); "
+                + ("nothing was changed, " if undone else "")
+                + "try again"
+            ) from exc
+        raise
+    finally:
+        forget(name)
+    return get_queue(name)
 
 
 def drop(name: str) -> bool:

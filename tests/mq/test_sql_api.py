@@ -203,15 +203,3 @@ def test_a_reinstall_keeps_insert_notification(sql_api):
     assert one(
         "SELECT queue_name, throttle_interval_ms FROM pgmq_test.list_notify_insert_throttles()"
     ) == [("kept", 10)]
-
-
-@pytest.mark.parametrize(
-    "query",
-    [
-        "SELECT pgmq_test.convert_archive_partitioned('q')",
-    ],
-)
-def test_what_is_not_offered_is_refused_by_name(sql_api, query):
-    name = query.split("pgmq_test.")[1].split("(")[0]
-    with pytest.raises(Exception, match=f"{name} is not supported by django_pgqueue"):
-        one(query)
