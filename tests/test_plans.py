@@ -114,21 +114,12 @@ def test_job_completion_and_lease_extension_do_not_scan_a_grown_table(conn, step
     ).fetchone() == ("succeeded",)
 
 
-@pytest.mark.parametrize("loose", [False, True], ids=["claim", "claim_loose"])
-def test_job_claim_does_not_scan_a_grown_table(conn, loose):
-    """The worker's claim; and the loose claim (sql/jobs.py, "The loose claim"), whose
-    priorities and due scan are index descents too."""
+def test_job_claim_does_not_scan_a_grown_table(conn):
     source = JobSource(TaskRunner("plan-test", 60.0))
     params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
-
-    def claim() -> list[Any]:
-        if loose:
-            return conn.execute(sql.CLAIM_JOBS_LOOSE, {**params, "floor": 600.0}).fetchall()
-        return source.claim(conn, params)
-
     conn.execute(f"ANALYZE {sql.JOB_TABLE}")
     for _ in range(WARM_UP):
-        assert claim() == []
+        assert source.claim(conn, params) == []
     grow(
         conn,
         FILL_JOBS.replace("'in_progress'", "'pending'").replace(
@@ -138,13 +129,8 @@ def test_job_claim_does_not_scan_a_grown_table(conn, loose):
     )
 
     claimed: list[Any] = []
-    assert seq_scans(conn, sql.JOB_TABLE, lambda: claimed.extend(claim())) == 0
+    assert seq_scans(conn, sql.JOB_TABLE, lambda: claimed.extend(source.claim(conn, params))) == 0
     assert len(claimed) == 10
-    generic = conn.execute(
-        "SELECT generic_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-        ["%pgqueue:claim_loose%" if loose else "%pgqueue:claim %"],
-    ).fetchall()
-    assert generic and all(row[0] == 0 for row in generic), generic
 
 
 def test_ending_lapsed_steps_does_not_scan_a_grown_table(conn):

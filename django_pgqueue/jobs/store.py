@@ -338,17 +338,11 @@ class ScanFloor:
     #: Seconds below the last short full claim's start where the floor sits: a job
     #: whose transaction began less than this before that claim is still above it.
     MARGIN = 1.0
-    #: A full claim at least this slow (seconds) is the sign of a held-back horizon:
-    #: the floored claims that follow it are loose (``LOOSE``, sql/jobs.py "The
-    #: loose claim"), which start at the floor within each priority.
-    LOOSE_AFTER = 0.005
 
     def __init__(self) -> None:
         self._next_full_at: dict[str, float] = {}
         #: When the last full claim began, if it came back short (else absent).
         self._caught_up_at: dict[str, float] = {}
-        #: The statements whose last full claim took LOOSE_AFTER or more.
-        self._slow: set[str] = set()
 
     def age(self, statement: str, now: float) -> float | None:
         """The ``%(floor)s`` for the next run of ``statement``: None for a full claim."""
@@ -357,10 +351,6 @@ class ScanFloor:
             return None
         return now - caught_up + self.MARGIN
 
-    def loose(self, statement: str) -> bool:
-        """Whether a floored run of ``statement`` should be its loose form."""
-        return statement in self._slow
-
     def record(
         self, statement: str, started: float, ended: float, floor: float | None, short: bool
     ) -> None:
@@ -368,10 +358,6 @@ class ScanFloor:
         ``short`` when it returned fewer rows than its limit."""
         if floor is not None:
             return
-        if ended - started >= self.LOOSE_AFTER:
-            self._slow.add(statement)
-        else:
-            self._slow.discard(statement)
         spacing = min(self.FULL_EVERY_MAX, (ended - started) / self.FULL_SHARE)
         self._next_full_at[statement] = started + max(self.FULL_EVERY, spacing)
         if short:
@@ -380,21 +366,13 @@ class ScanFloor:
             self._caught_up_at.pop(statement, None)  # a backlog: full claims until short
 
 
-#: The loose form of a floored statement (sql/jobs.py, "The loose claim"), run in its
-#: place while its full claims are slow (``ScanFloor.loose``).
-LOOSE = {sql.CLAIM_JOBS: sql.CLAIM_JOBS_LOOSE}
-
-
 def _above_floor(conn: Any, params: dict[str, Any], statement: str) -> list[ClaimedJob]:
     """Run ``statement`` (a plain claim, or END_LAPSED_STEPS) above the claim loop's
-    scan floor, if it passed one: in its loose form while its full claims are slow."""
+    scan floor, if it passed one."""
     floors: ScanFloor | None = params.get("scan_floor")
     started = time.monotonic()
     floor = None if floors is None else floors.age(statement, started)
-    run = statement
-    if floor is not None and floors is not None and floors.loose(statement):
-        run = LOOSE.get(statement, statement)
-    rows = conn.execute(run, {**params, "floor": floor}).fetchall()
+    rows = conn.execute(statement, {**params, "floor": floor}).fetchall()
     if floors is not None:
         floors.record(statement, started, time.monotonic(), floor, len(rows) < params["limit"])
     return CLAIMED_JOB.all(rows)

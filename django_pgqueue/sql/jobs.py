@@ -398,56 +398,11 @@ _FLOOR_SQL = """(%(floor)s::float8 IS NULL
 _DUE_FLOOR_SQL = _FLOOR_SQL.format(column="next_attempt_at")
 _LEASE_FLOOR_SQL = _FLOOR_SQL.format(column="j.locked_until")
 
-# ---- The loose claim: a floor within each priority -----------------------------------
-#
-# The due index leads with ``priority``, so the floor above is not where the due
-# scan starts: PostgreSQL 15 positions a scan by its leading column only, and the
-# floor on ``next_attempt_at`` is checked entry by entry. The scan still walks the
-# dead entries below the floor (without their heap fetches), and that walk grows
-# with the pin: 0.9 ms of execution at 60,000 dead entries, 2.8 ms at 180,000, in
-# a statement of 0.1 ms on a clean table.
-#
-# The loose claim (CLAIM_JOBS_LOOSE) gives the scan an equality on ``priority``,
-# so that it starts at the floor within each priority:
-#
-# * ``priorities``: the priorities with a waiting row above the floor, by a loose
-#   index scan run backwards: from the index's end (the lowest priority, its newest
-#   row), then each next higher priority, one descent each. Backwards, each descent
-#   lands on a priority's newest rows, which are alive; forwards it would land on its
-#   oldest, the dead head. (A priority whose rows are all dead is walked whole, its
-#   entries below the floor without a heap fetch: what the plain claim walks anyway.)
-# * the due scan takes ``priority = ANY(those)``: one index descent per priority,
-#   each positioned at the floor, read in the index's order, so ORDER BY and LIMIT
-#   stay a plain index scan with no sort, under the same SKIP LOCKED.
-#
-# Same rows as the plain claim with the same floor: a priority left out has no
-# waiting row above the floor, so the plain claim would take none of it either.
-# Each distinct waiting priority costs two descents, so with hundreds of them the
-# loose claim is the dearer one; the worker runs it only while full claims are slow,
-# the sign of a held-back horizon (jobs/store.py, ``ScanFloor``). Measured on one
-# priority (EXPLAIN ANALYZE, 100 rows claimed, a pinned snapshot): 0.08 ms at
-# 180,000 dead entries against the plain claim's 2.4 ms; 0.17 against 0.51 ms for
-# 20 priorities at 60,000; the same on a clean table.
-_ABOVE_FLOOR_SQL = "next_attempt_at >= now() - pg_catalog.make_interval(secs => %(floor)s::float8)"
-_LOOSE_PRIORITIES = f"""priorities(p) AS (
-    (SELECT priority FROM {JOB_TABLE}
-     WHERE status IN {CLAIMABLE_SQL} AND {_ABOVE_FLOOR_SQL}
-     ORDER BY priority, next_attempt_at DESC, id DESC LIMIT 1)
-    UNION ALL
-    SELECT (SELECT n.priority FROM {JOB_TABLE} AS n
-            WHERE n.status IN {CLAIMABLE_SQL} AND n.priority > w.p
-              AND n.{_ABOVE_FLOOR_SQL}
-            ORDER BY n.priority, n.next_attempt_at DESC, n.id DESC LIMIT 1)
-    FROM priorities AS w WHERE w.p IS NOT NULL
-)"""
-_IN_LOOSE_PRIORITIES = "priority = ANY (ARRAY(SELECT p FROM priorities WHERE p IS NOT NULL))"
 
-
-def _claim_jobs(marker: str, kind_sql: str, *, loose: bool = False) -> str:
+def _claim_jobs(marker: str, kind_sql: str) -> str:
     """The claim of the jobs ``kind_sql`` selects (``NOT atomic`` or ``atomic``) in
     queues without a row: today's claim, skipping the configured queues' jobs,
-    above the scan floor (``%(floor)s``, above). ``loose``: the loose claim (above),
-    whose floor is never NULL."""
+    above the scan floor (``%(floor)s``, above)."""
     lapsed_sql = lapsed_source(
         f"j.id, {_EXHAUSTED_SQL} AS exhausted",
         f"{JOB_TABLE} AS j",
@@ -456,16 +411,14 @@ def _claim_jobs(marker: str, kind_sql: str, *, loose: bool = False) -> str:
         f"\n      AND {_LEASE_FLOOR_SQL}",
     )
     update_sql = _claimed_jobs_update()
-    with_sql = f"RECURSIVE {lapsed_sql}, {_LOOSE_PRIORITIES}" if loose else lapsed_sql
-    floor_sql = f"{_ABOVE_FLOOR_SQL} AND {_IN_LOOSE_PRIORITIES}" if loose else _DUE_FLOOR_SQL
     return f"""/* pgqueue:{marker} */
-WITH {with_sql}, flow AS (
+WITH {lapsed_sql}, flow AS (
     SELECT q.name FROM {QUEUE_TABLE} AS q WHERE %(all_queues)s OR q.name = ANY(%(queues)s)
 ), due AS MATERIALIZED (
     SELECT id, {_IN_FLOW_QUEUE} AS unmarked FROM {JOB_TABLE}
     WHERE status IN {CLAIMABLE_SQL} AND next_attempt_at <= now() AND {kind_sql}
       AND {IN_QUEUES} AND {_NOT_MARKED}
-      AND {floor_sql}
+      AND {_DUE_FLOOR_SQL}
     ORDER BY priority DESC, next_attempt_at, id
     LIMIT %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
@@ -594,7 +547,6 @@ RETURNING {_CLAIM_RETURNING}"""
 
 
 CLAIM_JOBS = _claim_jobs("claim", "NOT atomic")
-CLAIM_JOBS_LOOSE = _claim_jobs("claim_loose", "NOT atomic", loose=True)
 CLAIM_FLOW_JOBS = _claim_flow_jobs("claim_flow", "NOT atomic")
 
 # End the workflow steps whose lease lapsed on their last attempt (or that an

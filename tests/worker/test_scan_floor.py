@@ -69,9 +69,8 @@ def churn(conn: psycopg.Connection, n: int) -> None:
 
 
 def buffers(conn: psycopg.Connection, statement: str, floor: float | None) -> int:
-    """Shared buffers the execution of ``statement`` touches, by EXPLAIN (ANALYZE),
-    rolled back (what it claimed stays waiting)."""
-    with ClientCursor(conn) as cur, conn.transaction(force_rollback=True):
+    """Shared buffers the execution of ``statement`` touches, by EXPLAIN (ANALYZE)."""
+    with ClientCursor(conn) as cur:
         cur.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement,
             {**params(), "floor": floor, "channel": "pgqueue"},
@@ -81,75 +80,6 @@ def buffers(conn: psycopg.Connection, statement: str, floor: float | None) -> in
         plan = json.loads(plan)
     top = plan[0]["Plan"]
     return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
-
-
-def loose_ids(conn: psycopg.Connection, statement: str, floor: float) -> list[int]:
-    """What ``statement`` claims with ``floor`` (limit 10), in its order, rolled back."""
-    with conn.transaction(force_rollback=True):
-        rows = conn.execute(statement, {**params(), "floor": floor}).fetchall()
-    return [row[0] for row in rows]
-
-
-def test_the_loose_claim_takes_what_the_plain_claim_takes(conn):
-    """Several priorities, rows below and above the floor, rows not due yet, rows of
-    a priority with only old rows, of another worker's queue: the loose claim
-    (sql/jobs.py, "The loose claim") returns the plain claim's rows, in its order."""
-    rows = [  # (priority, seconds since due: negative is not due yet, queue)
-        (5, 2, "default"),
-        (5, 200, "default"),  # below the floor
-        (0, 1, "default"),
-        (0, 3, "default"),
-        (0, -60, "default"),  # not due
-        (-3, 4, "default"),
-        (7, 300, "default"),  # a priority with nothing above the floor
-        (9, 1, "elsewhere"),  # not served here
-        (2, 5, "default"),
-        (2, 2, "default"),
-    ]
-    for priority, age, queue in rows:
-        conn.execute(
-            NEW_JOBS.replace("'pending', 0,", "'pending', %(priority)s,").replace(
-                "'default', 'default'", "%(queue)s, 'default'"
-            ),
-            {"age": age, "n": 1, "priority": priority, "queue": queue},
-        )
-    conn.execute(f"ANALYZE {sql.JOB_TABLE}")
-    selection = {**params(), "all_queues": False, "queues": ["default"]}
-    for floor in (10.0, 1000.0, 0.5):
-        with conn.transaction(force_rollback=True):
-            plain = conn.execute(sql.CLAIM_JOBS, {**selection, "floor": floor}).fetchall()
-        with conn.transaction(force_rollback=True):
-            loose = conn.execute(sql.CLAIM_JOBS_LOOSE, {**selection, "floor": floor}).fetchall()
-        assert [r[0] for r in loose] == [r[0] for r in plain], floor
-    with conn.transaction(force_rollback=True):
-        taken = conn.execute(sql.CLAIM_JOBS_LOOSE, {**selection, "floor": 10.0}).fetchall()
-    priorities = [
-        conn.execute(f"SELECT priority FROM {sql.JOB_TABLE} WHERE id = %s", [r[0]]).fetchone()[0]
-        for r in taken
-    ]
-    assert priorities == [5, 2, 2, 0, 0, -3]
-
-
-def test_after_a_slow_full_claim_the_floored_claims_are_loose(conn, monkeypatch):
-    monkeypatch.setattr(store.ScanFloor, "LOOSE_AFTER", 0.0)  # every full claim is slow
-    floors = store.ScanFloor()
-    ran: list[str] = []
-    real = conn.execute
-
-    def execute(statement: Any, *args: Any, **kwargs: Any) -> Any:
-        ran.append(str(statement).split("*/")[0])
-        return real(statement, *args, **kwargs)
-
-    monkeypatch.setattr(conn, "execute", execute)
-    assert store.claim(conn, params(floors=floors)) == []  # full, short, slow
-    assert floors.loose(sql.CLAIM_JOBS)
-    (new,) = real(NEW_JOBS, {"age": 0, "n": 1}).fetchone()
-    assert [j.id for j in store.claim(conn, params(floors=floors))] == [new]
-    assert "/* pgqueue:claim_loose " in ran
-    # A fast full claim puts the plain floored claim back.
-    monkeypatch.setattr(store.ScanFloor, "LOOSE_AFTER", 0.005)
-    floors.record(sql.CLAIM_JOBS, started=0.0, ended=0.0, floor=None, short=True)
-    assert not floors.loose(sql.CLAIM_JOBS)
 
 
 # END_LAPSED_STEPS takes the floor too, but the planner may read it through the step
@@ -176,27 +106,6 @@ def test_a_pinned_horizon_does_not_make_a_floored_scan_read_the_dead_head(conn, 
     # these jobs are not atomic).
     assert full > CHURNED / 50, full
     assert floored * 5 < full, (floored, full)  # measured for the claim: 23 against 193
-
-
-def test_the_loose_claim_does_not_walk_the_dead_entries_below_the_floor(conn):
-    """A stream of new jobs behind a dead head: the plain floored claim still walks
-    the dead entries of its priority below the floor (without their heap pages); the
-    loose claim starts at the floor and reads a few pages."""
-    churned = 4 * CHURNED
-    conn.execute(f"ANALYZE {sql.JOB_TABLE}")
-    with connect("floor-pin", prepare=False) as pin:
-        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        pin.execute(f"SELECT count(*) FROM {sql.JOB_TABLE}").fetchone()
-        churn(conn, churned)
-        conn.execute(NEW_JOBS, {"age": 0, "n": 5})  # the stream goes on
-        conn.execute(f"VACUUM {sql.JOB_TABLE}")
-        plain = min(buffers(conn, sql.CLAIM_JOBS, 2.0) for _ in range(2))
-        loose = min(buffers(conn, sql.CLAIM_JOBS_LOOSE, 2.0) for _ in range(2))
-        pin.execute("ROLLBACK")
-    # Both claim the 5 new jobs (their updates read about 70 pages); the plain claim
-    # also walks the dead entries' leaf pages, a few hundred entries to a page
-    # (measured: 76 against 148 pages).
-    assert plain - loose >= churned // 400, (loose, plain)
 
 
 def test_a_row_below_the_floor_goes_at_the_next_full_claim(conn, monkeypatch):
