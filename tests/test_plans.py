@@ -316,3 +316,25 @@ def test_claims_do_not_scan_an_analysed_backlog(conn):
             )
             assert len(claimed) == 10
             assert read < ROWS // 100, (table, read)
+
+
+def test_the_queue_marks_check_does_not_scan_a_grown_table(conn):
+    """The claims' once-a-second question "does any queue have a row?" (``upkeep``),
+    asked while the worker waits for a NOTIFY: a plan cached on an empty table read
+    the whole job table each time (5 to 16 ms under a held-back horizon), and the
+    claim a NOTIFY woke waited for it."""
+    params = {"all_queues": True, "queues": [], "limit": 10, "lease": 60.0, "worker_id": "t"}
+
+    def check() -> None:
+        store._configured["at"] = -1e9  # due now
+        store.upkeep(conn, params)
+
+    warm_then_grow(
+        conn,
+        check,
+        FILL_JOBS.replace("'in_progress'", "'pending'").replace(
+            "gen_random_uuid(), now() + interval '1 hour'", "NULL, NULL"
+        ),
+        sql.JOB_TABLE,
+    )
+    assert rows_read_by_seq_scans(conn, sql.JOB_TABLE, check) == 0

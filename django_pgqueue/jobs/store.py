@@ -419,7 +419,9 @@ def upkeep(conn: Any, params: dict[str, Any], ahead: float = 0.0) -> list[Claime
         _steps_ended["at"] = now - ahead
         ended = end_lapsed_steps(conn, params)
     if now - _configured["at"] > CONFIGURED_TTL:
-        any_row, _unmarked = conn.execute(sql.QUEUE_MARKS_CHECK).fetchone()
+        any_row, _unmarked = conn.execute(
+            sql.QUEUE_MARKS_CHECK, {"worker_id": params["worker_id"]}
+        ).fetchone()
         _configured["any"] = bool(any_row)
         _configured["at"] = now - ahead
     return ended

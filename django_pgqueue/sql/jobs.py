@@ -628,7 +628,12 @@ WHERE j.queue_name = ANY (%(names)s::text[]) AND j.flow_controlled
 # row another transaction then dropped. ``marked`` lists the queues that have
 # marked waiting jobs by a skip scan of the flow index (one descent per queue);
 # with no marked job it is one empty descent. The rows are taken with SKIP
-# LOCKED, so two workers doing this never wait on each other.
+# LOCKED, so two workers doing this never wait on each other. Planned at every run
+# (PLAN_EACH_RUN_WORKER, always true): without a parameter, the worker's prepared
+# statement kept the plan of its first run, made on an empty table, which read the
+# whole job table with two sequential scans; under a held-back horizon that was 5
+# to 16 ms, once a second, on the claim connection while it waited for a NOTIFY, so
+# the claim that NOTIFY woke waited for it too (the pinned phase's pickup p99).
 QUEUE_MARKS_CHECK = f"""/* pgqueue:queue_marks_check */
 WITH RECURSIVE marked(name) AS (
     (SELECT m.queue_name FROM {JOB_TABLE} AS m
@@ -653,6 +658,7 @@ WITH RECURSIVE marked(name) AS (
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}), (SELECT pg_catalog.count(*) FROM unmarked)
+WHERE {PLAN_EACH_RUN_WORKER}
 """
 
 # Bound the transaction. ``statement_timeout`` stops a statement that runs too
