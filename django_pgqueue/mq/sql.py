@@ -99,7 +99,8 @@ FROM {REGISTRY} ORDER BY name"""
 # the conversion's swap transaction; the registry's checks refuse a retention out
 # of range or a name too long for the partitions.
 SET_ARCHIVE_RETENTION = f"""/* pgqueue:mq_convert_archive */
-UPDATE {REGISTRY} SET archive_retention = %s WHERE name = %s AND archive_retention IS NULL"""
+UPDATE {REGISTRY} AS r SET archive_retention = %s
+WHERE r.name = %s AND r.archive_retention IS NULL"""
 
 # The queues whose archive is partitioned by day (``partitions.py``): the workers'
 # maintenance makes their partitions ahead and retention drops the old ones. The

@@ -7,8 +7,8 @@ client's own virtualenv (the project does not depend on the client):
     PG_DATABASE=<db> python -m pytest -q scripts/pgmq_clients/test_pgmq_python.py
 
 The database must hold the SQL API in schema ``pgmq`` (``pgqueue_install_sql_api``).
-What the API refuses (converting an archive to partitions, partitions by msg_id) is
-checked to be refused by name, never left as "function does not exist".
+What the API refuses (partitions by msg_id, pgmq's default intervals) is checked to
+be refused naming why, never left as "function does not exist".
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ DB = {
     "username": os.environ.get("PG_USERNAME", "postgres"),
     "password": os.environ.get("PG_PASSWORD", "postgres"),
 }
-REFUSED = "is not supported by django_pgqueue"
 
 
 @pytest.fixture(scope="module")
@@ -203,9 +202,24 @@ def test_insert_notification(client, name):
         client.update_notify(name, 10)
 
 
-def test_what_is_not_offered_is_refused_by_name(client, name):
-    with pytest.raises(psycopg.Error, match=REFUSED):
+def test_an_existing_archive_is_converted_to_day_partitions(client, name):
+    # pgmq's default intervals partition by msg_id: refused, naming why.
+    with pytest.raises(psycopg.Error, match=r"numeric intervals .* are not supported"):
         client.convert_archive_partitioned(name)
+    before = client.send(name, {"archived": "before"})
+    assert client.archive(name, before) is True
+    client.convert_archive_partitioned(
+        name, partition_interval="1 day", retention_interval="7 days"
+    )
+    with pytest.warns(UserWarning):
+        records = {r.queue_name: r for r in client.list_queues()}
+    assert records[name].is_partitioned
+    after = client.send(name, {"archived": "after"})
+    assert client.archive(name, after) is True
+    # Both archived messages are in the partitioned archive: nothing moved or was lost.
+    with psycopg.connect(conninfo=client.config.dsn, autocommit=True) as conn:
+        kept = conn.execute(f'SELECT msg_id FROM "pgqueue_mq_a_{name}" ORDER BY msg_id')
+        assert [row[0] for row in kept] == [before, after]
 
 
 def _grouped(client, name):
