@@ -13,14 +13,13 @@ Absent binaries are the caller's to skip on (:func:`nats_server` and
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-
-from .pgcluster import free_port
 
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 
@@ -35,6 +34,46 @@ def rabbitmq_server() -> str | None:
     if RABBITMQ_SERVER.exists():
         return str(RABBITMQ_SERVER)
     return shutil.which("rabbitmq-server")
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (Linux's default if unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    """Whether a listener could bind ``port`` now (no SO_REUSEADDR, as a broker may not
+    set it: a connection of the killed broker still in TIME_WAIT counts as taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def restartable_port() -> int:
+    """A free loopback port below the kernel's ephemeral range, for a broker that is
+    killed and started again on the same port. A port from ``free_port()`` is an
+    ephemeral one: between the kill and the start, any client connection on the
+    machine (the parallel tests open thousands) may take it as its local port, and
+    the restarted broker fails with eaddrinuse, as it once did in CI."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    while True:
+        port = rng.randint(min(20000, low - 1000), low - 1)
+        if port != 5432 and _bindable(port):
+            return port
+
+
+def _wait_bindable(port: int, timeout: float = 90.0) -> None:
+    """Wait (up to TIME_WAIT's 60 s and some) until ``port`` can be bound again."""
+    deadline = time.monotonic() + timeout
+    while not _bindable(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
@@ -63,6 +102,7 @@ class _Broker:
 
     def start(self) -> None:
         assert self.process is None, "already running"
+        _wait_bindable(self.port)  # a restart: the killed broker's sockets may linger
         argv, env = self.command()
         with self.log.open("ab") as out:
             # Its own process group: kill() reaches the broker's children too (beam, epmd
@@ -107,7 +147,7 @@ class PrivateNats(_Broker):
     def __init__(self, directory: Path) -> None:
         self.binary = nats_server()
         assert self.binary is not None
-        self.port = free_port()
+        self.port = restartable_port()
         self.store = directory / "jetstream"
         self.log = directory / "nats.log"
 
@@ -131,8 +171,8 @@ class PrivateRabbit(_Broker):
         self.binary = rabbitmq_server()
         assert self.binary is not None
         self.directory = directory
-        self.port = free_port()
-        self.dist_port = free_port()
+        self.port = restartable_port()
+        self.dist_port = restartable_port()
         self.node = f"pgqtest{self.port}@localhost"
         self.log = directory / "rabbit.out"
         (directory / "rabbitmq.conf").write_text("")
