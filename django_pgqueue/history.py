@@ -229,6 +229,15 @@ def ensure_partitions(
     return made
 
 
+def ensure_premade(conn: Any) -> int:
+    """The partitions ahead of the job history and, once its migration ran, of the
+    attempt log (the workers' maintenance and ``pgqueue_prune``); how many were made."""
+    made = ensure_partitions(conn)
+    if is_partitioned(conn, ATTEMPT_LOG):
+        made += ensure_partitions(conn, family=ATTEMPT_LOG)
+    return made
+
+
 @dataclass
 class MoveReport:
     """What one run of the mover did."""
@@ -383,9 +392,7 @@ def maintain(
     # Only the worker holding the lock makes and drops partitions.
     attempt_log = locked and is_partitioned(conn, ATTEMPT_LOG)
     if locked:
-        report.partitions_made = ensure_partitions(conn)
-        if attempt_log:
-            report.partitions_made += ensure_partitions(conn, family=ATTEMPT_LOG)
+        report.partitions_made = ensure_premade(conn)
     report.moved = move_finished(conn, stopping=stopping)
     report.partitions_made += report.moved.partitions_made
     if retention and locked and not stopping():

@@ -173,11 +173,7 @@ def make_partitions(conn: Any) -> int:
     so that a ``pgqueue_prune`` run daily keeps them made where no worker runs (a
     database used only through the SQL API, say). Each is made under the
     maintenance lock: while a worker holds it, that worker makes them."""
-    made = 0
-    if _history_exists(conn):
-        made += history.ensure_partitions(conn)
-    if history.is_partitioned(conn, history.ATTEMPT_LOG):
-        made += history.ensure_partitions(conn, family=history.ATTEMPT_LOG)
+    made = history.ensure_premade(conn) if _history_exists(conn) else 0
     return made + mq_partitions.maintain(conn, retention=False).partitions_made
 
 

@@ -161,15 +161,9 @@ def maintain(
 CONVERT_CUTOFF_DAYS = 2
 
 
-def conversion_names(name: str) -> dict[str, str]:
-    """The bare names a conversion of queue ``name``'s archive gives its objects."""
-    table = sql.ARCHIVE_PREFIX + name
-    return {
-        "a": table,
-        "a_id": table + "_id",
-        "check": table + sql.CONVERT_CHECK_SUFFIX,
-        "legacy_id": table + sql.CONVERT_INDEX_SUFFIX,
-    }
+def conversion_check(name: str) -> str:
+    """The name of the check a conversion of queue ``name``'s archive adds."""
+    return sql.ARCHIVE_PREFIX + name + sql.CONVERT_CHECK_SUFFIX
 
 
 def conversion_ddl(name: str, today: dt.date) -> dict[str, list[pgsql.Composed]]:
@@ -177,18 +171,20 @@ def conversion_ddl(name: str, today: dt.date) -> dict[str, list[pgsql.Composed]]
     by step, plus ``premade``: the day partitions from the cutoff to
     ``history.PREMADE_DAYS`` ahead), with its cutoff ``CONVERT_CUTOFF_DAYS`` after
     ``today``."""
-    names = conversion_names(name)
+    ids = sql.identifiers(name)
     cutoff = today + dt.timedelta(days=CONVERT_CUTOFF_DAYS)
     archive = family(name)
-    legacy = archive.name(KEY, cutoff - dt.timedelta(days=1))
+    legacy = pgsql.Identifier(archive.name(KEY, cutoff - dt.timedelta(days=1)))
+    # Python's names are unqualified (the connection's search_path): the qualified
+    # and the bare placeholders of the SQL API's form are the same identifiers here.
     parts = {
-        "a": pgsql.Identifier(names["a"]),
-        "a_id": pgsql.Identifier(names["a_id"]),
-        "a_id_name": pgsql.Identifier(names["a_id"]),
-        "check": pgsql.Identifier(names["check"]),
-        "legacy": pgsql.Identifier(legacy),
-        "legacy_table": pgsql.Identifier(legacy),
-        "legacy_id": pgsql.Identifier(names["legacy_id"]),
+        "a": ids["a"],
+        "a_id": ids["a_id"],
+        "a_id_name": ids["a_id"],
+        "check": pgsql.Identifier(conversion_check(name)),
+        "legacy": legacy,
+        "legacy_table": legacy,
+        "legacy_id": pgsql.Identifier(sql.ARCHIVE_PREFIX + name + sql.CONVERT_INDEX_SUFFIX),
         "cutoff": pgsql.Literal(f"{cutoff.isoformat()} 00:00:00+00"),
     }
 

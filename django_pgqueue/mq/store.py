@@ -360,7 +360,7 @@ def convert_archive_partitioned(name: str, archive_retention: dt.timedelta | flo
                 "remains: it refuses messages archived from %s UTC on. Run "
                 "convert_archive_partitioned again, or drop the check.",
                 name,
-                partitions.conversion_names(name)["check"],
+                partitions.conversion_check(name),
                 today + dt.timedelta(days=partitions.CONVERT_CUTOFF_DAYS),
             )
         if getattr(exc.__cause__, "sqlstate", None) == "55P03":
