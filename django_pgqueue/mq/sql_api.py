@@ -185,10 +185,6 @@ CREATE FUNCTION {api}.create_non_partitioned(queue_name text) RETURNS void
 LANGUAGE sql AS $$ SELECT {api}._create(queue_name, false) $$;
 CREATE FUNCTION {api}.create_unlogged(queue_name text) RETURNS void
 LANGUAGE sql AS $$ SELECT {api}._create(queue_name, true) $$;
--- pgmq partitions a queue and its archive with pg_partman, by msg_id (numeric
--- intervals) or by time. Here only the archive is partitioned, by day of
--- archived_at, and retention_interval is how long archived messages are kept; the
--- queue's own table is never partitioned, so no waiting message is ever dropped.
 -- The intervals create_partitioned and convert_archive_partitioned accept.
 CREATE FUNCTION {api}._check_intervals(
     fn text, queue_name text, partition_interval text, retention_interval text
@@ -204,6 +200,10 @@ BEGIN
     END IF;
 END $$;
 
+-- pgmq partitions a queue and its archive with pg_partman, by msg_id (numeric
+-- intervals) or by time. Here only the archive is partitioned, by day of
+-- archived_at, and retention_interval is how long archived messages are kept; the
+-- queue's own table is never partitioned, so no waiting message is ever dropped.
 CREATE FUNCTION {api}.create_partitioned(
     queue_name text, partition_interval text DEFAULT '10000',
     retention_interval text DEFAULT '100000'
@@ -221,10 +221,12 @@ END $$;
 -- (Python's conversion validates in a transaction of its own). An archive
 -- partitioned already is left as it is, with a notice, as in pgmq.
 -- leading_partition is not used: maintenance keeps {premade_days} days made ahead.
+-- Each lock is waited for 2 s at most; the SET clause ends with the function, so a
+-- caller's own lock_timeout is back for the rest of its transaction.
 CREATE FUNCTION {api}.convert_archive_partitioned(
     table_name text, partition_interval text DEFAULT '10000',
     retention_interval text DEFAULT '100000', leading_partition integer DEFAULT 10
-) RETURNS void LANGUAGE plpgsql AS $$
+) RETURNS void LANGUAGE plpgsql SET lock_timeout = '2s' AS $$
 DECLARE
     a text := {api}._rel(table_name, 'a');
     cutoff date := (now() AT TIME ZONE 'UTC')::date + {cutoff_days};
@@ -247,7 +249,6 @@ BEGIN
         RAISE EXCEPTION 'message queue % does not exist', quote_literal(table_name)
             USING ERRCODE = 'undefined_table';
     END IF;
-    SET LOCAL lock_timeout = '2s';
 {convert_steps}
     PERFORM {api}._make_archive_days(table_name, {cutoff_days});
 END $$;

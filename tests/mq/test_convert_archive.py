@@ -194,6 +194,19 @@ def test_the_sql_api_converts_with_the_same_statements(sql_api):
     assert mq.get_queue("sqlconv").archive_retention == WEEK
 
 
+def test_the_sql_api_conversion_leaves_the_callers_lock_timeout_as_it_was(sql_api):
+    """The function's 2-second lock wait ends with the function: a caller converting
+    inside its own transaction keeps its own lock_timeout for what follows."""
+    one("SELECT pgmq_test.create('sqltimeout')")
+    with connect("test-sql-timeout") as conn, conn.transaction():
+        conn.execute("SET LOCAL lock_timeout = '7s'")
+        conn.execute(
+            "SELECT pgmq_test.convert_archive_partitioned('sqltimeout', '1 day', '7 days')"
+        )
+        assert conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
+    assert relkind("pgqueue_mq_a_sqltimeout") == "p"
+
+
 @pytest.mark.parametrize(
     ("query", "error"),
     [
