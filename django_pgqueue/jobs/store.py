@@ -317,7 +317,10 @@ class ScanFloor:
     reads only rows due (and leases lapsed) after the start of the last full claim
     that came back short (it took every due row it could see, so every row due
     before it was taken, is held by another claim, or was not committed yet), less
-    ``MARGIN``. A full claim that fills its limit finds a backlog that may lie below
+    ``MARGIN``. While full claims are spaced out, a floored claim that comes back
+    short raises the floor to ``TRAIL`` below its own start: it took every due row it
+    could see above its floor, as a short full claim did below it. A full claim that
+    fills its limit finds a backlog that may lie below
     the floor (a large ``enqueue_many`` committed by a long transaction, say): every
     claim is then full, as without a floor, until one comes back short. Times are
     this process's monotonic clock, turned into an age that the database subtracts
@@ -329,19 +332,30 @@ class ScanFloor:
     #: old due time) while vacuum keeps up. The poll interval's default, which such
     #: a row waited for without NOTIFY.
     FULL_EVERY = 1.0
-    #: The share of the claim loop's time full claims may take: each full claim
-    #: taking 10 ms or more spaces the next out (20 ms: 4 s later), so that claims
-    #: behind a slow full claim stay rare.
-    FULL_SHARE = 0.005
+    #: The share of the claim loop's time each statement's full claims may take:
+    #: a full claim taking 1 ms or more spaces the next out (20 ms: 20 s later), so
+    #: that claims behind a slow full claim stay rare. Three statements have a
+    #: floor (the plain claim, the atomic one, END_LAPSED_STEPS): at 0.005 each,
+    #: the claim loop spent 1.5 % of a held horizon's time in full claims, and a
+    #: job woken meanwhile waited for them: the pinned p99.
+    FULL_SHARE = 0.001
     #: The longest wait between two full claims, however slow they are.
     FULL_EVERY_MAX = 30.0
     #: Seconds below the last short full claim's start where the floor sits: a job
     #: whose transaction began less than this before that claim is still above it.
     MARGIN = 1.0
+    #: Seconds below a short floored claim's start where it may raise the floor (less
+    #: MARGIN): only when full claims are further apart than that (slow: a held
+    #: horizon), so floored claims then read a few seconds of dead entries, not all
+    #: those since the last full claim. A job whose transaction began more than
+    #: TRAIL + MARGIN before it committed is below it, and waits for the next full
+    #: claim, as one older than MARGIN does for a full claim's own floor.
+    TRAIL = 4.0
 
     def __init__(self) -> None:
         self._next_full_at: dict[str, float] = {}
-        #: When the last full claim began, if it came back short (else absent).
+        #: When the last full claim began, if it came back short (else absent), or
+        #: TRAIL before the last short floored claim began, if that is later.
         self._caught_up_at: dict[str, float] = {}
 
     def age(self, statement: str, now: float) -> float | None:
@@ -357,6 +371,9 @@ class ScanFloor:
         """Note a run of ``statement`` from ``started`` to ``ended`` with ``floor``;
         ``short`` when it returned fewer rows than its limit."""
         if floor is not None:
+            caught_up = self._caught_up_at.get(statement)
+            if short and caught_up is not None and started - self.TRAIL > caught_up:
+                self._caught_up_at[statement] = started - self.TRAIL
             return
         spacing = min(self.FULL_EVERY_MAX, (ended - started) / self.FULL_SHARE)
         self._next_full_at[statement] = started + max(self.FULL_EVERY, spacing)

@@ -385,11 +385,12 @@ _IN_FLOW_QUEUE = "queue_name = ANY (ARRAY(SELECT name FROM flow))"
 # recently, so the index scan starts past the dead head (0.28 against 7.2 ms
 # with 14,000 dead entries). The worker's claim loop decides it
 # (jobs/store.py, ``ScanFloor``): a full claim at least every second (or, while
-# full claims are slow, at most 0.5 % of the loop's time, and every 30 s), and
+# full claims are slow, at most 0.1 % of the loop's time, and every 30 s), and
 # between them a floor just below the start of the last full claim that took
-# every due row it could see. A row below the floor (written by a transaction
-# that began more than ``ScanFloor.MARGIN`` before that claim, or put back with
-# an old due time) is taken by the next full claim. With custom
+# every due row it could see (or, while full claims are seconds apart, a few
+# seconds below the last floored claim that did). A row below the floor (written
+# by a transaction that began more than ``ScanFloor.MARGIN`` before that claim, or
+# put back with an old due time) is taken by the next full claim. With custom
 # plans (PLAN_EACH_RUN) the planner folds the NULL test away: a full claim is
 # today's statement and plan.
 _FLOOR_SQL = """(%(floor)s::float8 IS NULL

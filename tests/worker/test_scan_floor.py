@@ -153,13 +153,39 @@ def test_a_full_claim_that_fills_its_limit_makes_every_claim_full_until_one_is_s
 
 def test_slow_full_claims_are_spaced_out():
     floors = store.ScanFloor()
-    # A full claim of 40 ms (a long-held horizon): the next full claim 8 s later.
-    floors.record("claim", started=0.0, ended=0.04, floor=None, short=True)
+    # A full claim of 8 ms (a held horizon): the next full claim 8 s later.
+    floors.record("claim", started=0.0, ended=0.008, floor=None, short=True)
     assert floors.age("claim", 7.9) is not None
     assert floors.age("claim", 8.0) is None
     # Never more than FULL_EVERY_MAX apart.
     floors.record("claim", started=10.0, ended=11.0, floor=None, short=True)
     assert floors.age("claim", 10.0 + store.ScanFloor.FULL_EVERY_MAX) is None
+
+
+def test_while_full_claims_are_spaced_out_short_floored_claims_trail_the_floor():
+    """Under a held horizon full claims come seconds apart; a floored claim that took
+    every row it could see raises the floor to TRAIL below its start, so floored
+    claims read seconds of dead entries, not everything since the last full claim."""
+    trail, margin = store.ScanFloor.TRAIL, store.ScanFloor.MARGIN
+    floors = store.ScanFloor()
+    # A full claim of 100 ms: the next one FULL_EVERY_MAX later.
+    floors.record("claim", started=0.0, ended=0.1, floor=None, short=True)
+    assert floors.age("claim", 20.0) == pytest.approx(20.0 + margin)
+    # A short floored claim at 20 s: the floor follows it, TRAIL behind.
+    floors.record("claim", started=20.0, ended=20.001, floor=20.0 + margin, short=True)
+    assert floors.age("claim", 20.5) == pytest.approx(0.5 + trail + margin)
+    # One that filled its limit proves nothing: the floor stays.
+    floors.record("claim", started=25.0, ended=25.001, floor=5.0 + trail + margin, short=False)
+    assert floors.age("claim", 25.5) == pytest.approx(5.5 + trail + margin)
+    # The floor never moves down, and the full claims keep their time.
+    floors.record("claim", started=19.0, ended=19.001, floor=1.0, short=True)
+    assert floors.age("claim", 25.5) == pytest.approx(5.5 + trail + margin)
+    assert floors.age("claim", store.ScanFloor.FULL_EVERY_MAX) is None
+    # A full claim every second: the floor is the full claims' own, as before.
+    floors = store.ScanFloor()
+    floors.record("claim", started=0.0, ended=0.001, floor=None, short=True)
+    floors.record("claim", started=0.9, ended=0.901, floor=0.9 + margin, short=True)
+    assert floors.age("claim", 0.95) == pytest.approx(0.95 + margin)
 
 
 def test_a_backlog_below_the_floor_drains_at_full_speed_once_found(conn, monkeypatch):
