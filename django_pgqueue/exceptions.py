@@ -55,6 +55,14 @@ class NotATask(PgQueueError):
     """The stored task path imports, but not to a Task object."""
 
 
+class ArgumentsNotDecodable(PgQueueError):
+    """A claimed job's stored arguments cannot be read back as Python values: JSON
+    nested deeper than Python's recursion limit, an integer of more than 4300 digits,
+    a number beyond a float. ``enqueue()`` refuses all three; a row written past it
+    (by hand, by another program) can hold them. Recorded as the job's only attempt,
+    which ends it ``dead``; the jobs claimed with it run as usual."""
+
+
 class CrossDatabaseEnqueueWarning(RuntimeWarning):
     """A job or event was written outside the caller's open transaction.
 

@@ -22,6 +22,7 @@ module runs no SQL of its own and knows no source by name.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -31,6 +32,8 @@ from .conf import get_settings
 from .jobs import store
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("django_pgqueue.tracing")
 
 TRACER_NAME = "django_pgqueue"
 
@@ -143,7 +146,14 @@ class _ReadsTraceContexts:
     def claim(self, conn: Any, params: Any) -> list[Any]:
         items: list[Any] = self._source.claim(conn, params)
         if items:
-            rows = self._source.trace_contexts(conn, [item.id for item in items])
+            try:
+                rows = self._source.trace_contexts(conn, [item.id for item in items])
+            except Exception as exc:
+                # The rows are claimed: run them, in traces of their own, rather than
+                # leave them to lapse (an attempt more each). The next claim meets
+                # the failure again, and reconnects.
+                logger.warning("Reading the claimed rows' trace contexts failed (%s)", exc)
+                return items
             with _claimed_lock:
                 for row_id, carrier in rows:
                     _claimed_contexts[row_id] = carrier

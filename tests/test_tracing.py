@@ -58,3 +58,32 @@ def test_tracing_off_writes_no_context_and_no_span(settings, run_worker):
     settings.PGQUEUE = {**settings.PGQUEUE, "TRACING": False}
     result = add.enqueue(1, 1)
     assert Job.objects.get(pk=result.id).trace_context is None
+
+
+def test_claimed_jobs_run_once_when_their_trace_contexts_cannot_be_read(
+    spans,  # noqa: F811
+    run_worker,
+    monkeypatch,
+):
+    """The claim committed; reading its rows' trace contexts fails (the connection is
+    lost in between). The jobs run now, each once, in traces of their own: not left
+    leased until their leases lapse and claimed again with an attempt more."""
+    from django_pgqueue.db import connect
+    from django_pgqueue.jobs import store
+
+    read = store.read_trace_contexts
+
+    def lost_connection(conn, ids):
+        with connect("trace-test-killer") as killer:
+            (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+            killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+        return read(conn, ids)
+
+    monkeypatch.setattr(store, "read_trace_contexts", lost_connection, raising=True)
+    ids = [add.enqueue(1, i).id for i in range(3)]
+    run_worker(lease_seconds=30)
+    assert (
+        sorted(Job.objects.filter(pk__in=ids).values_list("status", "attempts"))
+        == [("succeeded", 1)] * 3
+    )
+    assert len(by_name(spans, "run add")) == 3

@@ -70,8 +70,10 @@ class ClaimedJob:
     attempts: int
     max_attempts: int
     task_path: str
-    args: list[Any]
-    kwargs: dict[str, Any]
+    # JSON text from the claim; the runner decodes them for the attempt
+    # (``worker/runner.py``), so that one row Python cannot read fails alone.
+    args: list[Any] | str
+    kwargs: dict[str, Any] | str
     queue_name: str
     priority: int
     backend: str

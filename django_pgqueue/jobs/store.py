@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -42,6 +43,8 @@ from ..db import array_literal, execute_one, run_lease_extension, text_array_lit
 from ..exceptions import DuplicateJob
 from ..outcomes import JobOutcome
 from .rows import CLAIMED_JOB, JOB_ROW, ClaimedJob, JobRow
+
+logger = logging.getLogger("django_pgqueue.jobs")
 
 #: Bulk enqueues of at least this many rows go through COPY instead of INSERT.
 COPY_THRESHOLD = 2000
@@ -409,14 +412,23 @@ def _claim_with_flow(conn: Any, params: dict[str, Any], flow: str, plain: str) -
     First, when it is due, the claims' :func:`upkeep`; the rows it ended come first
     and do not count against the limit, as none of them runs.
     """
-    ended = upkeep(conn, params)
-    claimed: list[ClaimedJob] = []
-    if _configured["any"]:
-        claimed = CLAIMED_JOB.all(conn.execute(flow, params).fetchall())
-        if len(claimed) >= params["limit"]:
-            return ended + claimed
-        params = {**params, "limit": params["limit"] - len(claimed)}
-    return ended + claimed + _above_floor(conn, params, plain)
+    taken = upkeep(conn, params)
+    try:
+        if _configured["any"]:
+            claimed = CLAIMED_JOB.all(conn.execute(flow, params).fetchall())
+            taken += claimed
+            if len(claimed) >= params["limit"]:
+                return taken
+            params = {**params, "limit": params["limit"] - len(claimed)}
+        return taken + _above_floor(conn, params, plain)
+    except Exception as exc:
+        if not taken:
+            raise
+        # What the statements before took is committed: hand it over, or those jobs
+        # would wait for their leases to lapse and come back with an attempt more.
+        # This claim's failure is met again by the next claim, which reconnects.
+        logger.warning("Claim of jobs failed after %d were claimed (%s)", len(taken), exc)
+        return taken
 
 
 def upkeep(conn: Any, params: dict[str, Any], ahead: float = 0.0) -> list[ClaimedJob]:

@@ -43,8 +43,11 @@ CLAIMED_JOB_COLUMNS: tuple[tuple[str, str], ...] = (
     ("attempts", "j.attempts"),
     ("max_attempts", "j.max_attempts"),
     ("task_path", "j.task_path"),
-    ("args", "j.args"),
-    ("kwargs", "j.kwargs"),
+    # As JSON text, decoded by the runner for the attempt: a row whose arguments
+    # Python cannot read (written past enqueue()) fails its own job, not the
+    # decoding of the whole claim's result.
+    ("args", "j.args::text"),
+    ("kwargs", "j.kwargs::text"),
     ("queue_name", "j.queue_name"),
     ("priority", "j.priority"),
     ("backend", "j.backend"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import threading
 import time
 import traceback
@@ -28,7 +29,14 @@ from ..compat import (
     task_finished,
     task_started,
 )
-from ..exceptions import NotATask, TaskAborted, TaskTimeout, WorkerInterrupted
+from ..exceptions import (
+    ArgumentsNotDecodable,
+    NotATask,
+    PgQueueError,
+    TaskAborted,
+    TaskTimeout,
+    WorkerInterrupted,
+)
 from ..jobs.rows import ClaimedJob
 from ..models.queue import Status
 from ..outcomes import JobOutcome
@@ -69,6 +77,23 @@ finished_gate = SignalGate(task_finished)
 def _decoded(value: Any) -> Any:
     """A JSON column as claimed: text from the claim, already decoded elsewhere."""
     return json.loads(value) if isinstance(value, str) else value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]}... does not fit a float")
+    return value
+
+
+def _argument(value: Any, empty: str) -> Any:
+    """One claimed argument column (JSON text) as Python values. Raises ValueError or
+    RecursionError for text ``enqueue()`` would have refused."""
+    if not isinstance(value, str):
+        return value
+    if value == empty:
+        return [] if empty == "[]" else {}
+    return json.loads(value, parse_float=_finite_float)
 
 
 def _moment(seconds: float | None) -> dt.datetime | None:
@@ -170,8 +195,8 @@ class TaskRunner:
             started_at=_moment(job.started_at) or now,
             last_attempted_at=_moment(job.last_attempted_at) or now,
             finished_at=None,
-            args=job.args,
-            kwargs=job.kwargs,
+            args=_argument(job.args, "[]"),
+            kwargs=_argument(job.kwargs, "{}"),
             backend=job.backend,
             errors=task_errors(_decoded(job.errors)),
             worker_ids=list(_decoded(job.worker_ids)),
@@ -258,6 +283,20 @@ class TaskRunner:
             attempt=job.attempts,
         )
 
+    def _dead_on_arrival(self, job: ClaimedJob, exc: PgQueueError) -> JobOutcome:
+        """A row no attempt can run as stored (its task path is not a task, its
+        arguments cannot be decoded): ``dead`` at once, with the reason."""
+        entry = _error_entry(job, self.worker_id, _exception_path(exc), str(exc))
+        return JobOutcome(
+            job.id,
+            job.token,
+            Status.DEAD,
+            error_json=json.dumps(entry),
+            last_error=f"{type(exc).__name__}: {exc}",
+            task_path=job.task_path,
+            attempt=job.attempts,
+        )
+
     @traced_run
     def run(self, job: ClaimedJob) -> JobOutcome:
         """Run ``job`` and describe the outcome. Never raises."""
@@ -279,15 +318,19 @@ class TaskRunner:
                 delay=self.unknown_task_delay,
             )
         except NotATask as exc:
-            entry = _error_entry(job, self.worker_id, _exception_path(exc), str(exc))
-            return JobOutcome(
-                job.id,
-                job.token,
-                Status.DEAD,
-                error_json=json.dumps(entry),
-                last_error=f"NotATask: {exc}",
-                task_path=job.task_path,
-                attempt=job.attempts,
+            return self._dead_on_arrival(job, exc)
+        try:
+            # Kept decoded on the row too, for its TaskResult (``_result``).
+            args = job.args = _argument(job.args, "[]")
+            kwargs = job.kwargs = _argument(job.kwargs, "{}")
+        except (ValueError, RecursionError) as exc:
+            return self._dead_on_arrival(
+                job,
+                ArgumentsNotDecodable(
+                    f"job {job.id}: its stored arguments cannot be read back as Python "
+                    f"values ({type(exc).__name__}: {str(exc)[:200]}); they were written "
+                    "past enqueue(), which refuses them"
+                ),
             )
         backend = self._backend_for(job.backend)
         sender = type(backend)
@@ -320,11 +363,9 @@ class TaskRunner:
         started = time.perf_counter()
         try:
             if result is not None and task.takes_context:
-                value = task.call(
-                    AttemptContext(task_result=result, run=attempt), *job.args, **job.kwargs
-                )
+                value = task.call(AttemptContext(task_result=result, run=attempt), *args, **kwargs)
             else:
-                value = self._callable(task)(*job.args, **job.kwargs)
+                value = self._callable(task)(*args, **kwargs)
             result_json = return_value_json(value)  # an unstorable value fails the attempt
         except BaseException as exc:  # the task's failure (SystemExit from a task too)
             if result is None:

@@ -101,6 +101,53 @@ def test_stored_task_path_that_is_not_a_task_is_dead_not_run(run_worker):
     assert bad.status == "dead" and "not a Task" in bad.last_error
 
 
+#: Arguments PostgreSQL stores and Python cannot decode (SQL expressions), as a
+#: hand-written INSERT or another program may have written them.
+UNDECODABLE_ARGS = {
+    "deep": "(repeat('[', 5000) || repeat(']', 5000))::jsonb",
+    "huge_int": "('[' || repeat('7', 5000) || ']')::jsonb",
+    "float_overflow": "('[' || repeat('9', 400) || '.5]')::jsonb",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNDECODABLE_ARGS))
+def test_stored_arguments_python_cannot_decode_fail_their_job_alone(kind, run_worker):
+    """A claimed row whose arguments cannot be decoded is a failed attempt of its own
+    job, named; the jobs claimed in the same batch run once, with one attempt each
+    (before, the batch's decoding raised: every row of it sat leased until its
+    lease lapsed, then came back with an extra attempt, the poison row with them)."""
+    from django.db import connection
+
+    from django_pgqueue import enqueue_many
+    from django_pgqueue.models import Job
+    from testproject.demo import tasks
+
+    good = [int(r.id) for r in enqueue_many(tasks.record_run, [((), {})] * 5)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (status, priority, attempts, max_attempts,"
+            " next_attempt_at, worker_id, last_error, errors, created_at, updated_at,"
+            " task_path, queue_name, backend, args, kwargs, worker_ids, atomic)"
+            " VALUES ('pending', 0, 0, 1, now(), '', '', '[]', now(), now(),"
+            f" 'testproject.demo.tasks.add', 'default', 'default', {UNDECODABLE_ARGS[kind]},"
+            " '{}', '[]', false) RETURNING id"
+        )
+        (bad,) = cursor.fetchone()
+    run_worker(lease_seconds=30)
+    # Not whole model instances: Python cannot decode the bad row's arguments.
+    rows = {
+        row[0]: row[1:]
+        for row in Job.objects.filter(id__in=[*good, bad]).values_list(
+            "id", "status", "attempts", "last_error", "errors"
+        )
+    }
+    assert [rows[i][:2] for i in good] == [("succeeded", 1)] * 5
+    status, attempts, last_error, errors = rows[bad]
+    assert (status, attempts) == ("dead", 1)
+    assert last_error.startswith("ArgumentsNotDecodable: job "), last_error
+    assert errors[0]["exception_class_path"] == "django_pgqueue.exceptions.ArgumentsNotDecodable"
+
+
 # -- the input contract (docs/tasks.md, "What arguments may be") --------------------
 
 

@@ -54,3 +54,44 @@ def test_an_atomic_claim_commits_asynchronously_too(conn: psycopg.Connection) ->
         (job,) = store.claim_atomic(conn, job_params())
         assert job.status == "in_progress"
         assert commit_mode(conn) == "off"
+
+
+def _breaks_its_connection_first(original: Any) -> Any:
+    """``original``, run after its connection's backend was terminated: the real error
+    of a database connection lost between two statements of one claim."""
+
+    def run(conn: psycopg.Connection, *args: Any) -> Any:
+        with connect("commit-test-killer") as killer:
+            (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+            killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+        return original(conn, *args)
+
+    return run
+
+
+def test_jobs_a_claim_took_before_its_next_statement_failed_are_handed_over(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow claim takes a limited queue's jobs and commits; the plain claim after it
+    fails (the connection is lost). The flow claim's jobs come back to the worker, to
+    run now: not left leased until their leases lapse, and claimed again with an
+    attempt more."""
+    from django_pgqueue import queues
+
+    queues.configure("limited", concurrency=5)
+    limited = [int(tasks.noop.using(queue_name="limited").enqueue().id) for _ in range(3)]
+    plain = int(tasks.noop.enqueue().id)
+    store.forget_configured()
+    monkeypatch.setattr(store, "_above_floor", _breaks_its_connection_first(store._above_floor))
+    taken = store.claim(conn, job_params())
+    assert sorted(job.id for job in taken) == sorted(limited)
+    with connect("commit-test-check") as check:
+        rows = dict(
+            check.execute(
+                "SELECT id, status FROM pgqueue_job WHERE id = ANY(%s)", [[*limited, plain]]
+            ).fetchall()
+        )
+    assert rows == {**dict.fromkeys(limited, "in_progress"), plain: "pending"}
+    # With nothing taken first, the failure is the claim's.
+    with connect("commit-test-2") as other, pytest.raises(psycopg.OperationalError):
+        store.claim(other, job_params())
