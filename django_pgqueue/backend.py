@@ -7,7 +7,6 @@ Workers (``manage.py runworkers``) claim and run the rows.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +32,7 @@ from .compat import (
 from .conf import PgQueueSettings, get_settings, validate_backend_options
 from .contract import check_arguments
 from .docs import check_hint
-from .exceptions import DuplicateJob, NotATask
+from .exceptions import DuplicateJob, NotATask, StoredJSONNotDecodable
 from .jobs import store
 from .models.queue import Status
 from .notify import WAKE_ATOMIC, WAKE_JOBS, wake_workers
@@ -41,6 +40,7 @@ from .queues import validate_concurrency_key
 from .retry import Backoff, default_backoff
 from .routers import warn_if_outside_queue_transaction
 from .signal_gate import SignalGate
+from .stored_json import decode
 from .tracing import traced_enqueue
 from .unique import unique_key_for, validate_unique_key
 
@@ -517,6 +517,15 @@ class PgQueueBackend(BaseTaskBackend):
                 f"here: {exc}"
             ) from exc
         task = self._task_as_enqueued(task, job.queue_name, job.priority, job.backend)
+        try:
+            return self._result_of(job_id, job, task)
+        except StoredJSONNotDecodable as exc:
+            raise StoredJSONNotDecodable(
+                f"Job {job_id} holds JSON Python cannot read back ({exc}); it was written "
+                "past enqueue(), which refuses it"
+            ) from None
+
+    def _result_of(self, job_id: int, job: Any, task: Task) -> TaskResult:
         result: TaskResult = JobResult(
             metadata=_metadata(job),
             task=task,
@@ -526,14 +535,14 @@ class PgQueueBackend(BaseTaskBackend):
             started_at=job.started_at,
             last_attempted_at=job.last_attempted_at,
             finished_at=job.finished_at,
-            args=_json(job.args),
-            kwargs=_json(job.kwargs),
+            args=decode(job.args),
+            kwargs=decode(job.kwargs),
             backend=job.backend,
             errors=task_errors(job.errors),
-            worker_ids=list(_json(job.worker_ids) or []),
+            worker_ids=list(decode(job.worker_ids) or []),
         )
         if job.status == Status.SUCCEEDED:
-            object.__setattr__(result, "_return_value", _json(job.result))
+            object.__setattr__(result, "_return_value", decode(job.result))
         return result
 
     @staticmethod
@@ -577,15 +586,9 @@ def _written(result: TaskResult, job_id: int, created_at: datetime) -> None:
     object.__setattr__(result, "enqueued_at", created_at)
 
 
-def _json(value: Any) -> Any:
-    # Django's cursors hand jsonb back as text (its JSONField decodes it later).
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def task_errors(errors: Any) -> list[TaskError]:
     """Our stored error history as the framework's TaskError list."""
-    if isinstance(errors, str):
-        errors = json.loads(errors)
+    errors = decode(errors)
     return [
         TaskError(
             exception_class_path=e.get("exception_class_path", "builtins.Exception"),

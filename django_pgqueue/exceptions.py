@@ -55,6 +55,13 @@ class NotATask(PgQueueError):
     """The stored task path imports, but not to a Task object."""
 
 
+class StoredJSONNotDecodable(PgQueueError, ValueError):
+    """A JSON value stored in one of our tables cannot be read back as Python values:
+    nested deeper than Python's recursion limit, an integer of more than 4300
+    digits, a number beyond a float. The doors refuse all three; a row written past
+    them can hold them (``stored_json.py``)."""
+
+
 class ArgumentsNotDecodable(PgQueueError):
     """A claimed job's stored arguments cannot be read back as Python values: JSON
     nested deeper than Python's recursion limit, an integer of more than 4300 digits,

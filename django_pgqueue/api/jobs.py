@@ -12,7 +12,6 @@ job has.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -24,20 +23,22 @@ from ..jobs import store
 from ..jobs.rows import JobRow
 from ..models.queue import Status
 from ..operations import JOB_READ
+from ..stored_json import UndecodableJSON, readable
 from .http import ApiError, Principal, respond
 from .scoping import object_id
 
-
-def _json(value: Any) -> Any:
-    """A JSON column as the store's read returns it: text (jsonb), or None."""
-    return json.loads(value) if isinstance(value, str) else value
+#: The error a job shows when its stored error log cannot be decoded.
+NOT_DECODABLE = "django_pgqueue.exceptions.StoredJSONNotDecodable"
 
 
 def _error(job: JobRow) -> dict[str, Any] | None:
     """The last attempt's error, for a job that has not succeeded (None if none)."""
     if job.status == Status.SUCCEEDED:
         return None
-    errors = task_errors(job.errors)
+    stored = readable(job.errors)
+    if isinstance(stored, UndecodableJSON):
+        return {"exception_class_path": NOT_DECODABLE, "traceback": str(stored)}
+    errors = task_errors(stored)
     if not errors:
         return None
     last = errors[-1]
@@ -67,7 +68,7 @@ def render(job: JobRow) -> dict[str, Any]:
         "started_at": job.started_at,
         "last_attempted_at": job.last_attempted_at,
         "finished_at": job.finished_at,
-        "result": _json(job.result) if job.status == Status.SUCCEEDED else None,
+        "result": readable(job.result) if job.status == Status.SUCCEEDED else None,
         "error": _error(job),
         "workflow_id": job.workflow_id,
         "step_name": job.step_name,

@@ -5,6 +5,10 @@ of ints. It is not ``django.contrib.postgres``'s ``ArrayField``: since Django 6.
 that field needs ``django.contrib.postgres`` in ``INSTALLED_APPS`` (check
 ``postgres.E005``), and a reusable app must not make its users add an app for a
 column only its own SQL writes (the rollup's histograms).
+
+``StoredJSONField`` is a ``JSONField`` that reads a value Python cannot decode as a
+marker instead of raising (the job's columns, which rows written past ``enqueue()``
+may fill).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
+
+from ..stored_json import UndecodableJSON, reason
 
 
 class BigIntArrayField(models.Field):
@@ -36,3 +42,25 @@ class BigIntArrayField(models.Field):
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[int] | None:
         return None if value is None else list(value)
+
+
+class StoredJSONField(models.JSONField):
+    """A ``jsonb`` column that any writer may have filled: a value Python cannot
+    decode (``stored_json.py``) reads as an :class:`UndecodableJSON` naming the
+    problem, so the admin shows the row instead of failing with a
+    ``RecursionError``, and such a marker is refused on save rather than written
+    over what the row held."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        try:
+            return super().from_db_value(value, expression, connection)
+        except (ValueError, RecursionError) as exc:
+            return UndecodableJSON.because(reason(exc))
+
+    def get_prep_value(self, value: Any) -> Any:
+        if isinstance(value, UndecodableJSON):
+            raise ValueError(
+                f"{self.name}: the row's stored JSON could not be decoded; it cannot be "
+                "saved back (update the other columns with QuerySet.update())"
+            )
+        return super().get_prep_value(value)

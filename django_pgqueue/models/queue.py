@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 # Declared in states.py (importable without the app registry, for sql/).
 from ..states import CLAIMABLE, LIVE, TERMINAL, Status
+from .fields import StoredJSONField
 from .flow import CONCURRENCY_KEY_MAX_LENGTH
 
 __all__ = ["CLAIMABLE", "LIVE", "TERMINAL", "UNIQUE_KEY_MAX_LENGTH", "Status"]
@@ -114,17 +115,17 @@ class JobColumns(QueueRow):
 
     task_path = models.CharField(max_length=255, help_text=_("Import path of the Task object."))
     priority = models.SmallIntegerField(default=0, help_text=_("Higher runs first."))
-    errors = models.JSONField(
+    errors = StoredJSONField(
         default=list, blank=True, help_text=_("One entry per failed attempt, oldest first.")
     )
     queue_name = models.CharField(max_length=100, default="default")
     backend = models.CharField(max_length=100, default="default")
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
-    result = models.JSONField(null=True, blank=True)
+    args = StoredJSONField(default=list, blank=True)
+    kwargs = StoredJSONField(default=dict, blank=True)
+    result = StoredJSONField(null=True, blank=True)
     #: W3C trace context of the enqueue span (``PGQUEUE["TRACING"]``); the run continues it.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
-    worker_ids = models.JSONField(
+    worker_ids = StoredJSONField(
         default=list, blank=True, help_text=_("Worker of each attempt, in order.")
     )
     # Both columns have a database default, so the enqueue statements that do

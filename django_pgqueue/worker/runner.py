@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import math
 import threading
 import time
 import traceback
@@ -33,6 +32,7 @@ from ..exceptions import (
     ArgumentsNotDecodable,
     NotATask,
     PgQueueError,
+    StoredJSONNotDecodable,
     TaskAborted,
     TaskTimeout,
     WorkerInterrupted,
@@ -42,6 +42,7 @@ from ..models.queue import Status
 from ..outcomes import JobOutcome
 from ..signal_gate import SignalGate
 from ..storable import return_value_json
+from ..stored_json import decode
 from ..tracing import traced_run
 from .attempt import AttemptContext, current_attempt
 
@@ -72,28 +73,6 @@ connection_created.connect(_connection_opened, dispatch_uid="django_pgqueue.runn
 
 started_gate = SignalGate(task_started)
 finished_gate = SignalGate(task_finished)
-
-
-def _decoded(value: Any) -> Any:
-    """A JSON column as claimed: text from the claim, already decoded elsewhere."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text[:40]}... does not fit a float")
-    return value
-
-
-def _argument(value: Any, empty: str) -> Any:
-    """One claimed argument column (JSON text) as Python values. Raises ValueError or
-    RecursionError for text ``enqueue()`` would have refused."""
-    if not isinstance(value, str):
-        return value
-    if value == empty:
-        return [] if empty == "[]" else {}
-    return json.loads(value, parse_float=_finite_float)
 
 
 def _moment(seconds: float | None) -> dt.datetime | None:
@@ -195,11 +174,11 @@ class TaskRunner:
             started_at=_moment(job.started_at) or now,
             last_attempted_at=_moment(job.last_attempted_at) or now,
             finished_at=None,
-            args=_argument(job.args, "[]"),
-            kwargs=_argument(job.kwargs, "{}"),
+            args=decode(job.args),
+            kwargs=decode(job.kwargs),
             backend=job.backend,
-            errors=task_errors(_decoded(job.errors)),
-            worker_ids=list(_decoded(job.worker_ids)),
+            errors=task_errors(decode(job.errors)),
+            worker_ids=list(decode(job.worker_ids)),
         )
 
     def release(self, job: ClaimedJob, reason: str, delay: float = 0.0) -> JobOutcome:
@@ -321,15 +300,14 @@ class TaskRunner:
             return self._dead_on_arrival(job, exc)
         try:
             # Kept decoded on the row too, for its TaskResult (``_result``).
-            args = job.args = _argument(job.args, "[]")
-            kwargs = job.kwargs = _argument(job.kwargs, "{}")
-        except (ValueError, RecursionError) as exc:
+            args = job.args = decode(job.args)
+            kwargs = job.kwargs = decode(job.kwargs)
+        except StoredJSONNotDecodable as exc:
             return self._dead_on_arrival(
                 job,
                 ArgumentsNotDecodable(
                     f"job {job.id}: its stored arguments cannot be read back as Python "
-                    f"values ({type(exc).__name__}: {str(exc)[:200]}); they were written "
-                    "past enqueue(), which refuses them"
+                    f"values ({exc}); they were written past enqueue(), which refuses them"
                 ),
             )
         backend = self._backend_for(job.backend)

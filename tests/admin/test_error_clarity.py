@@ -43,3 +43,17 @@ def test_a_delivery_page_shows_its_history_once_from_the_attempt_log(
     html = page.content.decode()
     assert "No errors recorded" not in html and "error history" not in html.lower()
     assert all(f"refusal {n}" in html for n in (1, 2, 3))
+
+
+def test_a_job_whose_stored_json_python_cannot_decode_is_shown_not_a_500(operator):
+    """A row written past enqueue() with arguments nested beyond Python's recursion
+    limit: the list and the job's page show it, naming the problem."""
+    from ..faults.test_bad_input import UNDECODABLE_ARGS, plant_job
+
+    bad = plant_job(UNDECODABLE_ARGS["deep"])
+    client = csrf_client(operator)
+    page = client.get(reverse("admin:django_pgqueue_job_change", args=(bad,)))
+    assert page.status_code == 200
+    assert "stored JSON Python cannot decode: RecursionError" in page.content.decode()
+    listing = client.get(reverse("admin:django_pgqueue_job_changelist"))
+    assert listing.status_code == 200 and f">{bad}<" in listing.content.decode()

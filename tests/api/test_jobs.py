@@ -140,3 +140,33 @@ def test_a_key_bound_to_an_application_never_reads_a_job(api):
     problem = problem_of(ApiClient(key.key).get(f"jobs/{result.id}"), 403)
     assert "'jobs' scope is for operators only" in problem["detail"]
     assert b"testproject" not in customer.get(f"jobs/{result.id}").content
+
+
+def test_a_job_whose_stored_json_python_cannot_decode_reads_naming_it(api):
+    """A row written past the doors: a succeeded job's result and a dead job's error
+    log nested beyond Python's recursion limit. Each reads, the bad value named."""
+    from django.db import connection
+
+    from django_pgqueue.api.jobs import NOT_DECODABLE
+
+    deep = "(repeat('[', 5000) || repeat(']', 5000))::jsonb"
+    done = tasks.add.enqueue(1, 2)
+    dead = tasks.add.enqueue(1, 3)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE pgqueue_job SET status = 'succeeded', finished_at = now(), result = {deep} WHERE id = %s",
+            [int(done.id)],
+        )
+        cursor.execute(
+            f"UPDATE pgqueue_job SET status = 'dead', finished_at = now(), errors = {deep} WHERE id = %s",
+            [int(dead.id)],
+        )
+    client = api("jobs")
+    succeeded = client.get(f"jobs/{done.id}")
+    assert succeeded.status_code == 200, succeeded.content
+    assert succeeded.json()["result"].startswith("(stored JSON Python cannot decode: Recursion")
+    failed = client.get(f"jobs/{dead.id}")
+    assert failed.status_code == 200, failed.content
+    error = failed.json()["error"]
+    assert error["exception_class_path"] == NOT_DECODABLE
+    assert "RecursionError" in error["traceback"]

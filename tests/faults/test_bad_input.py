@@ -110,29 +110,45 @@ UNDECODABLE_ARGS = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(UNDECODABLE_ARGS))
-def test_stored_arguments_python_cannot_decode_fail_their_job_alone(kind, run_worker):
-    """A claimed row whose arguments cannot be decoded is a failed attempt of its own
-    job, named; the jobs claimed in the same batch run once, with one attempt each
-    (before, the batch's decoding raised: every row of it sat leased until its
-    lease lapsed, then came back with an extra attempt, the poison row with them)."""
+def plant_job(args_sql: str) -> int:
+    """A pending job of ``add`` whose arguments are the SQL expression ``args_sql``,
+    inserted straight into the table, past every door."""
     from django.db import connection
 
-    from django_pgqueue import enqueue_many
-    from django_pgqueue.models import Job
-    from testproject.demo import tasks
-
-    good = [int(r.id) for r in enqueue_many(tasks.record_run, [((), {})] * 5)]
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO pgqueue_job (status, priority, attempts, max_attempts,"
             " next_attempt_at, worker_id, last_error, errors, created_at, updated_at,"
             " task_path, queue_name, backend, args, kwargs, worker_ids, atomic)"
             " VALUES ('pending', 0, 0, 1, now(), '', '', '[]', now(), now(),"
-            f" 'testproject.demo.tasks.add', 'default', 'default', {UNDECODABLE_ARGS[kind]},"
+            f" 'testproject.demo.tasks.add', 'default', 'default', {args_sql},"
             " '{}', '[]', false) RETURNING id"
         )
-        (bad,) = cursor.fetchone()
+        return int(cursor.fetchone()[0])
+
+
+def test_get_result_of_a_job_python_cannot_decode_names_the_job():
+    from django_pgqueue.exceptions import StoredJSONNotDecodable
+    from testproject.demo import tasks
+
+    bad = plant_job(UNDECODABLE_ARGS["deep"])
+    with pytest.raises(StoredJSONNotDecodable, match=f"Job {bad} holds JSON .*RecursionError"):
+        tasks.add.get_result(str(bad))
+
+
+@pytest.mark.parametrize("kind", sorted(UNDECODABLE_ARGS))
+def test_stored_arguments_python_cannot_decode_fail_their_job_alone(kind, run_worker):
+    """A claimed row whose arguments cannot be decoded is a failed attempt of its own
+    job, named; the jobs claimed in the same batch run once, with one attempt each
+    (before, the batch's decoding raised: every row of it sat leased until its
+    lease lapsed, then came back with an extra attempt, the poison row with them)."""
+
+    from django_pgqueue import enqueue_many
+    from django_pgqueue.models import Job
+    from testproject.demo import tasks
+
+    good = [int(r.id) for r in enqueue_many(tasks.record_run, [((), {})] * 5)]
+    bad = plant_job(UNDECODABLE_ARGS[kind])
     run_worker(lease_seconds=30)
     # Not whole model instances: Python cannot decode the bad row's arguments.
     rows = {
