@@ -154,11 +154,13 @@ def test_a_job_whose_stored_json_python_cannot_decode_reads_naming_it(api):
     dead = tasks.add.enqueue(1, 3)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE pgqueue_job SET status = 'succeeded', finished_at = now(), result = {deep} WHERE id = %s",
+            "UPDATE pgqueue_job SET status = 'succeeded', finished_at = now(),"
+            f" result = {deep} WHERE id = %s",
             [int(done.id)],
         )
         cursor.execute(
-            f"UPDATE pgqueue_job SET status = 'dead', finished_at = now(), errors = {deep} WHERE id = %s",
+            "UPDATE pgqueue_job SET status = 'dead', finished_at = now(),"
+            f" errors = {deep} WHERE id = %s",
             [int(dead.id)],
         )
     client = api("jobs")
