@@ -1,6 +1,6 @@
-"""The job's JSON columns become ``StoredJSONField`` (``models/fields.py``): a value
-Python cannot decode reads as a marker instead of raising. No SQL: the columns stay
-``jsonb``.
+"""The job's JSON columns and the event's payload become ``StoredJSONField``
+(``models/fields.py``): a value Python cannot decode reads as a marker instead of
+raising. No SQL: the columns stay ``jsonb``.
 """
 
 from django.db import migrations
@@ -14,6 +14,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AlterField(
+            model_name="event",
+            name="payload",
+            field=django_pgqueue.models.fields.StoredJSONField(),
+        ),
         migrations.AlterField(
             model_name="job",
             name="args",

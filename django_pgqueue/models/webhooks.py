@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import DESTINATION_SCHEMES
 from ..sql import PARKED_AT
+from .fields import StoredJSONField
 from .queue import QueueRow, Status, queue_row_constraints, queue_row_indexes
 
 # Endpoint URLs: an HTTP receiver or a broker destination (docs/webhooks.md,
@@ -536,7 +537,9 @@ class Event(models.Model):
         blank=True,
         help_text=_("Channels the event was sent on."),
     )
-    payload = models.JSONField()
+    # Read as a marker naming the problem if Python cannot decode it (a row written
+    # past send_event()): the admin and the API show the event instead of failing.
+    payload = StoredJSONField()
     body = models.TextField(editable=False, help_text=_("The exact JSON sent (signed bytes)."))
     msg_id = models.CharField(max_length=64, editable=False)
     # NULL, not "": events without a key must not collide in the unique constraint.

@@ -57,3 +57,24 @@ def test_a_job_whose_stored_json_python_cannot_decode_is_shown_not_a_500(operato
     assert "stored JSON Python cannot decode: RecursionError" in page.content.decode()
     listing = client.get(reverse("admin:django_pgqueue_job_changelist"))
     assert listing.status_code == 200 and f">{bad}<" in listing.content.decode()
+
+
+def test_an_event_whose_payload_python_cannot_decode_is_shown_not_a_500(webhook_operator):
+    """An event written past send_event() with a payload nested beyond Python's
+    recursion limit: its page shows it, naming the problem."""
+    from django.db import connection
+
+    from ..faults.test_bad_input import UNDECODABLE_ARGS
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_event (event_type, payload, body, msg_id, created_at)"
+            f" VALUES ('order.paid', {UNDECODABLE_ARGS['deep']}, '{{}}', 'msg_deep', now())"
+            " RETURNING id"
+        )
+        (event_id,) = cursor.fetchone()
+    page = csrf_client(webhook_operator).get(
+        reverse("admin:django_pgqueue_event_change", args=(event_id,))
+    )
+    assert page.status_code == 200
+    assert "stored JSON Python cannot decode: RecursionError" in page.content.decode()
