@@ -7,8 +7,8 @@ that field needs ``django.contrib.postgres`` in ``INSTALLED_APPS`` (check
 column only its own SQL writes (the rollup's histograms).
 
 ``StoredJSONField`` is a ``JSONField`` that reads a value Python cannot decode as a
-marker instead of raising (the job's columns, which rows written past ``enqueue()``
-may fill).
+marker instead of raising: the job's columns and an event's payload, which rows
+written past ``enqueue()`` and ``send_event()`` may fill.
 """
 
 from __future__ import annotations
