@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from django_pgqueue import sql
 from django_pgqueue.db import connect
 from django_pgqueue.jobs import store
 from django_pgqueue.outcomes import JobOutcome
@@ -56,15 +57,18 @@ def test_an_atomic_claim_commits_asynchronously_too(conn: psycopg.Connection) ->
         assert commit_mode(conn) == "off"
 
 
-def _breaks_its_connection_first(original: Any) -> Any:
-    """``original``, run after its connection's backend was terminated: the real error
-    of a database connection lost between two statements of one claim."""
+def _breaks_its_connection_first(original: Any, statement: str) -> Any:
+    """``original`` (``store._above_floor``), run for ``statement`` after its
+    connection's backend was terminated: the real error of a database connection lost
+    between two statements of one claim. Other statements (the claims' upkeep, due
+    or not depending on what ran before in this process) run as they are."""
 
-    def run(conn: psycopg.Connection, *args: Any) -> Any:
-        with connect("commit-test-killer") as killer:
-            (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
-            killer.execute("SELECT pg_terminate_backend(%s)", [pid])
-        return original(conn, *args)
+    def run(conn: psycopg.Connection, params: dict[str, Any], which: str) -> Any:
+        if which == statement:
+            with connect("commit-test-killer") as killer:
+                (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+                killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+        return original(conn, params, which)
 
     return run
 
@@ -82,7 +86,9 @@ def test_jobs_a_claim_took_before_its_next_statement_failed_are_handed_over(
     limited = [int(tasks.noop.using(queue_name="limited").enqueue().id) for _ in range(3)]
     plain = int(tasks.noop.enqueue().id)
     store.forget_configured()
-    monkeypatch.setattr(store, "_above_floor", _breaks_its_connection_first(store._above_floor))
+    monkeypatch.setattr(
+        store, "_above_floor", _breaks_its_connection_first(store._above_floor, sql.CLAIM_JOBS)
+    )
     taken = store.claim(conn, job_params())
     assert sorted(job.id for job in taken) == sorted(limited)
     with connect("commit-test-check") as check:
