@@ -80,9 +80,11 @@ def plan_each_run(guard_sql: str) -> str:
 
 # What sending a claimed delivery needs (webhooks/delivery_source.ClaimedDelivery's
 # fields, in order), read from a ``claimed`` CTE of delivery rows: the deliveries'
-# claim and the relay's end with it, each with its own ORDER BY.
+# claim and the relay's end with it, each with its own ORDER BY. The endpoint's JSON
+# comes as text, decoded by each delivery's attempt: an endpoint row Python cannot
+# decode fails its own deliveries, not the decoding of the whole claim's result.
 CLAIMED_FOR_SENDING_SQL = f"""SELECT c.id, c.status, c.locked_by, c.attempts, c.max_attempts,
-       c.endpoint_id, e.url, e.secret, e.previous_secrets, e.headers, ev.msg_id,
+       c.endpoint_id, e.url, e.secret, e.previous_secrets::text, e.headers::text, ev.msg_id,
        ev.event_type, ev.body, ev.created_at
 FROM claimed AS c
 JOIN {ENDPOINT_TABLE} AS e ON e.id = c.endpoint_id

@@ -31,6 +31,7 @@ from ..notify import WAKE_DELIVERIES
 from ..outcomes import DeliveryOutcome
 from ..rollup import store as rollup_store
 from ..storable import LAST_ERROR_CAP, storable_headers, storable_text
+from ..stored_json import decode
 from ..tracing import outgoing_headers, traced_delivery
 from ..worker import hooks
 from ..worker.runner import describe_exception
@@ -64,8 +65,10 @@ class ClaimedDelivery:
     endpoint_id: int
     url: str
     secret_ciphertext: str
-    previous_secrets: list[dict[str, str]]
-    headers: dict[str, str]
+    # JSON text from the claim, decoded by the attempt (``stored_json.decode``): an
+    # endpoint row Python cannot decode fails its deliveries' attempts, named.
+    previous_secrets: list[dict[str, str]] | str
+    headers: dict[str, str] | str
     msg_id: str
     event_type: str
     body: str
@@ -83,10 +86,11 @@ class ClaimedDelivery:
         return f"{self.event_type} -> endpoint {self.endpoint_id}"
 
     def secrets(self, now: dt.datetime) -> list[str]:
-        """Every secret to sign with (current first); raises SecretDecryptionError."""
+        """Every secret to sign with (current first); raises SecretDecryptionError, or
+        StoredJSONNotDecodable for previous secrets Python cannot decode."""
         return decrypt_active_secrets(
             self.secret_ciphertext,
-            self.previous_secrets,
+            decode(self.previous_secrets),
             now,
             what=f"the secrets of endpoint {self.endpoint_id}",
             cache=self.decrypted,
@@ -196,7 +200,7 @@ class DeliverySource(Source):
                 timestamp=timestamp,
                 body=body,
                 idempotency_key=delivery_idempotency_key(item.msg_id, item.id),
-                custom_headers=outgoing_headers(item.headers or None),
+                custom_headers=outgoing_headers(decode(item.headers) or None),
             )
         except (SecretDecryptionError, ValueError, TypeError, KeyError) as exc:
             # Never send unsigned: a secret we cannot read fails the attempt loudly.

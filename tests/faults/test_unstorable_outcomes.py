@@ -81,6 +81,55 @@ def test_nul_in_a_response_header_fails_no_other_delivery(fast_leases, run_worke
     )
 
 
+def test_an_endpoint_row_python_cannot_decode_fails_only_its_own_deliveries(
+    fast_leases, run_worker, summary
+):
+    """An endpoint whose stored headers (written past the admin and the API) nest
+    beyond Python's recursion limit, 10 innocent endpoints in the same claims: every
+    innocent endpoint gets exactly one POST, and the hostile delivery is never sent,
+    its attempt naming the problem (before, decoding the whole claim's result raised:
+    every delivery of the batch sat leased until its lease lapsed, then came back)."""
+    from django.db import connection
+
+    from django_pgqueue import send_event
+    from django_pgqueue.models import Delivery, DeliveryAttempt, Endpoint
+
+    from .test_bad_input import UNDECODABLE_ARGS
+
+    with Receiver() as receiver:
+        paths = [f"/innocent/{n}" for n in range(10)] + ["/hostile"]
+        for path in paths:
+            endpoint = Endpoint(url=receiver.url(path))
+            endpoint.full_clean()
+            endpoint.save()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE pgqueue_endpoint SET headers = {UNDECODABLE_ARGS['deep']}"
+                " WHERE url LIKE %s",
+                ["%/hostile"],
+            )
+        event = send_event("order.paid", {"order_id": 1})
+        run_worker(concurrency=4, timeout=90)
+        posts = Counter(request.path for request in receiver.requests)
+
+    assert posts == Counter(paths[:-1]), posts
+    statuses = Counter(Delivery.objects.filter(event=event).values_list("endpoint__url", "status"))
+    innocent = Counter(status for url, status in statuses if not url.endswith("/hostile"))
+    assert innocent == {"succeeded": 10}, statuses
+    hostile = DeliveryAttempt.objects.filter(delivery__endpoint__url__endswith="/hostile")
+    assert hostile.count() >= 1
+    assert all(
+        a.error.startswith("not sent: RecursionError") and a.status_code is None for a in hostile
+    ), [a.error for a in hostile]
+    summary(
+        faults=1,
+        tasks=len(paths),
+        duplicates=sum(posts.values()) - (len(paths) - 1),
+        lost=10 - innocent["succeeded"],
+        note="an endpoint's headers Python cannot decode; 10 innocent endpoints",
+    )
+
+
 def test_error_text_with_nul_and_lone_surrogates_is_stored_escaped(fast_leases, run_worker):
     from django_pgqueue.models import Job
     from testproject.demo import tasks
