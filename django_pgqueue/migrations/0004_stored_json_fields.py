@@ -1,6 +1,6 @@
-"""The job's JSON columns and the event's payload become ``StoredJSONField``
-(``models/fields.py``): a value Python cannot decode reads as a marker instead of
-raising. No SQL: the columns stay ``jsonb``.
+"""The job's JSON columns, an event's payload and an endpoint's headers and previous
+secrets become ``StoredJSONField`` (``models/fields.py``): a value Python cannot
+decode reads as a marker instead of raising. No SQL: the columns stay ``jsonb``.
 """
 
 from django.db import migrations
@@ -14,6 +14,23 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AlterField(
+            model_name="endpoint",
+            name="headers",
+            field=django_pgqueue.models.fields.StoredJSONField(
+                blank=True, default=dict, help_text="Extra HTTP headers sent with every delivery."
+            ),
+        ),
+        migrations.AlterField(
+            model_name="endpoint",
+            name="previous_secrets",
+            field=django_pgqueue.models.fields.StoredJSONField(
+                blank=True,
+                default=list,
+                editable=False,
+                help_text="Encrypted secrets still signing during a rotation, with their expiry.",
+            ),
+        ),
         migrations.AlterField(
             model_name="event",
             name="payload",

@@ -169,7 +169,10 @@ class Endpoint(models.Model):
     secret_ciphertext = models.TextField(
         db_column="secret", editable=False, default="", help_text=_("Encrypted signing secret.")
     )
-    previous_secrets = models.JSONField(
+    # Both read as a marker naming the problem if Python cannot decode them (a row
+    # written past the doors): the admin opens the endpoint, and its form says what
+    # to fix. The worker decodes them per delivery (webhooks/delivery_source.py).
+    previous_secrets = StoredJSONField(
         default=list,
         blank=True,
         editable=False,
@@ -189,7 +192,7 @@ class Endpoint(models.Model):
             "event whatever its channels."
         ),
     )
-    headers = models.JSONField(
+    headers = StoredJSONField(
         default=dict, blank=True, help_text=_("Extra HTTP headers sent with every delivery.")
     )
     description = models.TextField(blank=True, default="")

@@ -78,3 +78,29 @@ def test_an_event_whose_payload_python_cannot_decode_is_shown_not_a_500(webhook_
     )
     assert page.status_code == 200
     assert "stored JSON Python cannot decode: RecursionError" in page.content.decode()
+
+
+def test_an_endpoint_whose_headers_python_cannot_decode_opens_and_says_what_to_fix(
+    webhook_operator,
+):
+    """An endpoint row written past the doors, its headers nested beyond Python's
+    recursion limit: its page opens with the problem named (the form then refuses the
+    marker as headers, "custom headers must be a mapping", until they are fixed)."""
+    from django.db import connection
+
+    from django_pgqueue.models import Endpoint
+
+    from ..faults.test_bad_input import UNDECODABLE_ARGS
+
+    endpoint = Endpoint(url="https://hooks.example.com/deep")
+    endpoint.save()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE pgqueue_endpoint SET headers = {UNDECODABLE_ARGS['deep']} WHERE id = %s",
+            [endpoint.pk],
+        )
+    client = csrf_client(webhook_operator)
+    url = reverse("admin:django_pgqueue_endpoint_change", args=(endpoint.pk,))
+    page = client.get(url)
+    assert page.status_code == 200
+    assert "stored JSON Python cannot decode: RecursionError" in page.content.decode()
