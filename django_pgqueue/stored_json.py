@@ -21,8 +21,15 @@ from .exceptions import StoredJSONNotDecodable
 def _finite_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
-        raise ValueError(f"the number {text[:40]}... does not fit a float")
+        raise ValueError(f"number {text[:20]}... ({len(text)} characters) is too large for a float")
     return value
+
+
+#: The one decoder of stored JSON (this module's readers and the message queues'
+#: rows, ``mq/store.py``), built once: ``json.loads`` with options builds one per
+#: call. A number too large for a float is refused rather than read as infinity,
+#: which no door would store again.
+DECODER = json.JSONDecoder(parse_float=_finite_float)
 
 
 def decode(value: Any) -> Any:
@@ -39,7 +46,7 @@ def decode(value: Any) -> Any:
     if value == "{}":
         return {}
     try:
-        return json.loads(value, parse_float=_finite_float)
+        return DECODER.decode(value)
     except (ValueError, RecursionError) as exc:
         raise StoredJSONNotDecodable(reason(exc)) from None
 

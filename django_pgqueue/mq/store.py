@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +31,7 @@ from ..conf import get_settings
 from ..db import array_literal, text_array_literal
 from ..notify import notifier
 from ..sql import history as history_sql
+from ..stored_json import DECODER
 from . import partitions, sql
 from .exceptions import QueueExists, QueueInUse, QueueNotFound
 from .partitions import check_retention
@@ -62,23 +61,10 @@ MAX_ERROR_LENGTH = 500
 logger = logging.getLogger("django_pgqueue.mq")
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"number {text[:20]}... ({len(text)} characters) is too large for a float")
-    return value
-
-
-# One decoder for every row (json.loads with options builds a new one per call). A
-# number too large for a float is refused rather than read as infinity, which no
-# door would store again.
-_decoder = json.JSONDecoder(parse_float=_finite_float)
-
-
 def decode_json(text: str | None) -> Any:
     """A document as a statement of this module returns it (JSON text, or None for
     SQL NULL), decoded; raises ValueError or RecursionError on one Python cannot read."""
-    return None if text is None else _decoder.decode(text)
+    return None if text is None else DECODER.decode(text)
 
 
 def _problem(what: str, exc: BaseException) -> str:
