@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
@@ -10,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 # Declared in states.py (importable without the app registry, for sql/).
 from ..states import CLAIMABLE, LIVE, TERMINAL, Status
+from .expressions import LeaseIffRunning, OneOf
 from .fields import StoredJSONField
 from .flow import CONCURRENCY_KEY_MAX_LENGTH
 
@@ -25,17 +27,19 @@ def queue_row_constraints(prefix: str) -> list[models.BaseConstraint]:
     ``locked_by`` keeps the token of the most recent claim after the row leaves
     ``in_progress`` (so a worker can recognise its own write after an ambiguous
     commit); ``locked_until`` is set exactly while a worker holds the row.
+
+    PostgreSQL prepares every CHECK again at each statement that writes a row, so
+    each is written in its cheapest shape (``expressions.py``); ``attempts`` and
+    ``max_attempts`` are plain integer columns because ``attempts_range`` holds
+    their range, and a ``PositiveIntegerField`` would add a CHECK of its own.
     """
     return [
         models.CheckConstraint(
-            condition=Q(status__in=[s.value for s in Status]),
+            condition=OneOf("status", [s.value for s in Status]),
             name=f"{prefix}_status_valid",
         ),
         models.CheckConstraint(
-            condition=(
-                Q(status=Status.IN_PROGRESS, locked_by__isnull=False, locked_until__isnull=False)
-                | (~Q(status=Status.IN_PROGRESS) & Q(locked_until__isnull=True))
-            ),
+            condition=LeaseIffRunning(Status.IN_PROGRESS.value),
             name=f"{prefix}_lease_iff_running",
         ),
         models.CheckConstraint(
@@ -79,10 +83,13 @@ class QueueRow(models.Model):
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.PENDING, db_index=False
     )
-    attempts = models.PositiveIntegerField(
-        default=0, help_text=_("Claims so far; counted when a worker claims the row.")
+    # Plain integers: ``attempts_range`` holds their range (queue_row_constraints).
+    attempts = models.IntegerField(
+        default=0,
+        validators=[MinValueValidator(0)],
+        help_text=_("Claims so far; counted when a worker claims the row."),
     )
-    max_attempts = models.PositiveIntegerField(default=5)
+    max_attempts = models.IntegerField(default=5, validators=[MinValueValidator(1)])
     next_attempt_at = models.DateTimeField(
         default=timezone.now,
         help_text=_("Earliest time the row may be claimed (run_after, or the retry time)."),
@@ -203,10 +210,11 @@ class JobColumns(QueueRow):
             "if_failed (a batch's on_failure callback)."
         ),
     )
-    pending_parents = models.PositiveIntegerField(
+    # Plain integers: ``pgq_job_parents_range`` holds their range (Job.Meta).
+    pending_parents = models.IntegerField(
         null=True, blank=True, editable=False, help_text=_("Parents that have not ended yet.")
     )
-    failed_parents = models.PositiveIntegerField(
+    failed_parents = models.IntegerField(
         null=True, blank=True, editable=False, help_text=_("Parents that ended without success.")
     )
 
@@ -278,6 +286,11 @@ class Job(JobColumns):
         ]
         constraints = [
             *queue_row_constraints("pgq_job"),
+            # A workflow step's counts of its parents (NULL for a plain job).
+            models.CheckConstraint(
+                condition=Q(pending_parents__gte=0) & Q(failed_parents__gte=0),
+                name="pgq_job_parents_range",
+            ),
             # The arbiter of unique tasks: concurrent enqueues of one key are
             # settled by this index (INSERT ... ON CONFLICT), never by a read.
             models.UniqueConstraint(
