@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -182,7 +182,9 @@ def text_array_literal(items: list[str | None]) -> str:
 _ONLY_WHEN_ASKED = 2**31
 
 
-def execute_one(connection: Any, statement: str, params: Sequence[Any], *, prepare: bool) -> Any:
+def execute_one(
+    connection: Any, statement: str, params: Sequence[Any] | Mapping[str, Any], *, prepare: bool
+) -> Any:
     """Run ``statement`` on Django's ``connection`` and return its first row.
 
     Django's psycopg cursors bind parameters on the client, so PostgreSQL parses

@@ -11,6 +11,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .. import sql
 from ..conf import get_settings
+from ..db import execute_one
 from ..webhooks.signing import new_message_id
 
 
@@ -21,7 +22,8 @@ def ceiling_event(request: HttpRequest) -> HttpResponse:
 
     No authentication, validation, rate limit, fan-out or stored response: the
     single INSERT and its commit that any implementation pays, in one round trip (a
-    single statement needs no ``BEGIN`` and ``COMMIT`` of its own).
+    single statement needs no ``BEGIN`` and ``COMMIT`` of its own), prepared once per
+    connection as the API's own statements are (``db.execute_one``).
     """
     data = json.loads(request.body)
     body = json.dumps(data["payload"], separators=(",", ":"))
@@ -36,7 +38,7 @@ def ceiling_event(request: HttpRequest) -> HttpResponse:
         "[]",
         None,
     ]
-    with connections[alias].cursor() as cursor:
-        cursor.execute(sql.INSERT_EVENT, params)
-        event_id, _ = cursor.fetchone()
+    event_id, _ = execute_one(
+        connections[alias], sql.INSERT_EVENT, params, prepare=get_settings().PREPARED_STATEMENTS
+    )
     return JsonResponse({"id": event_id}, status=202)

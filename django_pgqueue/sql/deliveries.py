@@ -77,6 +77,10 @@ RETURNING id, created_at
 #   A FIFO endpoint's delivery gets its ordering key here ('' puts all of an
 #   endpoint's deliveries in one line; a keyed endpoint's deliveries without a
 #   key are not ordered).
+# * ``body`` is one parameter used twice, so it has one type: ``text``, said
+#   explicitly. Bound on the server (db.execute_one), a bare ``%(body)s::jsonb``
+#   would make it ``jsonb`` and the stored body, the bytes that get signed, would be
+#   PostgreSQL's re-serialization of the payload instead of the text sent.
 # * The last SELECT always returns one row (LEFT JOINs from a one-row VALUES):
 #   the application found and whether it is active (NULL, NULL without one), the
 #   event's id and ``created_at`` (NULL when the key was used before) and how many
@@ -87,7 +91,7 @@ WITH {{app}}event AS (
     INSERT INTO {EVENT_TABLE} (
         event_type, payload, body, msg_id, idempotency_key, application_id, channels,
         ordering_key, created_at)
-    SELECT %(event_type)s, %(body)s::jsonb, %(body)s, %(msg_id)s, %(idempotency_key)s,
+    SELECT %(event_type)s, %(body)s::text::jsonb, %(body)s::text, %(msg_id)s, %(idempotency_key)s,
            {{application_id}}, %(channels_json)s::jsonb, %(ordering_key)s, now(){{from_app}}
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, created_at, application_id

@@ -43,7 +43,13 @@ from django.utils import timezone
 
 from .. import sql
 from ..conf import get_settings
-from ..db import PositionalStatement, array_literal, run_lease_extension, text_array_literal
+from ..db import (
+    PositionalStatement,
+    array_literal,
+    execute_one,
+    run_lease_extension,
+    text_array_literal,
+)
 from ..notify import WAKE_DELIVERIES, wake_workers
 from ..outcomes import DeliveryOutcome
 from . import breaker
@@ -191,9 +197,12 @@ def fan_out(alias: str, params: Mapping[str, Any], *, for_application: bool) -> 
 
 
 def _fan_out(alias: str, statement: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
-    with connections[alias].cursor() as cursor:
-        cursor.execute(statement, params)
-        row: tuple[Any, ...] = cursor.fetchone()
+    # Server-side bound and, with PREPARED_STATEMENTS, prepared once per connection
+    # (db.execute_one): parsing and planning this statement anew was about half of
+    # the database's work for one event (docs/performance.md, "HTTP API ingest").
+    row: tuple[Any, ...] = execute_one(
+        connections[alias], statement, params, prepare=get_settings().PREPARED_STATEMENTS
+    )
     return row
 
 
