@@ -15,8 +15,15 @@ from ..__about__ import __version__
 from ..authority import OPERATOR_FIELDS
 from ..conf import get_settings
 from ..models.api import ApiScope
-from ..models.queue import Status
-from ..models.webhooks import Application, BreakerState, Endpoint, Ordering, RatePeriod
+from ..models.queue import Job, Status
+from ..models.webhooks import (
+    Application,
+    BreakerState,
+    Delivery,
+    Endpoint,
+    Ordering,
+    RatePeriod,
+)
 from ..queue_limits import LIMIT_FIELDS, QUEUE_NAME_MAX_LENGTH
 from ..webhooks.routing import MAX_CHANNELS
 from .http import respond
@@ -73,6 +80,15 @@ SUBSCRIPTIONS = {
 HEADERS = {"type": "object", "additionalProperties": STRING}
 LIMIT = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"type": "null"}]}
 PERIOD = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1, "description": "Seconds."}
+
+
+def _counted(model: Any, field: str) -> dict[str, Any]:
+    """An integer field's schema with the least value the model (and the database's
+    CHECK behind it) accepts: declared once, on the field's ``MinValueValidator``."""
+    least = [
+        v.limit_value for v in model._meta.get_field(field).validators if v.code == "min_value"
+    ]
+    return {"type": "integer", **({"minimum": least[0]} if least else {})}
 
 
 def _mark_operator_fields(model: Any, fields: dict[str, Any]) -> None:
@@ -135,8 +151,8 @@ def _schemas() -> dict[str, Any]:
         "endpoint_id": ID,
         "application": _nullable(STRING),
         "status": {"type": "string", "enum": [s.value for s in Status]},
-        "attempts": {"type": "integer"},
-        "max_attempts": {"type": "integer"},
+        "attempts": _counted(Delivery, "attempts"),
+        "max_attempts": _counted(Delivery, "max_attempts"),
         "next_attempt_at": _nullable(DATETIME),
         "last_error": STRING,
         "created_at": DATETIME,
@@ -341,8 +357,8 @@ def _job_schema() -> dict[str, Any]:
             "queue": STRING,
             "priority": {"type": "integer"},
             "status": {"type": "string", "enum": [s.value for s in Status]},
-            "attempts": {"type": "integer", "minimum": 0},
-            "max_attempts": {"type": "integer", "minimum": 0},
+            "attempts": _counted(Job, "attempts"),
+            "max_attempts": _counted(Job, "max_attempts"),
             "progress": {
                 **_nullable(progress),
                 "description": "The last report of the running task (context.set_progress).",

@@ -100,3 +100,14 @@ def test_every_operation_answers_as_documented(api, world, method, path, scope, 
             .replace("{app}", "nobody")
         )
         _check(client.call(method, missing, _body(body, world) if body else None), method, path)
+
+
+def test_counts_say_the_least_value_the_database_accepts():
+    """The schema's minimum of a count is the model's, which the table's CHECK holds:
+    a job or delivery is tried at least once, and never tried a negative number of
+    times."""
+    schemas = DOCUMENT["components"]["schemas"]
+    for name in ("Job", "Delivery"):
+        props = schemas[name]["properties"]
+        assert props["max_attempts"]["minimum"] == 1, name
+        assert props["attempts"]["minimum"] == 0, name
