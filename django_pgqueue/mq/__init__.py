@@ -27,6 +27,7 @@ from ..conf import get_settings
 from . import sql as _sql
 from .consumers import Consumer, consumer, consumers
 from .exceptions import (
+    ArchiveNotReady,
     InvalidMessage,
     InvalidQueueName,
     QueueError,
@@ -77,6 +78,7 @@ from .validation import MAX_POLL_SECONDS, MAX_QTY, MAX_VT_SECONDS, check_count, 
 
 __all__ = [
     "GROUP_HEADER",
+    "ArchiveNotReady",
     "Consumer",
     "InvalidMessage",
     "InvalidQueueName",

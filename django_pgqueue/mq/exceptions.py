@@ -21,6 +21,12 @@ class QueueExists(QueueError):
     """A queue of that name exists with different options."""
 
 
+class ArchiveNotReady(QueueError):
+    """The queue's partitioned archive has no partition for the day: nothing was
+    archived and the messages are still in the queue. The days are made ahead by the
+    workers' maintenance and by ``manage.py pgqueue_prune``."""
+
+
 class QueueInUse(QueueError):
     """The queue cannot be dropped: it is another queue's dead-letter queue."""
 

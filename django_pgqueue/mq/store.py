@@ -33,7 +33,7 @@ from ..notify import notifier
 from ..sql import history as history_sql
 from ..stored_json import DECODER
 from . import partitions, sql
-from .exceptions import QueueExists, QueueInUse, QueueNotFound
+from .exceptions import ArchiveNotReady, QueueExists, QueueInUse, QueueNotFound
 from .partitions import check_retention
 from .validation import (
     MAX_BATCH,
@@ -190,7 +190,28 @@ def _cursor(name: str | None = None) -> Iterator[Any]:
         if name is not None and getattr(exc.__cause__, "sqlstate", None) == "42P01":
             forget(name)
             raise QueueNotFound(f"message queue {name!r} does not exist") from exc
+        if name is not None and _no_archive_day(exc.__cause__, name):
+            raise ArchiveNotReady(
+                f"the archive of message queue {name!r} has no partition for today (UTC): "
+                f"nothing was archived and the messages are still in the queue. The days "
+                f"are made ahead by the workers' maintenance and by "
+                f"'python manage.py pgqueue_prune', and neither has run for days; run it "
+                f"(daily from cron where no worker runs)"
+            ) from exc
         raise
+
+
+def _no_archive_day(error: BaseException | None, name: str) -> bool:
+    """``error`` is PostgreSQL's "no partition of relation ... found for row" on
+    ``name``'s archive: a check violation (23514) that names the partitioned table
+    and no constraint (a CHECK of the table would name itself)."""
+    diag = getattr(error, "diag", None)
+    return (
+        getattr(error, "sqlstate", None) == "23514"
+        and diag is not None
+        and diag.constraint_name is None
+        and diag.table_name == partitions.family(name).table
+    )
 
 
 def forget(name: str) -> None:

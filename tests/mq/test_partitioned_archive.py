@@ -206,11 +206,37 @@ def test_status_warns_before_an_archive_runs_out_of_days():
         "the archive of message queue 'kept' has partitions for no day" in p
         for p in data["problems"]
     )
-    with pytest.raises(Exception, match="no partition of relation"):
+    with pytest.raises(mq.ArchiveNotReady, match="pgqueue_prune"):
         mq.send("kept", {"n": 1})
         (message,) = mq.read("kept", vt=30)
         mq.archive("kept", message.msg_id)
     assert mq_store.status("kept").messages == 1  # the failed archive moved nothing
+
+
+def test_an_archive_with_no_day_says_what_makes_it_and_loses_nothing():
+    """Where neither a worker's maintenance nor a daily ``pgqueue_prune`` has run for
+    days, the archive has no partition for today. Archiving is refused with an error
+    that names the queue and the command that makes the days; the messages stay in
+    the queue, fenced archives and deletes alike, and archive once it has run."""
+    mq.create("kept", archive_retention=WEEK)
+    first = today()
+    for n in range(history.PREMADE_DAYS + 1):
+        drop_day("kept", first + dt.timedelta(days=n))
+    ids = [mq.send("kept", {"n": n}) for n in range(3)]
+    with pytest.raises(mq.ArchiveNotReady) as refused:
+        mq.archive("kept", ids[0])
+    assert "'kept'" in str(refused.value) and "pgqueue_prune" in str(refused.value)
+    assert isinstance(refused.value, mq.QueueError)
+    (message,) = mq.read("kept", vt=30)
+    with pytest.raises(mq.ArchiveNotReady):
+        mq.archive("kept", message.msg_id, read_ct=message.read_ct)
+    assert mq.delete("kept", ids[2]) == [ids[2]]  # a delete needs no archive
+    assert mq_store.status("kept").messages == 2
+    call_command("pgqueue_prune", stdout=io.StringIO())
+    assert mq.archive("kept", ids[:2]) == ids[:2]
+    with connection.cursor() as cursor:
+        cursor.execute('SELECT count(*) FROM "pgqueue_mq_a_kept"')
+        assert cursor.fetchone()[0] == 2
 
 
 def test_the_sql_api_creates_the_same_partitioned_archive(sql_api):
