@@ -12,7 +12,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils.translation import gettext_lazy as _
 
-from ..api.keys import assign_new_key, check_scopes, revoke_keys
+from ..api.keys import assign_new_key, check_scopes, revoke_keys, stored_scopes
 from ..authority import check_grant, check_key_scopes
 from ..models.api import ApiKey, ApiScope
 from .display import WhenDatesMixin
@@ -30,15 +30,31 @@ class ApiKeyForm(forms.ModelForm):
         model = ApiKey
         fields = ("name", "scopes", "application", "rate_limit")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            # The boxes of the scopes the key holds; none for a malformed row.
+            self.initial["scopes"] = sorted(self._held())
+
     def clean_scopes(self) -> list[str]:
         try:
             scopes = check_scopes(self.cleaned_data["scopes"])
             # Only the scopes being added: a key's existing scopes stay editable by
             # whoever may change keys, without holding them.
-            check_grant(self.creator, set(scopes) - set(self.instance.scopes or ()))
+            check_grant(self.creator, set(scopes) - self._held())
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
         return scopes
+
+    def _held(self) -> frozenset[str]:
+        """The key's scopes as stored: none for a new key or a row whose scopes are
+        malformed (written by SQL), so every scope asked for counts as added."""
+        if self.instance.pk is None:
+            return frozenset()
+        try:
+            return stored_scopes(self.instance.scopes, bound=False)
+        except ValueError:
+            return frozenset()
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}

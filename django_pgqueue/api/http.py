@@ -32,7 +32,7 @@ from ..contract import check_json_document, strict_int, strict_text
 from ..db import execute_one
 from ..docs import docs_site_url
 from ..exceptions import PayloadNotJSON, PayloadTooLarge
-from .keys import hash_key, split_key
+from .keys import hash_key, split_key, stored_scopes
 
 logger = logging.getLogger("django_pgqueue.api")
 
@@ -204,11 +204,16 @@ def authenticate(request: HttpRequest) -> Principal:
             f"This key is over its rate limit; retry in {retry_after} second(s).",
             headers={"Retry-After": str(retry_after)},
         )
-    if isinstance(scopes, str):  # a driver without the jsonb loader
-        scopes = json.loads(scopes)
-    return Principal(
-        key_id, frozenset(scopes), application_id, application_uid, bool(application_active)
-    )
+    try:
+        granted = stored_scopes(scopes, bound=application_id is not None)
+    except ValueError as exc:
+        logger.warning("API key %s refused: its stored scopes are not valid: %s", key_id, exc)
+        raise ApiError(
+            "forbidden",
+            f"This API key's scopes in the database are not valid ({exc}); nothing was "
+            f"done. Ask an operator for a new key.",
+        ) from None
+    return Principal(key_id, granted, application_id, application_uid, bool(application_active))
 
 
 # -- routes -----------------------------------------------------------------------------

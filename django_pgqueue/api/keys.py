@@ -8,6 +8,7 @@ SHA-256 of the whole key is stored.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,6 +60,22 @@ def check_scopes(scopes: Iterable[str], *, bound: bool = False) -> list[str]:
         )
     check_key_scopes(result, bound=bound)
     return result
+
+
+def stored_scopes(value: Any, *, bound: bool) -> frozenset[str]:
+    """The scopes of a key row read back from the database, held to the rules a key is
+    made by (:func:`check_scopes`): anyone with SQL may have written the row. A JSON
+    list of known scope names, and no operator's scope on a key ``bound`` to an
+    application; ValueError naming what breaks them otherwise. Nothing else grants
+    anything: not an object's keys, not a string's letters."""
+    if isinstance(value, str):  # a driver that leaves jsonb undecoded
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError("they are not JSON") from None
+    if not isinstance(value, list) or not all(isinstance(scope, str) for scope in value):
+        raise ValueError(f"they must be a JSON list of scope names, not {json.dumps(value)[:80]}")
+    return frozenset(check_scopes(value, bound=bound))
 
 
 @dataclass(frozen=True)

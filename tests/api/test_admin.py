@@ -87,3 +87,21 @@ def test_the_admin_form_keeps_the_operators_scopes_off_a_key_of_an_application(
     )
     assert response.status_code == 302, response.content[:2000]
     assert ApiKey.objects.get().scopes == ["jobs", "queues"]
+
+
+def test_a_key_with_malformed_stored_scopes_is_shown_and_mended_in_the_admin(admin_client, tenants):
+    """A key row whose scopes someone wrote by SQL as no list at all: its pages and
+    the list still render, and saving the form replaces the scopes, as for any key."""
+    from django.db import connection
+
+    from django_pgqueue.api.keys import create_key
+
+    key = create_key("k", ["send"])
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgqueue_api_key SET scopes = '42'::jsonb")
+    assert admin_client.get("/admin/django_pgqueue/apikey/").status_code == 200
+    page = f"/admin/django_pgqueue/apikey/{key.api_key.pk}/change/"
+    assert admin_client.get(page).status_code == 200
+    response = admin_client.post(page, {"name": "k", "scopes": ["read"], "rate_limit": ""})
+    assert response.status_code == 302, response.content[:2000]
+    assert ApiKey.objects.get().scopes == ["read"]

@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from django_pgqueue.api.keys import create_key, hash_key
 from django_pgqueue.authority import OPERATOR_SCOPES
-from django_pgqueue.models import ApiKey
+from django_pgqueue.models import ApiKey, Event
 
 from .conftest import ApiClient, problem_of
 
@@ -124,3 +124,56 @@ def test_no_key_of_an_application_is_made_with_an_operators_scope(tenants, scope
         create("--name", "c", "--scope", scope, "--application", "cust_a")
     assert not ApiKey.objects.exists()
     assert create_key("operator", [scope]).api_key.scopes == [scope]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "42",
+        "null",
+        '"send"',
+        '{"send": true}',  # an object's keys are not a list of scopes
+        "[1, 2]",
+        '["send", {"x": 1}]',
+        '["send", "root"]',  # no such scope
+        "[]",
+    ],
+)
+def test_a_key_whose_stored_scopes_are_malformed_is_refused_not_a_500(tenants, stored):
+    """The key row is read back from the database, where anyone with SQL may have
+    written it. Scopes that are not a list of known scope names grant nothing: the
+    request is refused with a problem naming the key's scopes, never a 500 and never
+    what an object's keys or a string's letters would spell."""
+    key = create_key("k", ["send"]).key
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgqueue_api_key SET scopes = %s::jsonb", [stored])
+    body = problem_of(ApiClient(key).post("events", {"event_type": "a", "payload": {}}), 403)
+    assert "scopes" in body["detail"]
+    assert not Event.objects.exists()
+
+
+def test_a_customer_key_holding_an_operators_scope_in_its_row_is_refused(tenants):
+    """The rule that an application's key holds no operator's scope is checked where
+    the key is read, as where it is made: a row edited by SQL does not get past it."""
+    key = create_key("customer", ["read"], application="cust_a").key
+    ApiKey.objects.update(scopes=["read", "queues"])
+    body = problem_of(ApiClient(key).get("queues"), 403)
+    assert "scopes" in body["detail"]
+
+
+def test_the_list_shows_a_key_with_malformed_stored_scopes_as_invalid(tenants):
+    """One bad row does not take the listing down: it is listed, its scopes said to
+    be invalid and why."""
+    from django.db import connection
+
+    create_key("good", ["send"])
+    bad = create_key("bad", ["send"]).api_key
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgqueue_api_key SET scopes = '42'::jsonb WHERE id = %s", [bad.pk])
+    out = io.StringIO()
+    call_command("pgqueue_api_key", "list", stdout=out)
+    rows = {line.split("\t")[1]: line.split("\t")[2] for line in out.getvalue().splitlines()[1:]}
+    assert rows["good"] == "send"
+    assert rows["bad"].startswith("invalid:")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_pgqueue.api.keys import SCOPES, create_key, revoke_keys
+from django_pgqueue.api.keys import SCOPES, create_key, revoke_keys, stored_scopes
 from django_pgqueue.conf import get_settings
 from django_pgqueue.management.argtypes import positive_int
 from django_pgqueue.models.api import ApiKey
@@ -76,9 +76,13 @@ class Command(BaseCommand):
                 state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
                 used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"
                 app = key.application.uid if key.application else "-"
+                try:
+                    held = stored_scopes(key.scopes, bound=key.application_id is not None)
+                    scopes = ",".join(sorted(held))
+                except ValueError as exc:  # a row written by SQL; the API refuses it
+                    scopes = f"invalid: {exc}"
                 self.stdout.write(
-                    f"pgq_{key.prefix}\t{key.name}\t{','.join(key.scopes)}\t{app}\t"
-                    f"last used {used}\t{state}"
+                    f"pgq_{key.prefix}\t{key.name}\t{scopes}\t{app}\tlast used {used}\t{state}"
                 )
         else:
             try:
