@@ -41,12 +41,21 @@ from ..operations import (
     send_test_event,
 )
 from ..webhooks import store
+from ..webhooks.crypto import unexpired_previous
 from .audit import log_changes, report
 from .display import WhenDatesMixin, json_display
 from .filters import application_filter
 from .row_actions import RowActionsAdmin
 
 MASK = "whsec_" + "•" * 12
+
+
+def _previous_signing(obj: Endpoint) -> int | None:
+    """How many previous secrets still sign; None when the column is malformed."""
+    try:
+        return len(unexpired_previous(obj.previous_secrets, timezone.now(), what="-"))
+    except ValueError:
+        return None
 
 
 class ReplaySinceForm(forms.Form):
@@ -165,14 +174,10 @@ class EndpointAdmin(WhenDatesMixin, RowActionsAdmin):
         return MASK if obj.secret_ciphertext else "—"
 
     @admin.display(description=_("secrets still signing after a rotation"))
-    def previous_secrets_count(self, obj: Endpoint) -> int:
-        now = timezone.now()
-        return sum(
-            1  # type: ignore[misc]  # mypy matches this generator to sum's bool overload
-            for e in obj.previous_secrets
-            # django.utils.timezone imports datetime; its stub does not re-export it.
-            if timezone.datetime.fromisoformat(e["expires_at"]) > now  # type: ignore[attr-defined]
-        )
+    def previous_secrets_count(self, obj: Endpoint) -> Any:
+        signing = _previous_signing(obj)
+        # Written by SQL in another shape, they sign nothing; a rotation replaces them.
+        return _("invalid (rotate the secret)") if signing is None else signing
 
     @admin.display(description=_("circuit"), ordering="breaker_state")
     def circuit(self, obj: Endpoint):
@@ -291,7 +296,7 @@ class EndpointAdmin(WhenDatesMixin, RowActionsAdmin):
             "opts": self.model._meta,
             "object": obj,
             "secret": obj.secret,
-            "previous_count": self.previous_secrets_count(obj),
+            "previous_count": _previous_signing(obj) or 0,
         }
         response = TemplateResponse(request, "admin/django_pgqueue/endpoint_secret.html", context)
         response["Cache-Control"] = "no-store"

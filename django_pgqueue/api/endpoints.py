@@ -57,7 +57,12 @@ def render(endpoint: Endpoint) -> dict[str, Any]:
         "description": endpoint.description,
         "event_types": endpoint.event_types,
         "channels": endpoint.channels,
-        "header_names": sorted(endpoint.headers or {}),
+        # Names only; a row whose headers SQL wrote as no object shows none.
+        "header_names": (
+            sorted(str(name) for name in endpoint.headers)
+            if isinstance(endpoint.headers, dict)
+            else []
+        ),
         "is_active": endpoint.is_active,
         "disabled_at": endpoint.disabled_at,
         "disabled_reason": endpoint.disabled_reason,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
@@ -90,9 +91,44 @@ def decrypt_secret(token: str, *, what: str = "a webhook signing secret") -> str
         ) from None
 
 
+def unexpired_previous(previous: Any, now: datetime, *, what: str) -> list[dict[str, str]]:
+    """The entries of an endpoint's ``previous_secrets`` still signing at ``now``.
+
+    The one reading of that column, for the worker's signing, a rotation and the
+    admin. It is read back from the database, where SQL may have written anything:
+    ``ValueError`` naming ``what`` (never a secret) unless it is a list of
+    ``{"secret": <ciphertext>, "expires_at": <ISO time with its offset>}``.
+    """
+    if not isinstance(previous, list):
+        raise ValueError(f"{what}: previous secrets must be a list, not {type(previous).__name__}")
+    kept: list[dict[str, str]] = []
+    for n, entry in enumerate(previous):
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("secret"), str)
+            and isinstance(entry.get("expires_at"), str)
+        ):
+            raise ValueError(
+                f"{what}: previous secrets entry {n} is not an object with a text 'secret' "
+                f"and 'expires_at'"
+            )
+        try:
+            expires = datetime.fromisoformat(entry["expires_at"])
+        except ValueError:
+            expires = None
+        if expires is None or expires.tzinfo is None:
+            raise ValueError(
+                f"{what}: previous secrets entry {n} has an expires_at that is not an ISO "
+                f"time with its offset"
+            )
+        if expires > now:
+            kept.append(entry)
+    return kept
+
+
 def decrypt_active_secrets(
     current: str,
-    previous: list[dict[str, str]],
+    previous: Any,
     now: datetime,
     *,
     what: str,
@@ -100,7 +136,7 @@ def decrypt_active_secrets(
 ) -> list[str]:
     """The secrets to sign with: ``current`` first, then the unexpired ``previous`` ones.
 
-    ``previous`` entries are ``{"secret": <ciphertext>, "expires_at": <ISO time>}``.
+    ``previous`` is the endpoint's ``previous_secrets`` (:func:`unexpired_previous`).
     ``cache`` (ciphertext to plaintext) saves decrypting the same secret again; the
     worker keeps one per claimed batch, so it lives as long as that batch.
     """
@@ -114,9 +150,7 @@ def decrypt_active_secrets(
         return plaintext
 
     found = [decrypt(current)]
-    for entry in previous:
-        if datetime.fromisoformat(entry["expires_at"]) > now:
-            found.append(decrypt(entry["secret"]))
+    found.extend(decrypt(entry["secret"]) for entry in unexpired_previous(previous, now, what=what))
     return found
 
 

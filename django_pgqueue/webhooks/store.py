@@ -307,12 +307,20 @@ def retry_refused_deliveries(endpoint_id: int) -> int:
 
 
 def _rotated(
-    ciphertext: str, previous: list[dict[str, str]], grace: float, now: dt.datetime
+    ciphertext: str, previous: Any, grace: float, now: dt.datetime
 ) -> list[dict[str, str]]:
     """The previous secrets after a rotation: the unexpired ones, and the current one
     (``ciphertext``) first, signing until ``now + grace``."""
+    from .crypto import unexpired_previous
+
     expires = (now + dt.timedelta(seconds=grace)).isoformat()
-    kept = [e for e in previous if dt.datetime.fromisoformat(e["expires_at"]) > now]
+    try:
+        kept = unexpired_previous(previous, now, what="the endpoint being rotated")
+    except ValueError as exc:
+        # Written by SQL in a shape no secret can be read from: it signed nothing, and
+        # the rotation writes a well-formed list in its place.
+        logger.warning("rotate_secret: %s; replaced", exc)
+        kept = []
     if ciphertext:
         kept.insert(0, {"secret": ciphertext, "expires_at": expires})
     return kept
