@@ -32,6 +32,7 @@ from .compat import (
 from .conf import PgQueueSettings, get_settings, validate_backend_options
 from .contract import check_arguments
 from .docs import check_hint
+from .error_history import error_entries
 from .exceptions import DuplicateJob, NotATask, StoredJSONNotDecodable
 from .jobs import store
 from .models.queue import Status
@@ -587,14 +588,14 @@ def _written(result: TaskResult, job_id: int, created_at: datetime) -> None:
 
 
 def task_errors(errors: Any) -> list[TaskError]:
-    """Our stored error history as the framework's TaskError list."""
-    errors = decode(errors)
+    """Our stored error history as the framework's TaskError list (never raises: an
+    entry that is not one names the problem, ``error_history.error_entries``)."""
     return [
         TaskError(
-            exception_class_path=e.get("exception_class_path", "builtins.Exception"),
-            traceback=e.get("traceback", ""),
+            exception_class_path=str(e.get("exception_class_path", "builtins.Exception")),
+            traceback=str(e.get("traceback", "")),
         )
-        for e in errors or []
+        for e in error_entries(errors)
     ]
 
 

@@ -14,6 +14,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
+from ..error_history import error_entries
+
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
 
@@ -40,8 +42,10 @@ def status_badge(status: str, label: StrOrPromise) -> SafeString:
     return format_html('<span class="pgq-status pgq-status-{}">{}</span>', status, label)
 
 
-def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
-    """Each failed attempt, newest first: when, which worker, exception and traceback."""
+def error_history(stored: Any) -> SafeString:
+    """Each failed attempt, newest first: when, which worker, exception and traceback
+    (``error_history.error_entries``: a malformed row shows as an entry naming it)."""
+    errors = error_entries(stored)
     if not errors:
         return format_html('<span class="pgq-muted">{}</span>', _("No errors recorded."))
     items = format_html_join(

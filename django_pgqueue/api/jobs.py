@@ -23,22 +23,16 @@ from ..jobs import store
 from ..jobs.rows import JobRow
 from ..models.queue import Status
 from ..operations import JOB_READ
-from ..stored_json import UndecodableJSON, readable
+from ..stored_json import readable
 from .http import ApiError, Principal, respond
 from .scoping import object_id
-
-#: The error a job shows when its stored error log cannot be decoded.
-NOT_DECODABLE = "django_pgqueue.exceptions.StoredJSONNotDecodable"
 
 
 def _error(job: JobRow) -> dict[str, Any] | None:
     """The last attempt's error, for a job that has not succeeded (None if none)."""
     if job.status == Status.SUCCEEDED:
         return None
-    stored = readable(job.errors)
-    if isinstance(stored, UndecodableJSON):
-        return {"exception_class_path": NOT_DECODABLE, "traceback": str(stored)}
-    errors = task_errors(stored)
+    errors = task_errors(job.errors)
     if not errors:
         return None
     last = errors[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -22,7 +23,9 @@ class ListField(forms.CharField):
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, list):
-            return "\n".join(value)
+            # Items that are no text (a row changed by SQL) are shown as JSON, for the
+            # customer to correct: saving checks each line as the model does.
+            return "\n".join(v if isinstance(v, str) else json.dumps(v) for v in value)
         return value
 
     def to_python(self, value: Any) -> list[str]:  # type: ignore[override]

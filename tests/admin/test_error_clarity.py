@@ -59,6 +59,25 @@ def test_a_job_whose_stored_json_python_cannot_decode_is_shown_not_a_500(operato
     assert listing.status_code == 200 and f">{bad}<" in listing.content.decode()
 
 
+def test_a_job_whose_error_history_is_no_list_is_shown_not_a_500(operator):
+    """A dead job whose error history someone wrote by SQL as a number: its page shows
+    the history's problem where the attempts would be."""
+    from django.db import connection
+
+    from testproject.demo import tasks
+
+    dead = int(tasks.add.enqueue(1, 3).id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_job SET status = 'dead', finished_at = now(), errors = '42'"
+            " WHERE id = %s",
+            [dead],
+        )
+    page = csrf_client(operator).get(reverse("admin:django_pgqueue_job_change", args=(dead,)))
+    assert page.status_code == 200
+    assert "the stored error history is not a list: 42" in page.content.decode()
+
+
 def test_an_event_whose_payload_python_cannot_decode_is_shown_not_a_500(webhook_operator):
     """An event written past send_event() with a payload nested beyond Python's
     recursion limit: its page shows it, naming the problem."""

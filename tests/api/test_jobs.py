@@ -147,7 +147,7 @@ def test_a_job_whose_stored_json_python_cannot_decode_reads_naming_it(api):
     log nested beyond Python's recursion limit. Each reads, the bad value named."""
     from django.db import connection
 
-    from django_pgqueue.api.jobs import NOT_DECODABLE
+    from django_pgqueue.error_history import NOT_READABLE as NOT_DECODABLE
 
     deep = "(repeat('[', 5000) || repeat(']', 5000))::jsonb"
     done = tasks.add.enqueue(1, 2)
@@ -172,3 +172,35 @@ def test_a_job_whose_stored_json_python_cannot_decode_reads_naming_it(api):
     error = failed.json()["error"]
     assert error["exception_class_path"] == NOT_DECODABLE
     assert "RecursionError" in error["traceback"]
+
+
+@pytest.mark.parametrize(
+    ("stored", "named"),
+    [
+        ("42", "not a list: 42"),
+        ('"x"', "the stored error history"),  # a JSON string: decoded or not, named
+        ('{"a": 1}', 'not a list: {"a": 1}'),
+        ("[1]", "error entry 0 is not an object: 1"),
+    ],
+)
+def test_a_job_whose_error_history_is_no_list_of_entries_reads_naming_it(api, stored, named):
+    """A row written past the worker, whose error history is not a list of objects:
+    every door reads the job, the history's problem shown as its last error, where
+    each used to raise (a 500 here and in the admin, a TypeError from get_result)."""
+    from django.db import connection
+
+    from django_pgqueue.error_history import NOT_READABLE
+
+    dead = tasks.add.enqueue(1, 3)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_job SET status = 'dead', finished_at = now(),"
+            " errors = %s::jsonb WHERE id = %s",
+            [stored, int(dead.id)],
+        )
+    failed = api("jobs").get(f"jobs/{dead.id}")
+    assert failed.status_code == 200, failed.content
+    error = failed.json()["error"]
+    assert error["exception_class_path"] == NOT_READABLE and named in error["traceback"]
+    (entry,) = tasks.add.get_result(dead.id).errors
+    assert entry.exception_class_path == NOT_READABLE and named in entry.traceback

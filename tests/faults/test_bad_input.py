@@ -164,6 +164,30 @@ def test_stored_arguments_python_cannot_decode_fail_their_job_alone(kind, run_wo
     assert errors[0]["exception_class_path"] == "django_pgqueue.exceptions.ArgumentsNotDecodable"
 
 
+@pytest.mark.parametrize("stored", ["42", '"x"', "[1]", '{"a": 1}'])
+def test_a_retried_job_whose_error_history_is_no_list_runs_once(stored, run_worker):
+    """A job due again whose error history someone wrote by SQL in another shape: its
+    attempt builds its TaskResult (``takes_context``), runs once and succeeds; the
+    history's problem is one entry of ``context.task_result.errors``, not an exception
+    in the worker."""
+    from django.db import connection
+
+    from django_pgqueue.models import Job
+    from testproject.demo import tasks
+    from testproject.demo.models import TaskRun
+
+    job = int(tasks.record_run.enqueue(label="retried").id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_job SET status = 'failed', errors = %s::jsonb WHERE id = %s",
+            [stored, job],
+        )
+    run_worker()
+    row = Job.objects.values("status", "attempts").get(pk=job)
+    assert row == {"status": "succeeded", "attempts": 1}
+    assert TaskRun.objects.filter(job_id=job).count() == 1
+
+
 # -- the input contract (docs/tasks.md, "What arguments may be") --------------------
 
 

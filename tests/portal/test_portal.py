@@ -329,3 +329,20 @@ def test_endpoints_added_and_changed_in_the_portal_are_on_record(world):
     ]
     assert entries[0].change_message.startswith("Added. (by portal user 'cust_a'")
     assert entries[1].change_message.startswith("Changed description.")
+
+
+@pytest.mark.parametrize("column", ["event_types", "channels"])
+def test_an_endpoint_whose_lists_hold_no_text_opens_for_editing(world, column):
+    """Subscriptions someone wrote by SQL with items that are no text: the edit page
+    shows them as JSON, one a line, for the customer to correct (it was a 500)."""
+    from django.db import connection
+
+    endpoint = world["cust_a"]["endpoint"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE pgqueue_endpoint SET {column} = %s::jsonb WHERE id = %s",
+            ['[1, {"a": [1]}]', endpoint.pk],
+        )
+    page = login("cust_a").get(f"{PORTAL}endpoints/{endpoint.pk}/edit/")
+    assert page.status_code == 200
+    assert "{&quot;a&quot;: [1]}" in page.content.decode()
