@@ -19,6 +19,7 @@ from django.db import connections, models
 from . import sql
 from .conf import get_settings
 from .models.queue import Status
+from .stored_json import readable
 from .webhooks.brokers.urls import masked
 
 
@@ -251,9 +252,18 @@ class WorkerInfo:
 
 
 def _json_list(value: object) -> list[str]:
+    """A heartbeat row's queue names, read back (anything may have been written to
+    it): names as they are, any other item as its JSON, and a value that is no list
+    as one entry saying what it is."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if value is None or value == "":
+        return []
+    value = readable(value)
     if isinstance(value, list):
-        return value
-    return json.loads(value) if isinstance(value, str | bytes) and value else []
+        return [item if isinstance(item, str) else json.dumps(item) for item in value]
+    shown = value if isinstance(value, str) else json.dumps(value)
+    return [f"(stored queues are not a list: {shown[:80]})"]
 
 
 def worker_overview() -> list[WorkerInfo]:

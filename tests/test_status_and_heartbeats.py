@@ -138,6 +138,30 @@ def test_status_json_fields():
     assert data["ok"] is True and data["problems"] == []
 
 
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        ("42", ["(stored queues are not a list: 42)"]),
+        ('[1, "emails"]', ["1", "emails"]),
+        ('{"a": 1}', ['(stored queues are not a list: {"a": 1})']),
+    ],
+)
+def test_a_worker_row_whose_queues_are_no_list_of_names_is_shown(stored, shown):
+    """A heartbeat row written by SQL with its queues in another shape: the status
+    command (text and JSON) lists the worker, saying so, instead of failing."""
+    from django.db import connection
+
+    _gone_row("w-odd", timedelta(minutes=10))
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgqueue_worker SET queues = %s::jsonb", [stored])
+    code, out = _status("--json")
+    assert code == 0
+    [worker] = json.loads(out)["workers"]
+    assert worker["queues"] == shown
+    code, out = _status()
+    assert code == 0 and "w-odd" in out
+
+
 def test_thresholds_exit_2_and_name_the_problem():
     _job(Status.PENDING, next_attempt_at=timezone.now() - timedelta(seconds=120))
     _job(Status.DEAD, finished_at=timezone.now(), attempts=5)
