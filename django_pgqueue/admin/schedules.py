@@ -13,6 +13,7 @@ from itertools import islice
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -20,6 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join, strip_tags
 from django.utils.translation import gettext_lazy as _
 
+from ..exceptions import NotATask
 from ..models.queue import Job
 from ..models.schedule import Schedule, ScheduleTick
 from ..periodic import cron, store
@@ -182,6 +184,12 @@ class ScheduleAdmin(WhenDatesMixin, admin.ModelAdmin):
                 self.message_user(
                     request, f"Skipped schedule {pk}: deleted meanwhile.", messages.WARNING
                 )
+                continue
+            except (ImproperlyConfigured, ImportError, NotATask) as exc:
+                # A row changed past the checks a schedule is declared by: said, and
+                # the other selected schedules still run.
+                broken = Schedule.objects.filter(pk=pk).values_list("name", flat=True).first()
+                self.message_user(request, f"Did not run {broken}: {exc}", messages.ERROR)
                 continue
             log_changes(request, Schedule, {pk: f"Ran the schedule now as job #{job_id}"})
             url = reverse("admin:django_pgqueue_job_change", args=[job_id])

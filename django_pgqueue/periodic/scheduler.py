@@ -34,7 +34,7 @@ from ..exceptions import DuplicateJob
 from ..worker import hooks
 from . import cron, store
 from .registry import declared_schedules
-from .spec import ScheduleSpec
+from .spec import ArgumentLimits, ScheduleSpec, validate_entry
 
 logger = logging.getLogger("django_pgqueue.scheduler")
 
@@ -212,21 +212,32 @@ def run_now(schedule_id: int) -> tuple[str, int | None]:
     answers with that run's job), but it is not a tick: the cursor, the next run
     and the tick log stay as they are, so the cron's own runs are neither skipped
     nor doubled; it writes no schedule row, only the job (through the job store).
-    Raises ``Schedule.DoesNotExist`` for an unknown id.
+    Raises ``Schedule.DoesNotExist`` for an unknown id. The row is read back with the
+    checks a schedule is declared by (``spec.validate_entry``): one changed by SQL
+    past them raises ImproperlyConfigured naming the column, and a task path that
+    does not import raises ImportError or NotATask; nothing is enqueued then.
     """
     from ..models.schedule import Schedule
 
-    db = get_settings().DATABASE
+    conf = get_settings()
+    db = conf.DATABASE
     with transaction.atomic(using=db):
         row = Schedule.objects.using(db).get(pk=schedule_id)
-        spec = ScheduleSpec(
-            name=row.name,
-            task_path=row.task_path,
-            cron=row.cron,
-            timezone=row.timezone,
-            args=list(row.args or []),
-            kwargs=dict(row.kwargs or {}),
-            queue_name=row.queue_name or None,
+        entry = {
+            "task": row.task_path,
+            "cron": row.cron,
+            "timezone": row.timezone,
+            "args": row.args,
+            "kwargs": row.kwargs,
+        }
+        if row.queue_name:
+            entry["queue_name"] = row.queue_name
+        spec = validate_entry(
+            row.name,
+            entry,
+            f"Schedule {row.name!r}",
+            row.origin,
+            ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH),
         )
         return row.name, Scheduler({})._enqueue(spec)
 

@@ -141,3 +141,38 @@ def test_the_list_and_page_draw_recent_runs_with_their_outcomes(schedule):
     assert "<title>dead 2026-01-02 02:00:00 UTC</title>" in svg
     detail = client.get(reverse("admin:django_pgqueue_schedule_change", args=[schedule.pk]))
     assert "Last 2 runs of nightly-report" in detail.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "named"),
+    [
+        ("args", "'42'::jsonb", "['args'] must be a list"),
+        ("kwargs", "'[1]'::jsonb", "['kwargs'] must be a dict"),
+        ("cron", "'every day'", "['cron']"),
+        ("timezone", "'Mars/Base'", "['timezone']"),
+        ("task_path", "'nowhere'", "['task']"),
+    ],
+)
+def test_run_now_of_a_row_sql_broke_names_it_and_runs_the_others(schedule, column, value, named):
+    """A schedule row someone changed by SQL past the checks a schedule is declared
+    by: running it now is refused with those checks' own words, and the other
+    schedules selected with it still run (it was a 500 that ran none after it)."""
+    from django.db import connection
+
+    from django_pgqueue.models import Job
+
+    good = Schedule.objects.create(
+        name="hourly", task_path="testproject.demo.tasks.add", cron="0 * * * *", args=[2, 3]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE pgqueue_schedule SET {column} = {value} WHERE id = %s", [schedule.pk]
+        )
+    jobs = Job.objects.count()
+    runner = csrf_client(_staff("runner", "view_schedule", "run_schedule"))
+    page = post_action(runner, "run_now", [schedule.pk, good.pk])
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Did not run nightly-report" in html and named in html.replace("&#x27;", "'"), html
+    assert Job.objects.count() == jobs + 1
+    assert Job.objects.latest("pk").args == [2, 3]
