@@ -132,6 +132,8 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
     queues = job_queue_overview()
     endpoints = delivery_overview()
     workers = worker_overview()
+    left_out: list[str] = []
+    message_queues = mq_store.overview(left_out)
     measured = next((s.measured_at for s in [*queues, *endpoints] if s.measured_at), None)
     if measured is None and workers:
         measured = workers[0].measured_at
@@ -140,7 +142,7 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
         "queues": [{"name": s.name, **_queue_fields(s)} for s in queues],
         "endpoints": [_endpoint(s) for s in endpoints],
         "workers": [_worker(w) for w in workers],
-        "message_queues": [_message_queue(q) for q in mq_store.overview()],
+        "message_queues": [_message_queue(q) for q in message_queues],
         # Flow control (docs/flow-control.md): the queues an operator paused.
         "paused_queues": [
             {"name": q.name, "paused_at": _iso(q.paused_at)} for q in list_queues() if q.paused
@@ -148,7 +150,7 @@ def snapshot(thresholds: Thresholds | None = None) -> dict[str, Any]:
     }
     limits = thresholds or Thresholds()
     data["xmin_holders"] = [_xmin_holder(h) for h in xmin_holders(limits.xmin_warning_age)]
-    data["warnings"] = [_xmin_warning(h) for h in data["xmin_holders"]]
+    data["warnings"] = [_xmin_warning(h) for h in data["xmin_holders"]] + left_out
     runway = attempt_log_runway()
     data["attempt_log_partitioned_through"] = _iso_day(runway[1]) if runway else None
     data["problems"] = problems(data, limits)

@@ -33,7 +33,13 @@ from ..notify import notifier
 from ..sql import history as history_sql
 from ..stored_json import DECODER
 from . import partitions, sql
-from .exceptions import ArchiveNotReady, QueueExists, QueueInUse, QueueNotFound
+from .exceptions import (
+    ArchiveNotReady,
+    InvalidQueueName,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+)
 from .partitions import check_retention
 from .validation import (
     MAX_BATCH,
@@ -401,11 +407,26 @@ def drop(name: str) -> bool:
     return existed
 
 
-def list_queues() -> list[QueueInfo]:
-    """Every message queue, by name."""
+def list_queues(left_out: list[str] | None = None) -> list[QueueInfo]:
+    """Every message queue, by name. A registry row no queue could have (inserted by
+    SQL with a name the rules refuse) is left out, so one bad row never hides the
+    others or fails a call over all queues; each is said in ``left_out``."""
     with _cursor() as cursor:
         cursor.execute(sql.LIST_QUEUES)
-        return [QueueInfo(*row) for row in cursor.fetchall()]
+        rows = [QueueInfo(*row) for row in cursor.fetchall()]
+    kept = []
+    for info in rows:
+        try:
+            check_name(info.name)
+        except InvalidQueueName as exc:
+            if left_out is not None:
+                left_out.append(
+                    f"the row {info.name!r} of pgqueue_mq_queue is no message queue ({exc}); "
+                    f"it was written past mq.create: delete it"
+                )
+            continue
+        kept.append(info)
+    return kept
 
 
 # -- messages --------------------------------------------------------------------------
@@ -738,9 +759,10 @@ def status(name: str, *, is_dead_letter_queue: bool = False) -> QueueStatus:
     )
 
 
-def overview() -> list[QueueStatus]:
-    """``status`` of every queue, by name; a queue dropped meanwhile is left out."""
-    queues = list_queues()
+def overview(left_out: list[str] | None = None) -> list[QueueStatus]:
+    """``status`` of every queue, by name; a queue dropped meanwhile is left out, and
+    so are registry rows no queue could have (said in ``left_out``, ``list_queues``)."""
+    queues = list_queues(left_out)
     targets = {q.dead_letter for q in queues if q.dead_letter}
     found = []
     for info in queues:
