@@ -22,6 +22,7 @@ from ..conf import get_settings
 from ..contract import strict_text
 from ..models.api import ApiKey, ApiScope
 from ..models.webhooks import Application
+from ..stored_json import decode
 
 KEY_PREFIX = "pgq_"
 PREFIX_LENGTH = 12
@@ -68,11 +69,7 @@ def stored_scopes(value: Any, *, bound: bool) -> frozenset[str]:
     list of known scope names, and no operator's scope on a key ``bound`` to an
     application; ValueError naming what breaks them otherwise. Nothing else grants
     anything: not an object's keys, not a string's letters."""
-    if isinstance(value, str):  # a driver that leaves jsonb undecoded
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ValueError("they are not JSON") from None
+    value = decode(value)  # StoredJSONNotDecodable is a ValueError too
     if not isinstance(value, list) or not all(isinstance(scope, str) for scope in value):
         raise ValueError(f"they must be a JSON list of scope names, not {json.dumps(value)[:80]}")
     return frozenset(check_scopes(value, bound=bound))

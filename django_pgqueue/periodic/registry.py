@@ -54,10 +54,12 @@ def periodic(
             "queue_name": queue_name,
             "catch_up": catch_up,
         }
-        conf = get_settings()
-        limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
         spec = validate_entry(
-            spec_name, entry, f"@periodic on {task.module_path}", "decorator", limits
+            spec_name,
+            entry,
+            f"@periodic on {task.module_path}",
+            "decorator",
+            ArgumentLimits.of(get_settings()),
         )
         _declared[spec_name] = spec
         return task

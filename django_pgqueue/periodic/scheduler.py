@@ -219,8 +219,7 @@ def run_now(schedule_id: int) -> tuple[str, int | None]:
     """
     from ..models.schedule import Schedule
 
-    conf = get_settings()
-    db = conf.DATABASE
+    db = get_settings().DATABASE
     with transaction.atomic(using=db):
         row = Schedule.objects.using(db).get(pk=schedule_id)
         entry = {
@@ -237,7 +236,7 @@ def run_now(schedule_id: int) -> tuple[str, int | None]:
             entry,
             f"Schedule {row.name!r}",
             row.origin,
-            ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH),
+            ArgumentLimits.of(get_settings()),
         )
         return row.name, Scheduler({})._enqueue(spec)
 

@@ -51,6 +51,11 @@ class ArgumentLimits:
     max_bytes: int
     max_depth: int
 
+    @classmethod
+    def of(cls, conf: Any) -> ArgumentLimits:
+        """The limits of a configuration (``get_settings()``)."""
+        return cls(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
+
 
 def _check_arguments(where: str, args: Any, kwargs: Any, limits: ArgumentLimits) -> tuple[str, str]:
     """Refuse arguments every tick's enqueue would refuse, at check time, with the

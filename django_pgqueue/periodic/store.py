@@ -28,10 +28,8 @@ def declare(spec: ScheduleSpec, *, catch_up: str, next_tick: dt.datetime, now: d
     zone changed. The arguments pass the input contract first, so a spec built
     without the checks is refused here with an error naming it, before any SQL.
     """
-    conf = get_settings()
-    limits = ArgumentLimits(conf.MAX_ARGS_BYTES, conf.MAX_JSON_DEPTH)
-    args_json, kwargs_json = stored_arguments(spec, limits)
-    db = conf.DATABASE
+    args_json, kwargs_json = stored_arguments(spec, ArgumentLimits.of(get_settings()))
+    db = get_settings().DATABASE
     with connections[db].cursor() as cursor:
         cursor.execute(
             sql.UPSERT_SCHEDULE,
