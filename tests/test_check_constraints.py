@@ -134,6 +134,33 @@ CHEAP_SHAPE = {
         "pgq_dlv_attempts_range",
         "pgq_dlv_finished_has_time",
     },
+    # Written by the claims (a flow-controlled queue's fence and rate state) and the
+    # HTTP API's authentication: each limit's range is held by its named rule alone.
+    "pgqueue_queue": {
+        "pgq_queue_concurrency_pos",
+        "pgq_queue_key_conc_pos",
+        "pgq_queue_rate_limit_pos",
+        "pgq_queue_rate_period_pos",
+        "pgq_queue_key_rate_pos",
+        "pgq_queue_key_period_pos",
+    },
+    "pgqueue_endpoint": {
+        "pgq_ep_breaker_valid",
+        "pgq_ep_open_has_until",
+        "pgq_ep_max_in_flight_pos",
+        "pgq_ep_rate_limit_pos",
+        "pgq_ep_rate_period_pos",
+        "pgq_ep_ordering_valid",
+        "pgq_ep_secret_encrypted",
+        # The column's only rule: the field's own CHECK is its one declaration.
+        "pgqueue_endpoint_consecutive_failures_check",
+    },
+    "pgqueue_api_key": {"pgq_apikey_rate_pos"},
+    "pgqueue_delivery_attempt": {
+        "pgq_att_attempt_positive",
+        "pgqueue_delivery_attempt_duration_ms_check",
+        "pgqueue_delivery_attempt_status_code_check",
+    },
 }
 
 
@@ -161,8 +188,77 @@ def test_the_checks_keep_the_shape_postgresql_prepares_cheapest():
         for name, (definition, validated) in found.items():
             assert validated, name
             assert "ARRAY[" not in definition, definition
-        (lease,) = [d for n, (d, _) in found.items() if n.endswith("lease_iff_running")]
-        assert lease.count("'in_progress'") == 1 and "CASE" in lease, lease
+        for lease in [d for n, (d, _) in found.items() if n.endswith("lease_iff_running")]:
+            assert lease.count("'in_progress'") == 1 and "CASE" in lease, lease
+
+
+#: (table, a column set out of its range, the rule that refuses it)
+BAD_LIMITS = [
+    ("pgqueue_queue", "concurrency = 0", "pgq_queue_concurrency_pos"),
+    ("pgqueue_queue", "key_concurrency = -1", "pgq_queue_key_conc_pos"),
+    ("pgqueue_queue", "rate_limit = 0", "pgq_queue_rate_limit_pos"),
+    ("pgqueue_queue", "rate_period = 0", "pgq_queue_rate_period_pos"),
+    ("pgqueue_queue", "key_rate_limit = 0", "pgq_queue_key_rate_pos"),
+    ("pgqueue_queue", "key_rate_period = -5", "pgq_queue_key_period_pos"),
+    ("pgqueue_endpoint", "max_in_flight = 0", "pgq_ep_max_in_flight_pos"),
+    ("pgqueue_endpoint", "rate_limit = -1", "pgq_ep_rate_limit_pos"),
+    ("pgqueue_endpoint", "rate_period = 0", "pgq_ep_rate_period_pos"),
+    ("pgqueue_endpoint", "breaker_state = 'CLOSED'", "pgq_ep_breaker_valid"),
+    ("pgqueue_endpoint", "ordering = 'fifo'", "pgq_ep_ordering_valid"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("table", "assignment", "constraint"), BAD_LIMITS)
+def test_a_limit_out_of_its_range_is_refused_at_the_sql_door(table, assignment, constraint):
+    """The columns lost only their second CHECK: each range is still refused, by its
+    named rule, for a row written by SQL as for one written through a model."""
+    from django_pgqueue import queues
+    from django_pgqueue.models import Endpoint
+
+    queues.configure("limits", concurrency=2)
+    Endpoint.objects.create(url="https://example.com/hook")
+    with (
+        pytest.raises(IntegrityError, match=constraint),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(f"UPDATE {table} SET {assignment}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field", ["max_in_flight", "rate_limit", "rate_period"])
+def test_an_endpoint_form_refuses_a_limit_below_one(field):
+    """Model validation names the field, as the form the admin and the portal show."""
+    from django_pgqueue.models import Endpoint
+
+    endpoint = Endpoint(url="https://example.com/hook", **{field: 0})
+    with pytest.raises(ValidationError) as caught:
+        endpoint.full_clean()
+    assert field in caught.value.message_dict
+
+
+@pytest.mark.django_db(databases=[])
+def test_the_limits_migrate_to_one_rule_each_and_back():
+    """0007 drops the fields' own CHECKs and reshapes the endpoint's lists of values;
+    ``migrate django_pgqueue 0006`` puts every one back, with a queue row kept."""
+    tables = ("pgqueue_queue", "pgqueue_endpoint", "pgqueue_api_key", "pgqueue_delivery_attempt")
+    with scratch_databases("limits") as (url,):
+        manage("migrate", "django_pgqueue", "0006", "--verbosity", "0", url=url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            before = {t: check_constraints(conn, t) for t in tables}
+            assert "pgqueue_queue_concurrency_check" in before["pgqueue_queue"]
+            conn.execute("INSERT INTO pgqueue_queue (name, concurrency) VALUES ('q', 3)")
+        manage("migrate", "--verbosity", "0", url=url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in tables:
+                assert set(check_constraints(conn, table)) == CHEAP_SHAPE[table], table
+            with pytest.raises(psycopg.errors.CheckViolation, match="pgq_queue_concurrency_pos"):
+                conn.execute("UPDATE pgqueue_queue SET concurrency = 0")
+        manage("migrate", "django_pgqueue", "0006", "--verbosity", "0", url=url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert {t: check_constraints(conn, t) for t in tables} == before
+            assert conn.execute("SELECT concurrency FROM pgqueue_queue").fetchone() == (3,)
 
 
 @pytest.mark.django_db(databases=[])

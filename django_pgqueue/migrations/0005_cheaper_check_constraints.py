@@ -28,6 +28,7 @@ from django.db import migrations, models
 from django.db.migrations.operations.base import Operation
 
 import django_pgqueue.models.expressions
+from django_pgqueue.migrations._operations import plain_integers
 
 STATES = ["pending", "in_progress", "succeeded", "failed", "dead", "cancelled", "waiting"]
 
@@ -56,30 +57,6 @@ def _swap(model_name: str, prefix: str) -> list[Operation]:
     ]
 
 
-def _plain_integers(
-    table: str, model_name: str, fields: dict[str, models.Field]
-) -> migrations.SeparateDatabaseAndState:
-    """``fields`` become ``IntegerField``s; their own CHECKs (``<table>_<column>_check``,
-    named so by PostgreSQL when the column was made) are dropped, and on the way back
-    made again with the same names and conditions."""
-    return migrations.SeparateDatabaseAndState(
-        state_operations=[
-            migrations.AlterField(model_name=model_name, name=name, field=field)
-            for name, field in fields.items()
-        ],
-        database_operations=[
-            migrations.RunSQL(
-                sql=f'ALTER TABLE "{table}" DROP CONSTRAINT "{table}_{name}_check"',
-                reverse_sql=(
-                    f'ALTER TABLE "{table}" ADD CONSTRAINT "{table}_{name}_check"'
-                    f' CHECK ("{name}" >= 0)'
-                ),
-            )
-            for name in fields
-        ],
-    )
-
-
 def _attempt_fields() -> dict[str, models.Field]:
     return {
         "attempts": models.IntegerField(
@@ -102,9 +79,9 @@ class Migration(migrations.Migration):
         *_swap("job", "pgq_job"),
         *_swap("delivery", "pgq_dlv"),
         # Each PositiveIntegerField's own CHECK goes; the columns stay ``integer``.
-        _plain_integers("pgqueue_job", "job", _attempt_fields()),
-        _plain_integers("pgqueue_delivery", "delivery", _attempt_fields()),
-        _plain_integers(
+        plain_integers("pgqueue_job", "job", _attempt_fields()),
+        plain_integers("pgqueue_delivery", "delivery", _attempt_fields()),
+        plain_integers(
             "pgqueue_job",
             "job",
             {

@@ -52,7 +52,7 @@ class ApiKey(models.Model):
         related_name="api_keys",
         help_text=_("Limit the key to this application's objects (empty: every application)."),
     )
-    rate_limit = models.PositiveIntegerField(
+    rate_limit = models.IntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1)],

@@ -13,6 +13,7 @@ configuration change never writes back a stale rate state.
 
 from __future__ import annotations
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -27,35 +28,45 @@ class Queue(models.Model):
     """One queue of jobs: its limits, whether it is paused, and the claim's state."""
 
     name = models.CharField(primary_key=True, max_length=QUEUE_NAME_MAX_LENGTH)
-    concurrency = models.PositiveIntegerField(
+    concurrency = models.IntegerField(
+        validators=[MinValueValidator(1)],
         null=True,
         blank=True,
         help_text=_(
             "Most jobs of this queue running at once, across every worker (empty: no limit)."
         ),
     )
-    key_concurrency = models.PositiveIntegerField(
+    key_concurrency = models.IntegerField(
+        validators=[MinValueValidator(1)],
         null=True,
         blank=True,
         help_text=_("Most jobs of one concurrency key running at once (empty: no limit)."),
     )
-    rate_limit = models.PositiveIntegerField(
+    rate_limit = models.IntegerField(
+        validators=[MinValueValidator(1)],
         null=True,
         blank=True,
         help_text=_("Most jobs started per rate period (empty: no rate limit)."),
     )
-    rate_period = models.PositiveIntegerField(
-        default=1, db_default=1, help_text=_("Seconds the rate limit counts starts in.")
+    rate_period = models.IntegerField(
+        validators=[MinValueValidator(1)],
+        default=1,
+        db_default=1,
+        help_text=_("Seconds the rate limit counts starts in."),
     )
-    key_rate_limit = models.PositiveIntegerField(
+    key_rate_limit = models.IntegerField(
+        validators=[MinValueValidator(1)],
         null=True,
         blank=True,
         help_text=_(
             "Most jobs of one concurrency key started per key rate period (empty: no limit)."
         ),
     )
-    key_rate_period = models.PositiveIntegerField(
-        default=1, db_default=1, help_text=_("Seconds the per-key rate limit counts starts in.")
+    key_rate_period = models.IntegerField(
+        validators=[MinValueValidator(1)],
+        default=1,
+        db_default=1,
+        help_text=_("Seconds the per-key rate limit counts starts in."),
     )
     overridden_at = models.DateTimeField(
         null=True,

@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import DESTINATION_SCHEMES
 from ..sql import PARKED_AT
+from .expressions import OneOf
 from .fields import StoredJSONField
 from .queue import QueueRow, Status, queue_row_constraints, queue_row_indexes
 
@@ -223,7 +224,7 @@ class Endpoint(models.Model):
     last_success_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Flow control (docs/webhooks.md, "Fairness"): limits set by operators, and the
     # state the delivery claim keeps (written only under the claim's row lock).
-    max_in_flight = models.PositiveIntegerField(
+    max_in_flight = models.IntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1)],
@@ -232,14 +233,15 @@ class Endpoint(models.Model):
             "Empty: PGQUEUE['WEBHOOKS']['MAX_IN_FLIGHT']."
         ),
     )
-    rate_limit = models.PositiveIntegerField(
+    rate_limit = models.IntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1)],
         help_text=_("Most requests per rate period (empty: no rate limit)."),
     )
-    rate_period = models.PositiveIntegerField(
+    rate_period = models.IntegerField(
         choices=RatePeriod.choices,
+        validators=[MinValueValidator(1)],
         default=RatePeriod.SECOND,
         help_text=_("The period the rate limit counts requests in."),
     )
@@ -303,7 +305,7 @@ class Endpoint(models.Model):
         verbose_name_plural = _("webhook endpoints")
         constraints = [
             models.CheckConstraint(
-                condition=Q(breaker_state__in=[s.value for s in BreakerState]),
+                condition=OneOf("breaker_state", [s.value for s in BreakerState]),
                 name="pgq_ep_breaker_valid",
             ),
             models.CheckConstraint(
@@ -320,7 +322,7 @@ class Endpoint(models.Model):
             ),
             models.CheckConstraint(condition=Q(rate_period__gte=1), name="pgq_ep_rate_period_pos"),
             models.CheckConstraint(
-                condition=Q(ordering__in=[o.value for o in Ordering]),
+                condition=OneOf("ordering", [o.value for o in Ordering]),
                 name="pgq_ep_ordering_valid",
             ),
             models.CheckConstraint(
@@ -667,7 +669,7 @@ class DeliveryAttempt(models.Model):
     delivery = models.ForeignKey(
         Delivery, on_delete=models.CASCADE, related_name="attempts_log", db_constraint=False
     )
-    attempt = models.PositiveIntegerField()
+    attempt = models.IntegerField(validators=[MinValueValidator(1)])
     started_at = models.DateTimeField()
     duration_ms = models.PositiveIntegerField(default=0)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
