@@ -156,6 +156,13 @@ CHEAP_SHAPE = {
         "pgqueue_endpoint_consecutive_failures_check",
     },
     "pgqueue_api_key": {"pgq_apikey_rate_pos"},
+    "pgqueue_mq_queue": {
+        "pgqueue_mq_archive_retention_range",
+        "pgqueue_mq_dead_letter_other",
+        "pgqueue_mq_dead_letter_reads",
+        "pgqueue_mq_max_reads_positive",
+        "pgqueue_mq_partitioned_name_length",
+    },
     "pgqueue_delivery_attempt": {
         "pgq_att_attempt_positive",
         "pgqueue_delivery_attempt_duration_ms_check",
@@ -242,7 +249,13 @@ def test_an_endpoint_form_refuses_a_limit_below_one(field):
 def test_the_limits_migrate_to_one_rule_each_and_back():
     """0007 drops the fields' own CHECKs and reshapes the endpoint's lists of values;
     ``migrate django_pgqueue 0006`` puts every one back, with a queue row kept."""
-    tables = ("pgqueue_queue", "pgqueue_endpoint", "pgqueue_api_key", "pgqueue_delivery_attempt")
+    tables = (
+        "pgqueue_queue",
+        "pgqueue_endpoint",
+        "pgqueue_api_key",
+        "pgqueue_mq_queue",
+        "pgqueue_delivery_attempt",
+    )
     with scratch_databases("limits") as (url,):
         manage("migrate", "django_pgqueue", "0006", "--verbosity", "0", url=url)
         with psycopg.connect(url, autocommit=True) as conn:

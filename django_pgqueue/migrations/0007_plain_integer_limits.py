@@ -5,7 +5,8 @@ PostgreSQL prepares every CHECK of a table again at each statement that writes a
 row (``models/expressions.py``). Claims write ``pgqueue_queue`` (a flow-controlled
 queue's ``served_at`` and ``rate_tat``) and ``pgqueue_endpoint`` (``served_at``,
 the rate state, the breaker); each delivery attempt writes a row of
-``pgqueue_delivery_attempt``. Their ``PositiveIntegerField``\\ s each carried a CHECK
+``pgqueue_delivery_attempt``. Their ``PositiveIntegerField``\\ s (and the message
+queues' ``max_reads``, in their registry) each carried a CHECK
 of their own (``>= 0``) beside the named rule that holds the column's range
 (``>= 1``): a second declaration of the rule, prepared at every write. The columns
 stay ``integer``; the named rules stay as they are. The endpoint's
@@ -107,6 +108,15 @@ class Migration(migrations.Migration):
             {
                 "rate_limit": _limit(
                     "Requests per rate window for this key (empty: PGQUEUE['API']['RATE_LIMIT'])."
+                ),
+            },
+        ),
+        plain_integers(
+            "pgqueue_mq_queue",
+            "messagequeue",
+            {
+                "max_reads": _limit(
+                    "A message read this many times is dead-lettered on its next read."
                 ),
             },
         ),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length, Now
@@ -28,9 +29,10 @@ class MessageQueue(models.Model):
         default=False,
         help_text=_("UNLOGGED message table: fast, and emptied by a database crash."),
     )
-    max_reads = models.PositiveIntegerField(
+    max_reads = models.IntegerField(
         null=True,
         blank=True,
+        validators=[MinValueValidator(1)],
         help_text=_("A message read this many times is dead-lettered on its next read."),
     )
     dead_letter = models.ForeignKey(
