@@ -119,6 +119,9 @@ def test_the_previous_release_s_attempts_are_partitioned_in_place_and_can_go_bac
             assert (new_id, into) == (back[1] + 1, sql.ATTEMPT_TABLE)
 
 
+# Serial: it reads the cluster's WAL position, which another test's writes in the
+# parallel pass would move too.
+@pytest.mark.serial
 def test_retention_drops_whole_days_and_an_interrupted_one_is_finished():
     with scratch_databases("attempt_retention") as (url,):
         manage("migrate", "-v", "0", url=url)
