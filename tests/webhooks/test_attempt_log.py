@@ -6,6 +6,7 @@ back to one table."""
 from __future__ import annotations
 
 import datetime as dt
+from contextlib import closing
 
 import psycopg
 import pytest
@@ -135,29 +136,29 @@ def test_retention_drops_whole_days_and_an_interrupted_one_is_finished():
             deliveries = conn.execute("SELECT count(*) FROM pgqueue_delivery").fetchone()
 
             # Nor does retention's detach and drop.
-            writer = psycopg.connect(url)
-            writer.execute("UPDATE pgqueue_delivery SET updated_at = now()")
-            conn.execute("SET lock_timeout = '1s'")
+            # Closed on the way out whatever happens: an open one would fail the next test.
+            with closing(psycopg.connect(url)) as writer:
+                writer.execute("UPDATE pgqueue_delivery SET updated_at = now()")
+                conn.execute("SET lock_timeout = '1s'")
 
-            # Thirty days after the second partition's day ended, with a 30-day
-            # retention: the first two go, whole; the rest stay.
-            age = 30 * 86400.0
-            as_of = second.end + dt.timedelta(days=30)
-            dry = history.drop_expired(
-                conn, {"attempts": age}, family=FAMILY, now=as_of, dry_run=True
-            )
-            assert dry.dropped == {first.name: 400, second.name: 1}
-            assert len(history.partitions(conn, FAMILY)) == len(rest) + 2
-            wal = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-            done = history.drop_expired(conn, {"attempts": age}, family=FAMILY, now=as_of)
-            assert set(done.dropped) == {first.name, second.name}
-            (written,) = conn.execute(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (wal,)
-            ).fetchone()
-            assert written < 1_000_000  # catalogue changes, not rows
-            assert [p.name for p in history.partitions(conn, FAMILY)] == [p.name for p in rest]
-            writer.rollback()
-            writer.close()
+                # Thirty days after the second partition's day ended, with a 30-day
+                # retention: the first two go, whole; the rest stay.
+                age = 30 * 86400.0
+                as_of = second.end + dt.timedelta(days=30)
+                dry = history.drop_expired(
+                    conn, {"attempts": age}, family=FAMILY, now=as_of, dry_run=True
+                )
+                assert dry.dropped == {first.name: 400, second.name: 1}
+                assert len(history.partitions(conn, FAMILY)) == len(rest) + 2
+                wal = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+                done = history.drop_expired(conn, {"attempts": age}, family=FAMILY, now=as_of)
+                assert set(done.dropped) == {first.name, second.name}
+                (written,) = conn.execute(
+                    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (wal,)
+                ).fetchone()
+                assert written < 1_000_000  # catalogue changes, not rows
+                assert [p.name for p in history.partitions(conn, FAMILY)] == [p.name for p in rest]
+                writer.rollback()
             conn.execute("RESET lock_timeout")
             assert conn.execute("SELECT count(*) FROM pgqueue_delivery_attempt").fetchone() == (0,)
             # The deliveries are not the log's: they stay, with their counts.
