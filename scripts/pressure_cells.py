@@ -292,11 +292,18 @@ def report(paths: list[str], plot_dir: Path | None) -> None:
         result = json.loads(Path(name).read_text())
         result["config"] = label or result["config"]
         results.append(result)
-    unit = "msgs" if results[0].get("kind") == "mq" else "jobs"
-    done = "archived" if unit == "msgs" else "done"
+    if results[0].get("kind") == "mq":
+        report_mq(results)
+    else:
+        report_jobs(results)
+    if plot_dir is not None:
+        plot(results, plot_dir)
+
+
+def report_jobs(results: list[dict[str, Any]]) -> None:
     print(
-        f"| config | phase | offered {unit}/s | {done} {unit}/s | pickup p50 ms | p95 ms "
-        "| p99 ms | dead tuples (max) | backlog (max) |"
+        "| config | phase | offered jobs/s | done jobs/s | pickup p50 ms | p95 ms | p99 ms "
+        "| dead tuples (max) | backlog (max) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for res in results:
@@ -320,8 +327,43 @@ def report(paths: list[str], plot_dir: Path | None) -> None:
             if drained
             else f"| {res['config']} | end | backlog not drained |"
         )
-    if plot_dir is not None:
-        plot(results, plot_dir)
+
+
+def ms(value: float) -> str:
+    return "-" if value != value else f"{value:,.0f}"  # NaN: nothing of the phase was read
+
+
+def report_mq(results: list[dict[str, Any]]) -> None:
+    """As the jobs' table, with how many of each phase's messages were read by the end
+    (the pickup percentiles are of those only), and when the backlog was gone."""
+    print(
+        "| config | phase | offered msgs/s | archived msgs/s | pickup p50 ms | p95 ms "
+        "| p99 ms | read by the end | dead tuples (max) | backlog (max) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for res in results:
+        for name, a, b in phase_spans(res):
+            p = next(p for p in res["phases"] if p["phase"] == name)
+            inside = [s for s in res["samples"] if a <= s[0] < b]
+            dead = max((s[1] for s in inside), default=0)
+            backlog = max((s[3] for s in inside), default=0)
+            print(
+                f"| {res['config']} | {name} | {p['offered']:.0f} | {p['jobs_s']:.0f} | "
+                f"{ms(p['p50_ms'])} | {ms(p['p95_ms'])} | {ms(p['p99_ms'])} | "
+                f"{p['picked']:,} of {p['enqueued']:,} | {dead:,} | {backlog:,} |"
+            )
+        spans = {n: (a, b) for n, a, b in phase_spans(res)}
+        gone = []
+        for after in ("pinned", "readers", "overload"):
+            if after in spans:
+                t = spans[after][1]
+                drained = next((s[0] for s in res["samples"] if s[0] > t and s[3] < 50), None)
+                gone.append(f"{after} +{drained - t:.0f} s" if drained else f"{after} never")
+        end = res["samples"][-1]
+        print(
+            f"| {res['config']} | end | | | | | | | {end[1]:,} (table {end[2] // 1024:,} kB) "
+            f"| {end[3]:,}; under 50 again after: {', '.join(gone)} |"
+        )
 
 
 def plot(results: list[dict[str, Any]], plot_dir: Path) -> None:
