@@ -14,7 +14,8 @@ Measures; asserts nothing.
 
 ``run`` takes ``--minutes`` (the pinned and readers phases, default 10), ``--rate``
 (jobs/s offered, default 100), ``--pause-ms`` (each job's duration, default 20) and
-``--concurrency`` (default 4). Two configurations run side by side in two databases
+``--concurrency`` (default 4); the ``pgmq`` configuration needs ``--pgmq-sql``.
+Two configurations run side by side in two databases
 (each uses its own scratch database ``<name>_bench``): a pinned horizon holds back
 vacuum in its own database only.
 

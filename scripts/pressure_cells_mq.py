@@ -1,9 +1,9 @@
 """The pressure cells of ``pressure_cells.py`` for the message queues: ours beside pgmq.
 
-- ``pgmq``: pgmq 1.5.1's SQL-only install (``--pgmq-sql``, default the shared
-  yardstick's ``pgmq.sql``) with pg_partman, its queue made by
-  ``pgmq.create_partitioned('cell', '1 day', '1 day')``: the queue table and the
-  archive are both partitioned by day (pg_partman);
+- ``pgmq``: pgmq 1.5.1's SQL-only install (``--pgmq-sql path/to/pgmq.sql``) with
+  pg_partman (the server needs it: ``postgresql-15-partman`` on Debian), its queue made
+  by ``pgmq.create_partitioned('cell', '1 day', '1 day')``: the queue table and the
+  archive are both partitioned by day;
 - ``mq``: ours, installed by the app's migrations plus its SQL API in schema ``pgmq``
   (``pgqueue_install_sql_api``), the queue made by the same call: only the archive is
   partitioned by day, the queue table is a plain table.
