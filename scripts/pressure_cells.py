@@ -1,20 +1,31 @@
 """Pressure cells: the queue under a pinned xmin horizon, long readers and a sustained
-overload, with and without the history (docs/performance.md, "Vacuum held back").
+overload, with and without the history (docs/performance.md, "Vacuum held back"); and
+the message queues, ours beside pgmq's partitioned queue (``pressure_cells_mq.py``).
 Measures; asserts nothing.
 
     DATABASE_URL=postgresql://.../pgq_a python scripts/pressure_cells.py run stay a.json
     DATABASE_URL=postgresql://.../pgq_b python scripts/pressure_cells.py run history b.json
     python scripts/pressure_cells.py report a.json b.json=label --plot-dir docs  # table, plot
 
+    DATABASE_URL=postgresql://.../cells_pgmq python scripts/pressure_cells.py run pgmq \
+        p.json --pgmq-sql path/to/pgmq.sql  # pgmq 1.5.1 with pg_partman
+    DATABASE_URL=postgresql://.../cells_mq python scripts/pressure_cells.py run mq m.json
+    python scripts/pressure_cells.py report m.json p.json --plot-dir docs  # pressure_cells_mq.svg
+
 ``run`` takes ``--minutes`` (the pinned and readers phases, default 10), ``--rate``
 (jobs/s offered, default 100), ``--pause-ms`` (each job's duration, default 20) and
-``--concurrency`` (default 4). Two configurations run side by side in two databases
+``--concurrency`` (default 4); the ``pgmq`` configuration needs ``--pgmq-sql``.
+Two configurations run side by side in two databases
 (each uses its own scratch database ``<name>_bench``): a pinned horizon holds back
 vacuum in its own database only.
 
 - ``stay``: ``HISTORY_DELAY_SECONDS = None``, finished jobs stay in ``pgqueue_job``
   (the previous release between two prunes);
-- ``history``: the default settings (the mover files finished jobs after 30 s).
+- ``history``: the default settings (the mover files finished jobs after 30 s);
+- ``pgmq`` and ``mq``: a message queue made by ``pgmq.create_partitioned('cell',
+  '1 day', '1 day')``, pgmq's or ours (its SQL API), a producer ``send``-ing and
+  ``--concurrency`` consumers each reading one message, sleeping ``pause-ms`` and
+  archiving it, through the same phases (see ``pressure_cells_mq.py``).
 
 One ``runworkers`` process serves jobs that sleep ``pause-ms``, so its capacity is about
 ``concurrency / pause`` (200 jobs/s by default), under a steady offered load, through:
@@ -138,6 +149,25 @@ def sampler(bench: Any, stopping: threading.Event, samples: list[list[float]]) -
             stopping.wait(5)
 
 
+def setup() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    sys.path.insert(0, str(REPO))
+    import django
+
+    django.setup()
+
+
+def run_mq(config: str, out: Path, pgmq_sql: Path | None, **kwargs: Any) -> None:
+    """The message-queue cells (``pgmq``, ``mq``): see ``pressure_cells_mq.py``."""
+    setup()
+    import pressure_cells_mq
+
+    result = pressure_cells_mq.run(config, pgmq_sql=pgmq_sql, **kwargs)
+    result["load"] = os.getloadavg()
+    out.write_text(json.dumps(result))
+    print(f"wrote {out}")
+
+
 def run(
     config: str,
     out: Path,
@@ -149,11 +179,7 @@ def run(
     wake: str,
     only: set[str] | None = None,
 ) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    sys.path.insert(0, str(REPO))
-    import django
-
-    django.setup()
+    setup()
     from django_pgqueue.bench.core import Bench, stop
     from django_pgqueue.conf import get_settings
     from django_pgqueue.notify import WAKE_ALL, WAKE_JOBS
@@ -267,6 +293,15 @@ def report(paths: list[str], plot_dir: Path | None) -> None:
         result = json.loads(Path(name).read_text())
         result["config"] = label or result["config"]
         results.append(result)
+    if results[0].get("kind") == "mq":
+        report_mq(results)
+    else:
+        report_jobs(results)
+    if plot_dir is not None:
+        plot(results, plot_dir)
+
+
+def report_jobs(results: list[dict[str, Any]]) -> None:
     print(
         "| config | phase | offered jobs/s | done jobs/s | pickup p50 ms | p95 ms | p99 ms "
         "| dead tuples (max) | backlog (max) |"
@@ -293,11 +328,47 @@ def report(paths: list[str], plot_dir: Path | None) -> None:
             if drained
             else f"| {res['config']} | end | backlog not drained |"
         )
-    if plot_dir is not None:
-        plot(results, plot_dir)
+
+
+def ms(value: float) -> str:
+    return "-" if value != value else f"{value:,.0f}"  # NaN: nothing of the phase was read
+
+
+def report_mq(results: list[dict[str, Any]]) -> None:
+    """As the jobs' table, with how many of each phase's messages were read by the end
+    (the pickup percentiles are of those only), and when the backlog was gone."""
+    print(
+        "| config | phase | offered msgs/s | archived msgs/s | pickup p50 ms | p95 ms "
+        "| p99 ms | read by the end | dead tuples (max) | backlog (max) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for res in results:
+        for name, a, b in phase_spans(res):
+            p = next(p for p in res["phases"] if p["phase"] == name)
+            inside = [s for s in res["samples"] if a <= s[0] < b]
+            dead = max((s[1] for s in inside), default=0)
+            backlog = max((s[3] for s in inside), default=0)
+            print(
+                f"| {res['config']} | {name} | {p['offered']:.0f} | {p['jobs_s']:.0f} | "
+                f"{ms(p['p50_ms'])} | {ms(p['p95_ms'])} | {ms(p['p99_ms'])} | "
+                f"{p['picked']:,} of {p['enqueued']:,} | {dead:,} | {backlog:,} |"
+            )
+        spans = {n: (a, b) for n, a, b in phase_spans(res)}
+        gone = []
+        for after in ("pinned", "readers", "overload"):
+            if after in spans:
+                t = spans[after][1]
+                drained = next((s[0] for s in res["samples"] if s[0] > t and s[3] < 50), None)
+                gone.append(f"{after} +{drained - t:.0f} s" if drained else f"{after} never")
+        end = res["samples"][-1]
+        print(
+            f"| {res['config']} | end | | | | | | | {end[1]:,} (table {end[2] // 1024:,} kB) "
+            f"| {end[3]:,}; under 50 again after: {', '.join(gone)} |"
+        )
 
 
 def plot(results: list[dict[str, Any]], plot_dir: Path) -> None:
+    mq = results[0].get("kind") == "mq"
     import matplotlib
 
     matplotlib.use("Agg")
@@ -314,12 +385,12 @@ def plot(results: list[dict[str, Any]], plot_dir: Path) -> None:
         axes[0].annotate(
             name, (a / 60, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="bottom"
         )
-    axes[0].set_ylabel("dead tuples, pgqueue_job")
-    axes[1].set_ylabel("backlog (pending jobs)")
+    axes[0].set_ylabel("dead tuples, queue table" if mq else "dead tuples, pgqueue_job")
+    axes[1].set_ylabel("backlog (queue length)" if mq else "backlog (pending jobs)")
     axes[1].set_xlabel("minutes")
     axes[0].legend()
     fig.tight_layout()
-    path = plot_dir / "pressure_cells.svg"
+    path = plot_dir / ("pressure_cells_mq.svg" if mq else "pressure_cells.svg")
     fig.savefig(path)
     print(f"plot written to {path}")
 
@@ -328,7 +399,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
-    r.add_argument("config", choices=("stay", "history"))
+    r.add_argument("config", choices=("stay", "history", "pgmq", "mq"))
     r.add_argument("out", type=Path)
     r.add_argument("--minutes", type=float, default=10)
     r.add_argument("--rate", type=float, default=100)
@@ -343,6 +414,11 @@ def main() -> None:
         "claims only), or 'all', none (wakes every source, as the runs before 2026-12-07)",
     )
     r.add_argument(
+        "--pgmq-sql",
+        type=Path,
+        help="pgmq's SQL-only install (pgmq.sql), needed by the pgmq configuration",
+    )
+    r.add_argument(
         "--phases",
         help="comma-separated phases to run, in their order (default: all six); "
         "the report needs clean, overload and recovery",
@@ -351,7 +427,22 @@ def main() -> None:
     rep.add_argument("results", nargs="+", help="result files, each as PATH or PATH=LABEL")
     rep.add_argument("--plot-dir", type=Path)
     args = parser.parse_args()
-    if args.command == "run":
+    only = set(args.phases.split(",")) if args.command == "run" and args.phases else None
+    if args.command == "run" and args.config == "pgmq" and args.pgmq_sql is None:
+        parser.error("the pgmq configuration needs --pgmq-sql")
+    if args.command == "run" and args.config in ("pgmq", "mq"):
+        run_mq(
+            args.config,
+            args.out,
+            args.pgmq_sql,
+            minutes=args.minutes,
+            rate=args.rate,
+            pause_ms=args.pause_ms,
+            concurrency=args.concurrency,
+            scale=args.scale,
+            only=only,
+        )
+    elif args.command == "run":
         run(
             args.config,
             args.out,
@@ -361,7 +452,7 @@ def main() -> None:
             args.concurrency,
             args.scale,
             args.wake,
-            set(args.phases.split(",")) if args.phases else None,
+            only,
         )
     else:
         report(args.results, args.plot_dir)
