@@ -19,15 +19,12 @@ default 10,000; step *k* finishes *k* times that).
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from pinned_horizon import run_both
+
 BACKLOG = 2000
 CLAIM = {"limit": 50, "lease": 30.0, "worker_id": "pinned-delivery-claim"}
 #: Columns a new pending delivery does not copy from the template row.
@@ -144,16 +141,7 @@ def case(pinned: bool, steps: int, step: int) -> list[tuple[int, float, int]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=7)
-    parser.add_argument("--step", type=int, default=10_000)
-    args = parser.parse_args()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    sys.path.insert(0, str(REPO))
-    import django
-
-    django.setup()
-    results = {pinned: case(pinned, args.steps, args.step) for pinned in (True, False)}
+    results = run_both(__doc__ or "", case)
     print(
         "\n| finished since the start | claim, pinned: median ms | dead tuples "
         "| claim, no pin: median ms | dead tuples |"

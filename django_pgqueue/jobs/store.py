@@ -42,6 +42,7 @@ from ..conf import get_settings
 from ..db import array_literal, execute_one, run_lease_extension, text_array_literal
 from ..exceptions import DuplicateJob
 from ..outcomes import JobOutcome
+from ..scan_floor import ScanFloor
 from .rows import CLAIMED_JOB, JOB_ROW, ClaimedJob, JobRow
 
 logger = logging.getLogger("django_pgqueue.jobs")
@@ -305,85 +306,6 @@ def forget_configured() -> None:
     """Ask again at the next claim whether any queue has a row (``queues`` calls it
     after each write, so this process's next claim sees a first configuration)."""
     _configured["at"] = -1e9
-
-
-class ScanFloor:
-    """Where the worker's plain claims start reading the due and lease indexes (the
-    scan floor, sql/jobs.py): one per claim loop, passed to :func:`claim` and
-    :func:`claim_atomic` as ``params["scan_floor"]``, which apply it to the plain
-    claims and to :func:`end_lapsed_steps`, each statement with its own floor.
-    Without one a claim reads the whole index (tests, ``run_tasks``, the benchmarks).
-
-    A *full* claim (no floor) runs every ``FULL_EVERY`` seconds, or less often when
-    full claims are slow (a held-back horizon): at most ``FULL_SHARE`` of the claim
-    loop's time, and at least every ``FULL_EVERY_MAX`` seconds. Between them a claim
-    reads only rows due (and leases lapsed) after the start of the last full claim
-    that came back short (it took every due row it could see, so every row due
-    before it was taken, is held by another claim, or was not committed yet), less
-    ``MARGIN``. While full claims are spaced out, a floored claim that comes back
-    short raises the floor to ``TRAIL`` below its own start: it took every due row it
-    could see above its floor, as a short full claim did below it. A full claim that
-    fills its limit finds a backlog that may lie below
-    the floor (a large ``enqueue_many`` committed by a long transaction, say): every
-    claim is then full, as without a floor, until one comes back short. Times are
-    this process's monotonic clock, turned into an age that the database subtracts
-    from its own ``now()``: no two clocks are compared.
-    """
-
-    #: Seconds between two full claims: the longest a row below the floor waits
-    #: (a job written by a transaction older than MARGIN, a row put back with an
-    #: old due time) while vacuum keeps up. The poll interval's default, which such
-    #: a row waited for without NOTIFY.
-    FULL_EVERY = 1.0
-    #: The share of the claim loop's time each statement's full claims may take:
-    #: a full claim taking 1 ms or more spaces the next out (20 ms: 20 s later), so
-    #: that claims behind a slow full claim stay rare. Three statements have a
-    #: floor (the plain claim, the atomic one, END_LAPSED_STEPS): at 0.005 each,
-    #: the claim loop spent 1.5 % of a held horizon's time in full claims, and a
-    #: job woken meanwhile waited for them: the pinned p99.
-    FULL_SHARE = 0.001
-    #: The longest wait between two full claims, however slow they are.
-    FULL_EVERY_MAX = 30.0
-    #: Seconds below the last short full claim's start where the floor sits: a job
-    #: whose transaction began less than this before that claim is still above it.
-    MARGIN = 1.0
-    #: Seconds below a short floored claim's start where it may raise the floor (less
-    #: MARGIN): only when full claims are further apart than that (slow: a held
-    #: horizon), so floored claims then read a few seconds of dead entries, not all
-    #: those since the last full claim. A job whose transaction began more than
-    #: TRAIL + MARGIN before it committed is below it, and waits for the next full
-    #: claim, as one older than MARGIN does for a full claim's own floor.
-    TRAIL = 4.0
-
-    def __init__(self) -> None:
-        self._next_full_at: dict[str, float] = {}
-        #: When the last full claim began, if it came back short (else absent), or
-        #: TRAIL before the last short floored claim began, if that is later.
-        self._caught_up_at: dict[str, float] = {}
-
-    def age(self, statement: str, now: float) -> float | None:
-        """The ``%(floor)s`` for the next run of ``statement``: None for a full claim."""
-        caught_up = self._caught_up_at.get(statement)
-        if caught_up is None or now >= self._next_full_at.get(statement, now):
-            return None
-        return now - caught_up + self.MARGIN
-
-    def record(
-        self, statement: str, started: float, ended: float, floor: float | None, short: bool
-    ) -> None:
-        """Note a run of ``statement`` from ``started`` to ``ended`` with ``floor``;
-        ``short`` when it returned fewer rows than its limit."""
-        if floor is not None:
-            caught_up = self._caught_up_at.get(statement)
-            if short and caught_up is not None and started - self.TRAIL > caught_up:
-                self._caught_up_at[statement] = started - self.TRAIL
-            return
-        spacing = min(self.FULL_EVERY_MAX, (ended - started) / self.FULL_SHARE)
-        self._next_full_at[statement] = started + max(self.FULL_EVERY, spacing)
-        if short:
-            self._caught_up_at[statement] = started
-        else:
-            self._caught_up_at.pop(statement, None)  # a backlog: full claims until short
 
 
 def _above_floor(conn: Any, params: dict[str, Any], statement: str) -> list[ClaimedJob]:

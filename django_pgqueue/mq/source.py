@@ -120,7 +120,7 @@ class MessageSource(Source):
             vt = max(consumer.vt, params.get("lease", self.lease))
             qty = min(consumer.batch, limit - len(items))
             try:
-                read = store.claim(conn, info, vt, qty)
+                read = store.claim(conn, info, vt, qty, params.get("scan_floor"))
             except QueueNotFound:  # dropped meanwhile
                 continue
             items.extend(ClaimedMessage(consumer, message) for message in read)

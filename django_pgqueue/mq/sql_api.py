@@ -419,7 +419,7 @@ BEGIN
     IF cfg.max_reads IS NOT NULL THEN
         moved := format(
             ', dead AS (
-                DELETE FROM %1$s m USING picked WHERE m.msg_id = picked.msg_id AND picked.dead
+                DELETE FROM %1$s m WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM picked WHERE dead))
                 RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at
             ), moved AS (%2$s)',
             q,
@@ -447,7 +447,7 @@ BEGIN
         UPDATE %1$s m
         SET vt = clock_timestamp() + make_interval(secs => $2), read_ct = m.read_ct + 1,
             last_read_at = clock_timestamp()
-        FROM picked WHERE m.msg_id = picked.msg_id AND NOT picked.dead
+        WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM picked WHERE NOT dead))
         RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at',
         q, moved) USING qty, vt, conditional, cfg.max_reads, queue_name;
 END $$;
@@ -489,7 +489,7 @@ BEGIN
             SELECT msg_id FROM %1$s WHERE vt <= clock_timestamp()
             ORDER BY msg_id LIMIT $1 FOR UPDATE SKIP LOCKED
         )
-        DELETE FROM %1$s m USING picked WHERE m.msg_id = picked.msg_id
+        DELETE FROM %1$s m WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM picked))
         RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at',
         {api}._rel(queue_name, 'q')) USING qty;
 END $$;

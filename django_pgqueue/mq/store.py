@@ -30,6 +30,7 @@ from django.db import DatabaseError, connections, transaction
 from ..conf import get_settings
 from ..db import array_literal, text_array_literal
 from ..notify import notifier
+from ..scan_floor import ScanFloor
 from ..sql import history as history_sql
 from ..stored_json import DECODER
 from . import partitions, sql
@@ -578,15 +579,28 @@ def quarantine(
         )
 
 
-def read_query(info: QueueInfo, vt: float, qty: int) -> tuple[str, list[Any]]:
-    """The read statement of a queue (with its dead-letter policy) and its parameters."""
+#: The most candidates a floored read looks at (``mq/sql.py``, ``_FLOOR``), at least
+#: four times its ``qty``: room for the messages concurrent reads hold locked.
+FLOOR_CANDIDATES = 1000
+
+
+def read_query(
+    info: QueueInfo, vt: float, qty: int, floor: float | None = None
+) -> tuple[str, list[Any]]:
+    """The read statement of a queue (with its dead-letter policy) and its parameters;
+    with ``floor`` (seconds), its floored variant (``mq/sql.py``, ``_FLOOR``)."""
     name = info.name
+    suffix = ""
+    picking: list[float] = [qty]
+    if floor is not None:
+        suffix, picking = sql.FLOORED, [floor, max(FLOOR_CANDIDATES, 4 * qty), qty]
     if info.max_reads is None:
-        return sql.statement("read", name), [qty, vt]
+        return sql.statement("read" + suffix, name), [*picking, vt]
     if info.dead_letter is None:
-        return sql.statement("read_dead_letter_archive", name), [info.max_reads, qty, vt]
-    query = sql.statement("read_dead_letter_queue", name, info.dead_letter)
-    return query, [info.max_reads, qty, name, vt]
+        query = sql.statement("read_dead_letter_archive" + suffix, name)
+        return query, [info.max_reads, *picking, vt]
+    query = sql.statement("read_dead_letter_queue" + suffix, name, info.dead_letter)
+    return query, [info.max_reads, *picking, name, vt]
 
 
 def pop(name: str, qty: int = 1) -> list[Message]:
@@ -843,19 +857,31 @@ def move_back(name: str, msg_ids: int | Iterable[int]) -> MovedBack:
 # the message (killed, stalled past its time limit) changes nothing.
 
 
-def claim(conn: Any, info: QueueInfo, vt: float, qty: int) -> list[Message]:
+def claim(
+    conn: Any, info: QueueInfo, vt: float, qty: int, floors: ScanFloor | None = None
+) -> list[Message]:
     """Read up to ``qty`` messages of a queue for a consumer, hidden for ``vt`` seconds
-    (with the queue's dead-letter policy), in ``msg_id`` order.
+    (with the queue's dead-letter policy), in ``msg_id`` order; above the claim
+    loop's scan floor (``floors``, key ``"mq:<queue>"``), if it passed one.
+
+    A read that moved dead letters returns fewer messages than it picked, and so
+    counts as short for the floor: a backlog below the floor then waits for the
+    next full read, as a message sent by a long transaction does.
 
     QueueNotFound, with the cached options forgotten, if the queue's table was
     dropped since its options were cached.
     """
-    query, params = read_query(info, vt, qty)
+    key = "mq:" + info.name
+    started = time.monotonic()
+    floor = None if floors is None else floors.age(key, started)
+    query, params = read_query(info, vt, qty, floor)
     try:
         rows = conn.execute(query, params).fetchall()
     except psycopg.errors.UndefinedTable as exc:
         forget(info.name)
         raise QueueNotFound(f"message queue {info.name!r} does not exist") from exc
+    if floors is not None:
+        floors.record(key, started, time.monotonic(), floor, len(rows) < qty)
     return _decoded(rows, info, conn.execute)
 
 

@@ -42,10 +42,10 @@ from django.db import connections
 from ..conf import get_settings
 from ..db import connect, is_connection_error
 from ..exceptions import WorkerCrashed
-from ..jobs.store import ScanFloor
 from ..notify import abort_channel
 from ..outcomes import Outcome
 from ..queues import apply_settings
+from ..scan_floor import ScanFloor
 from ..tracing import traced_claim
 from . import hooks
 from .attempt import ABORTED, TIMED_OUT, Attempt, set_current
@@ -326,7 +326,8 @@ class Worker:
             "queues": self.queues,
             "lease": self.lease_seconds,
             "worker_id": self.worker_id,
-            # Where the plain job claims start reading their indexes (jobs/store.py).
+            # Where the claims start reading their indexes (scan_floor.py): the plain
+            # job claims and the message queues' consumer reads.
             "scan_floor": ScanFloor(),
         }
         quiet = QuietSources(self.poll_interval, self.sources)
