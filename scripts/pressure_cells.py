@@ -59,6 +59,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pressure_phases import drained_after, phase_rows, phase_spans, phases, summary
+
 REPO = Path(__file__).resolve().parent.parent
 
 INSERT_JOB = """INSERT INTO pgqueue_job (status, priority, attempts, max_attempts,
@@ -83,26 +85,6 @@ FINISHED = """SELECT (SELECT count(*) FROM pgqueue_job WHERE finished_at >= %(a)
 SAMPLE = """SELECT dead_tuple_count, table_len,
     (SELECT count(*) FROM pgqueue_job WHERE status = 'pending')
 FROM pgstattuple('pgqueue_job')"""
-
-
-def phases(minutes: float, scale: float = 1.0) -> list[tuple[str, float, float]]:
-    """(name, seconds, load as a multiple of the steady rate; overload in capacities)."""
-    pressure = 60 * minutes
-    return [
-        ("clean", 120 * scale, 1.0),
-        ("pinned", pressure, 1.0),
-        ("readers", pressure, 1.0),
-        ("after", 120 * scale, 1.0),
-        ("overload", 180 * scale, -1.5),  # negative: a multiple of the worker's capacity
-        ("recovery", 300 * scale, 1.0),
-    ]
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 class Load:
@@ -259,31 +241,13 @@ def run(
             for name, a, b, offered in bounds:
                 pickups = [float(r[0]) for r in conn.execute(PICKUP, (a, b)).fetchall()]
                 (done,) = conn.execute(FINISHED, {"a": a, "b": b}).fetchone()
-                span = (b - a).total_seconds()
                 result["phases"].append(
-                    {
-                        "phase": name,
-                        "seconds": span,
-                        "offered": offered,
-                        "jobs_s": done / span,
-                        "enqueued": len(pickups),
-                        "p50_ms": 1000 * pct(pickups, 0.5),
-                        "p95_ms": 1000 * pct(pickups, 0.95),
-                        "p99_ms": 1000 * pct(pickups, 0.99),
-                    }
+                    summary(name, a, b, offered, done, pickups, enqueued=len(pickups))
                 )
         out.write_text(json.dumps(result))
         print(f"wrote {out}")
     finally:
         bench.drop_database()
-
-
-def phase_spans(result: dict[str, Any]) -> list[tuple[str, float, float]]:
-    spans, t = [], 0.0  # the sampler starts with the load, after the worker's start-up
-    for p in result["phases"]:
-        spans.append((p["phase"], t, t + p["seconds"]))
-        t += p["seconds"]
-    return spans
 
 
 def report(paths: list[str], plot_dir: Path | None) -> None:
@@ -308,11 +272,7 @@ def report_jobs(results: list[dict[str, Any]]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for res in results:
-        for name, a, b in phase_spans(res):
-            p = next(p for p in res["phases"] if p["phase"] == name)
-            inside = [s for s in res["samples"] if a <= s[0] < b]
-            dead = max((s[1] for s in inside), default=0)
-            backlog = max((s[3] for s in inside), default=0)
+        for name, p, dead, backlog in phase_rows(res):
             print(
                 f"| {res['config']} | {name} | {p['offered']:.0f} | {p['jobs_s']:.0f} | "
                 f"{p['p50_ms']:.0f} | {p['p95_ms']:.0f} | {p['p99_ms']:.0f} | {dead:,} | "
@@ -320,7 +280,7 @@ def report_jobs(results: list[dict[str, Any]]) -> None:
             )
         spans = {n: (a, b) for n, a, b in phase_spans(res)}
         over_end = spans["overload"][1]
-        drained = next((s[0] for s in res["samples"] if s[0] > over_end and s[3] < 50), None)
+        drained = drained_after(res, over_end)
         end = res["samples"][-1]
         print(
             f"| {res['config']} | end | | | | | | {end[1]:,} (table {end[2] // 1024:,} kB) "
@@ -343,11 +303,7 @@ def report_mq(results: list[dict[str, Any]]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for res in results:
-        for name, a, b in phase_spans(res):
-            p = next(p for p in res["phases"] if p["phase"] == name)
-            inside = [s for s in res["samples"] if a <= s[0] < b]
-            dead = max((s[1] for s in inside), default=0)
-            backlog = max((s[3] for s in inside), default=0)
+        for name, p, dead, backlog in phase_rows(res):
             print(
                 f"| {res['config']} | {name} | {p['offered']:.0f} | {p['jobs_s']:.0f} | "
                 f"{ms(p['p50_ms'])} | {ms(p['p95_ms'])} | {ms(p['p99_ms'])} | "
@@ -358,7 +314,7 @@ def report_mq(results: list[dict[str, Any]]) -> None:
         for after in ("pinned", "readers", "overload"):
             if after in spans:
                 t = spans[after][1]
-                drained = next((s[0] for s in res["samples"] if s[0] > t and s[3] < 50), None)
+                drained = drained_after(res, t)
                 gone.append(f"{after} +{drained - t:.0f} s" if drained else f"{after} never")
         end = res["samples"][-1]
         print(

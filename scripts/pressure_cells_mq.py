@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pressure_cells import pct, phases
+from pressure_phases import phases, summary
 
 QUEUE = "cell"
 VT = 30
@@ -228,19 +228,8 @@ def run(
                 ]
                 (done,) = conn.execute(ARCHIVED.format(a=archive), (a, b)).fetchone()
                 (sent,) = conn.execute(SENT.format(a=archive, q=queue), {"a": a, "b": b}).fetchone()
-                span = (b - a).total_seconds()
                 result["phases"].append(
-                    {
-                        "phase": name,
-                        "seconds": span,
-                        "offered": offered,
-                        "jobs_s": done / span,
-                        "enqueued": sent,
-                        "picked": len(pickups),
-                        "p50_ms": 1000 * pct(pickups, 0.5),
-                        "p95_ms": 1000 * pct(pickups, 0.95),
-                        "p99_ms": 1000 * pct(pickups, 0.99),
-                    }
+                    summary(name, a, b, offered, done, pickups, enqueued=sent, picked=len(pickups))
                 )
         return result
     finally:
