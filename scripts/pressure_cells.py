@@ -54,12 +54,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from pressure_phases import drained_after, phase_rows, phase_spans, phases, summary
+from pressure_phases import drained_after, phase_rows, phase_spans, run_phases, summary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,50 +84,6 @@ FINISHED = """SELECT (SELECT count(*) FROM pgqueue_job WHERE finished_at >= %(a)
 SAMPLE = """SELECT dead_tuple_count, table_len,
     (SELECT count(*) FROM pgqueue_job WHERE status = 'pending')
 FROM pgstattuple('pgqueue_job')"""
-
-
-class Load:
-    """A producer thread offering ``rate`` jobs/s, each inserted and notified."""
-
-    def __init__(self, bench: Any, args: str, wake: tuple[str, str]) -> None:
-        self.bench, self.args, self.wake = bench, args, wake
-        self.rate = 1.0
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        with self.bench.conn() as conn:
-            nxt = time.monotonic()
-            while not self.stopping.is_set():
-                conn.execute(INSERT_JOB, (self.args,))
-                conn.execute(WAKE, self.wake)  # as an enqueue does: the pickup is not the poll
-                nxt += 1.0 / self.rate
-                delay = nxt - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                elif delay < -1.0:
-                    nxt = time.monotonic()  # fell behind: offer, do not catch up
-
-
-def reader(bench: Any, stopping: threading.Event) -> None:
-    """A long report: REPEATABLE READ transactions of 60 s scanning the hot table."""
-    with bench.conn() as conn:
-        while not stopping.is_set():
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            began = time.monotonic()
-            while not stopping.is_set() and time.monotonic() - began < 60:
-                conn.execute("SELECT count(*), max(id) FROM pgqueue_job").fetchone()
-                stopping.wait(0.5)
-            conn.execute("ROLLBACK")
-
-
-def sampler(bench: Any, stopping: threading.Event, samples: list[list[float]]) -> None:
-    t0 = time.monotonic()
-    with bench.conn() as conn:
-        while not stopping.is_set():
-            dead, size, pending = conn.execute(SAMPLE).fetchone()
-            samples.append([round(time.monotonic() - t0, 1), int(dead), int(size), int(pending)])
-            stopping.wait(5)
 
 
 def setup() -> None:
@@ -179,53 +134,29 @@ def run(
         argv = [*bench._manage(), "runworkers", "--skip-checks"]
         argv += ["--concurrency", str(concurrency)]
         worker = subprocess.Popen(argv, env=bench.child_env(**env), stdout=subprocess.DEVNULL)
-        time.sleep(3)  # start-up is not a phase's latency
-        payload = WAKE_JOBS if wake == "jobs" else WAKE_ALL
-        channel = get_settings().NOTIFY_CHANNEL
-        load = Load(bench, json.dumps([pause_ms / 1000.0]), (channel, payload))
-        load.rate = rate
-        samples: list[list[float]] = []
-        stopping = threading.Event()
-        sampling = threading.Thread(target=sampler, args=(bench, stopping, samples), daemon=True)
-        load.thread.start()
-        sampling.start()
-        bounds: list[tuple[str, Any, Any, float]] = []
         try:
-            for name, seconds, load_factor in phases(minutes, scale):
-                if only is not None and name not in only:
-                    continue
-                load.rate = rate * load_factor if load_factor > 0 else capacity * -load_factor
-                with bench.conn() as conn:
-                    (start,) = conn.execute("SELECT clock_timestamp()").fetchone()
-                pin, readers, pin_stop = None, [], threading.Event()
-                if name == "pinned":
-                    pin = bench.conn()
-                    pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                    pin.execute("SELECT 1 FROM pgqueue_job LIMIT 1").fetchall()
-                if name == "readers":
-                    readers = [
-                        threading.Thread(target=reader, args=(bench, pin_stop), daemon=True)
-                        for _ in range(4)
-                    ]
-                    for r in readers:
-                        r.start()
-                time.sleep(seconds)
-                pin_stop.set()
-                for r in readers:
-                    r.join()
-                if pin is not None:
-                    pin.execute("ROLLBACK")
-                    pin.close()
-                with bench.conn() as conn:
-                    (end,) = conn.execute("SELECT clock_timestamp()").fetchone()
-                bounds.append((name, start, end, load.rate))
-                print(config, name, "done", time.strftime("%H:%M:%S"), flush=True)
+            time.sleep(3)  # start-up is not a phase's latency
+            job_args = json.dumps([pause_ms / 1000.0])
+            notify = (get_settings().NOTIFY_CHANNEL, WAKE_JOBS if wake == "jobs" else WAKE_ALL)
+
+            def send(conn: Any) -> None:
+                conn.execute(INSERT_JOB, (job_args,))
+                conn.execute(WAKE, notify)  # as an enqueue does: the pickup is not the poll
+
+            bounds, samples = run_phases(
+                bench,
+                config,
+                send,
+                table="pgqueue_job",
+                key="id",
+                sample=SAMPLE,
+                minutes=minutes,
+                rate=rate,
+                capacity=capacity,
+                scale=scale,
+                only=only,
+            )
         finally:
-            load.stopping.set()
-            stopping.set()
-            load.thread.join()
-            sampling.join()
-            time.sleep(2)
             stop(worker)
         result: dict[str, Any] = {
             "config": config,
