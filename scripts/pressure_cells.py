@@ -54,10 +54,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from pressure_phases import drained_after, phase_rows, phase_spans, run_phases, summary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,70 +84,6 @@ FINISHED = """SELECT (SELECT count(*) FROM pgqueue_job WHERE finished_at >= %(a)
 SAMPLE = """SELECT dead_tuple_count, table_len,
     (SELECT count(*) FROM pgqueue_job WHERE status = 'pending')
 FROM pgstattuple('pgqueue_job')"""
-
-
-def phases(minutes: float, scale: float = 1.0) -> list[tuple[str, float, float]]:
-    """(name, seconds, load as a multiple of the steady rate; overload in capacities)."""
-    pressure = 60 * minutes
-    return [
-        ("clean", 120 * scale, 1.0),
-        ("pinned", pressure, 1.0),
-        ("readers", pressure, 1.0),
-        ("after", 120 * scale, 1.0),
-        ("overload", 180 * scale, -1.5),  # negative: a multiple of the worker's capacity
-        ("recovery", 300 * scale, 1.0),
-    ]
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-class Load:
-    """A producer thread offering ``rate`` jobs/s, each inserted and notified."""
-
-    def __init__(self, bench: Any, args: str, wake: tuple[str, str]) -> None:
-        self.bench, self.args, self.wake = bench, args, wake
-        self.rate = 1.0
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        with self.bench.conn() as conn:
-            nxt = time.monotonic()
-            while not self.stopping.is_set():
-                conn.execute(INSERT_JOB, (self.args,))
-                conn.execute(WAKE, self.wake)  # as an enqueue does: the pickup is not the poll
-                nxt += 1.0 / self.rate
-                delay = nxt - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                elif delay < -1.0:
-                    nxt = time.monotonic()  # fell behind: offer, do not catch up
-
-
-def reader(bench: Any, stopping: threading.Event) -> None:
-    """A long report: REPEATABLE READ transactions of 60 s scanning the hot table."""
-    with bench.conn() as conn:
-        while not stopping.is_set():
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            began = time.monotonic()
-            while not stopping.is_set() and time.monotonic() - began < 60:
-                conn.execute("SELECT count(*), max(id) FROM pgqueue_job").fetchone()
-                stopping.wait(0.5)
-            conn.execute("ROLLBACK")
-
-
-def sampler(bench: Any, stopping: threading.Event, samples: list[list[float]]) -> None:
-    t0 = time.monotonic()
-    with bench.conn() as conn:
-        while not stopping.is_set():
-            dead, size, pending = conn.execute(SAMPLE).fetchone()
-            samples.append([round(time.monotonic() - t0, 1), int(dead), int(size), int(pending)])
-            stopping.wait(5)
 
 
 def setup() -> None:
@@ -197,53 +134,29 @@ def run(
         argv = [*bench._manage(), "runworkers", "--skip-checks"]
         argv += ["--concurrency", str(concurrency)]
         worker = subprocess.Popen(argv, env=bench.child_env(**env), stdout=subprocess.DEVNULL)
-        time.sleep(3)  # start-up is not a phase's latency
-        payload = WAKE_JOBS if wake == "jobs" else WAKE_ALL
-        channel = get_settings().NOTIFY_CHANNEL
-        load = Load(bench, json.dumps([pause_ms / 1000.0]), (channel, payload))
-        load.rate = rate
-        samples: list[list[float]] = []
-        stopping = threading.Event()
-        sampling = threading.Thread(target=sampler, args=(bench, stopping, samples), daemon=True)
-        load.thread.start()
-        sampling.start()
-        bounds: list[tuple[str, Any, Any, float]] = []
         try:
-            for name, seconds, load_factor in phases(minutes, scale):
-                if only is not None and name not in only:
-                    continue
-                load.rate = rate * load_factor if load_factor > 0 else capacity * -load_factor
-                with bench.conn() as conn:
-                    (start,) = conn.execute("SELECT clock_timestamp()").fetchone()
-                pin, readers, pin_stop = None, [], threading.Event()
-                if name == "pinned":
-                    pin = bench.conn()
-                    pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                    pin.execute("SELECT 1 FROM pgqueue_job LIMIT 1").fetchall()
-                if name == "readers":
-                    readers = [
-                        threading.Thread(target=reader, args=(bench, pin_stop), daemon=True)
-                        for _ in range(4)
-                    ]
-                    for r in readers:
-                        r.start()
-                time.sleep(seconds)
-                pin_stop.set()
-                for r in readers:
-                    r.join()
-                if pin is not None:
-                    pin.execute("ROLLBACK")
-                    pin.close()
-                with bench.conn() as conn:
-                    (end,) = conn.execute("SELECT clock_timestamp()").fetchone()
-                bounds.append((name, start, end, load.rate))
-                print(config, name, "done", time.strftime("%H:%M:%S"), flush=True)
+            time.sleep(3)  # start-up is not a phase's latency
+            job_args = json.dumps([pause_ms / 1000.0])
+            notify = (get_settings().NOTIFY_CHANNEL, WAKE_JOBS if wake == "jobs" else WAKE_ALL)
+
+            def send(conn: Any) -> None:
+                conn.execute(INSERT_JOB, (job_args,))
+                conn.execute(WAKE, notify)  # as an enqueue does: the pickup is not the poll
+
+            bounds, samples = run_phases(
+                bench,
+                config,
+                send,
+                table="pgqueue_job",
+                key="id",
+                sample=SAMPLE,
+                minutes=minutes,
+                rate=rate,
+                capacity=capacity,
+                scale=scale,
+                only=only,
+            )
         finally:
-            load.stopping.set()
-            stopping.set()
-            load.thread.join()
-            sampling.join()
-            time.sleep(2)
             stop(worker)
         result: dict[str, Any] = {
             "config": config,
@@ -259,31 +172,13 @@ def run(
             for name, a, b, offered in bounds:
                 pickups = [float(r[0]) for r in conn.execute(PICKUP, (a, b)).fetchall()]
                 (done,) = conn.execute(FINISHED, {"a": a, "b": b}).fetchone()
-                span = (b - a).total_seconds()
                 result["phases"].append(
-                    {
-                        "phase": name,
-                        "seconds": span,
-                        "offered": offered,
-                        "jobs_s": done / span,
-                        "enqueued": len(pickups),
-                        "p50_ms": 1000 * pct(pickups, 0.5),
-                        "p95_ms": 1000 * pct(pickups, 0.95),
-                        "p99_ms": 1000 * pct(pickups, 0.99),
-                    }
+                    summary(name, a, b, offered, done, pickups, enqueued=len(pickups))
                 )
         out.write_text(json.dumps(result))
         print(f"wrote {out}")
     finally:
         bench.drop_database()
-
-
-def phase_spans(result: dict[str, Any]) -> list[tuple[str, float, float]]:
-    spans, t = [], 0.0  # the sampler starts with the load, after the worker's start-up
-    for p in result["phases"]:
-        spans.append((p["phase"], t, t + p["seconds"]))
-        t += p["seconds"]
-    return spans
 
 
 def report(paths: list[str], plot_dir: Path | None) -> None:
@@ -308,11 +203,7 @@ def report_jobs(results: list[dict[str, Any]]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for res in results:
-        for name, a, b in phase_spans(res):
-            p = next(p for p in res["phases"] if p["phase"] == name)
-            inside = [s for s in res["samples"] if a <= s[0] < b]
-            dead = max((s[1] for s in inside), default=0)
-            backlog = max((s[3] for s in inside), default=0)
+        for name, p, dead, backlog in phase_rows(res):
             print(
                 f"| {res['config']} | {name} | {p['offered']:.0f} | {p['jobs_s']:.0f} | "
                 f"{p['p50_ms']:.0f} | {p['p95_ms']:.0f} | {p['p99_ms']:.0f} | {dead:,} | "
@@ -320,7 +211,7 @@ def report_jobs(results: list[dict[str, Any]]) -> None:
             )
         spans = {n: (a, b) for n, a, b in phase_spans(res)}
         over_end = spans["overload"][1]
-        drained = next((s[0] for s in res["samples"] if s[0] > over_end and s[3] < 50), None)
+        drained = drained_after(res, over_end)
         end = res["samples"][-1]
         print(
             f"| {res['config']} | end | | | | | | {end[1]:,} (table {end[2] // 1024:,} kB) "
@@ -343,11 +234,7 @@ def report_mq(results: list[dict[str, Any]]) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for res in results:
-        for name, a, b in phase_spans(res):
-            p = next(p for p in res["phases"] if p["phase"] == name)
-            inside = [s for s in res["samples"] if a <= s[0] < b]
-            dead = max((s[1] for s in inside), default=0)
-            backlog = max((s[3] for s in inside), default=0)
+        for name, p, dead, backlog in phase_rows(res):
             print(
                 f"| {res['config']} | {name} | {p['offered']:.0f} | {p['jobs_s']:.0f} | "
                 f"{ms(p['p50_ms'])} | {ms(p['p95_ms'])} | {ms(p['p99_ms'])} | "
@@ -358,7 +245,7 @@ def report_mq(results: list[dict[str, Any]]) -> None:
         for after in ("pinned", "readers", "overload"):
             if after in spans:
                 t = spans[after][1]
-                drained = next((s[0] for s in res["samples"] if s[0] > t and s[3] < 50), None)
+                drained = drained_after(res, t)
                 gone.append(f"{after} +{drained - t:.0f} s" if drained else f"{after} never")
         end = res["samples"][-1]
         print(

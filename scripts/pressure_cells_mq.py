@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pressure_cells import pct, phases
+from pressure_phases import run_phases, summary
 
 QUEUE = "cell"
 VT = 30
@@ -69,26 +69,9 @@ def install(config: str, bench: Any, pgmq_sql: Path | None) -> None:
         conn.execute(f"VACUUM ANALYZE {TABLES[config][0]}")
 
 
-class Producer:
-    """Sends ``rate`` messages/s, one per commit; offers, does not catch up."""
-
-    def __init__(self, bench: Any) -> None:
-        self.bench, self.rate = bench, 1.0
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        body = '{"pause": true}'
-        with self.bench.conn() as conn:
-            nxt = time.monotonic()
-            while not self.stopping.is_set():
-                conn.execute(SEND, (QUEUE, body))
-                nxt += 1.0 / self.rate
-                delay = nxt - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                elif delay < -1.0:
-                    nxt = time.monotonic()
+def send(conn: Any) -> None:
+    """One message, in its own commit."""
+    conn.execute(SEND, (QUEUE, '{"pause": true}'))
 
 
 def consumer(bench: Any, pause: float, stopping: threading.Event) -> None:
@@ -100,30 +83,6 @@ def consumer(bench: Any, pause: float, stopping: threading.Event) -> None:
                 continue
             time.sleep(pause)
             conn.execute(ARCHIVE, (QUEUE, row[0]))
-
-
-def reader(bench: Any, queue: str, stopping: threading.Event) -> None:
-    """A long report: REPEATABLE READ transactions of 60 s scanning the queue table."""
-    with bench.conn() as conn:
-        while not stopping.is_set():
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            began = time.monotonic()
-            while not stopping.is_set() and time.monotonic() - began < 60:
-                conn.execute(f"SELECT count(*), max(msg_id) FROM {queue}").fetchone()
-                stopping.wait(0.5)
-            conn.execute("ROLLBACK")
-
-
-def sampler(bench: Any, queue: str, stopping: threading.Event, samples: list) -> None:
-    t0 = time.monotonic()
-    query = sample_sql(queue)
-    with bench.conn() as conn:
-        while not stopping.is_set():
-            dead, size, backlog, parts = conn.execute(query).fetchone()
-            samples.append(
-                [round(time.monotonic() - t0, 1), int(dead), int(size), int(backlog), int(parts)]
-            )
-            stopping.wait(5)
 
 
 PICKUP = """SELECT extract(epoch FROM vt - make_interval(secs => %s) - enqueued_at)
@@ -151,7 +110,7 @@ def run(
     bench.create_database()
     try:
         install(config, bench, pgmq_sql)
-        stopping, pin_stop = threading.Event(), threading.Event()
+        stopping = threading.Event()
         consumers = [
             threading.Thread(
                 target=consumer, args=(bench, pause_ms / 1000.0, stopping), daemon=True
@@ -160,54 +119,22 @@ def run(
         ]
         for c in consumers:
             c.start()
-        time.sleep(1)
-        producer = Producer(bench)
-        producer.rate = rate
-        samples: list[list[float]] = []
-        sampling = threading.Thread(
-            target=sampler, args=(bench, queue, pin_stop, samples), daemon=True
-        )
-        producer.thread.start()
-        sampling.start()
-        bounds: list[tuple[str, Any, Any, float]] = []
         try:
-            for name, seconds, load_factor in phases(minutes, scale):
-                if only is not None and name not in only:
-                    continue
-                producer.rate = rate * load_factor if load_factor > 0 else capacity * -load_factor
-                with bench.conn() as conn:
-                    (start,) = conn.execute("SELECT clock_timestamp()").fetchone()
-                pin, readers, readers_stop = None, [], threading.Event()
-                if name == "pinned":
-                    pin = bench.conn()
-                    pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                    pin.execute(f"SELECT 1 FROM {queue} LIMIT 1").fetchall()
-                if name == "readers":
-                    readers = [
-                        threading.Thread(
-                            target=reader, args=(bench, queue, readers_stop), daemon=True
-                        )
-                        for _ in range(4)
-                    ]
-                    for r in readers:
-                        r.start()
-                time.sleep(seconds)
-                readers_stop.set()
-                for r in readers:
-                    r.join()
-                if pin is not None:
-                    pin.execute("ROLLBACK")
-                    pin.close()
-                with bench.conn() as conn:
-                    (end,) = conn.execute("SELECT clock_timestamp()").fetchone()
-                bounds.append((name, start, end, producer.rate))
-                print(config, name, "done", time.strftime("%H:%M:%S"), flush=True)
+            time.sleep(1)
+            bounds, samples = run_phases(
+                bench,
+                config,
+                send,
+                table=queue,
+                key="msg_id",
+                sample=sample_sql(queue),
+                minutes=minutes,
+                rate=rate,
+                capacity=capacity,
+                scale=scale,
+                only=only,
+            )
         finally:
-            producer.stopping.set()
-            pin_stop.set()
-            producer.thread.join()
-            sampling.join()
-            time.sleep(2)
             stopping.set()
             for c in consumers:
                 c.join()
@@ -228,19 +155,8 @@ def run(
                 ]
                 (done,) = conn.execute(ARCHIVED.format(a=archive), (a, b)).fetchone()
                 (sent,) = conn.execute(SENT.format(a=archive, q=queue), {"a": a, "b": b}).fetchone()
-                span = (b - a).total_seconds()
                 result["phases"].append(
-                    {
-                        "phase": name,
-                        "seconds": span,
-                        "offered": offered,
-                        "jobs_s": done / span,
-                        "enqueued": sent,
-                        "picked": len(pickups),
-                        "p50_ms": 1000 * pct(pickups, 0.5),
-                        "p95_ms": 1000 * pct(pickups, 0.95),
-                        "p99_ms": 1000 * pct(pickups, 0.99),
-                    }
+                    summary(name, a, b, offered, done, pickups, enqueued=sent, picked=len(pickups))
                 )
         return result
     finally:
