@@ -10,6 +10,7 @@ Measures; asserts nothing.
     DATABASE_URL=postgresql://.../cells_pgmq python scripts/pressure_cells.py run pgmq \
         p.json --pgmq-sql path/to/pgmq.sql  # pgmq 1.5.1 with pg_partman
     DATABASE_URL=postgresql://.../cells_mq python scripts/pressure_cells.py run mq m.json
+    DATABASE_URL=postgresql://.../cells_w python scripts/pressure_cells.py run workers w.json
     python scripts/pressure_cells.py report m.json p.json --plot-dir docs  # pressure_cells_mq.svg
 
 ``run`` takes ``--minutes`` (the pinned and readers phases, default 10), ``--rate``
@@ -25,7 +26,10 @@ vacuum in its own database only.
 - ``pgmq`` and ``mq``: a message queue made by ``pgmq.create_partitioned('cell',
   '1 day', '1 day')``, pgmq's or ours (its SQL API), a producer ``send``-ing and
   ``--concurrency`` consumers each reading one message, sleeping ``pause-ms`` and
-  archiving it, through the same phases (see ``pressure_cells_mq.py``).
+  archiving it, through the same phases (see ``pressure_cells_mq.py``);
+- ``workers``: ours again, read by a ``runworkers`` process's consumer
+  (``--concurrency`` threads) instead of the SQL API's ``read``: the worker's own
+  reads, above its scan floor.
 
 One ``runworkers`` process serves jobs that sleep ``pause-ms``, so its capacity is about
 ``concurrency / pause`` (200 jobs/s by default), under a steady offered load, through:
@@ -95,7 +99,7 @@ def setup() -> None:
 
 
 def run_mq(config: str, out: Path, pgmq_sql: Path | None, **kwargs: Any) -> None:
-    """The message-queue cells (``pgmq``, ``mq``): see ``pressure_cells_mq.py``."""
+    """The message-queue cells (``pgmq``, ``mq``, ``workers``): see ``pressure_cells_mq.py``."""
     setup()
     import pressure_cells_mq
 
@@ -286,7 +290,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
-    r.add_argument("config", choices=("stay", "history", "pgmq", "mq"))
+    r.add_argument("config", choices=("stay", "history", "pgmq", "mq", "workers"))
     r.add_argument("out", type=Path)
     r.add_argument("--minutes", type=float, default=10)
     r.add_argument("--rate", type=float, default=100)
@@ -317,7 +321,7 @@ def main() -> None:
     only = set(args.phases.split(",")) if args.command == "run" and args.phases else None
     if args.command == "run" and args.config == "pgmq" and args.pgmq_sql is None:
         parser.error("the pgmq configuration needs --pgmq-sql")
-    if args.command == "run" and args.config in ("pgmq", "mq"):
+    if args.command == "run" and args.config in ("pgmq", "mq", "workers"):
         run_mq(
             args.config,
             args.out,

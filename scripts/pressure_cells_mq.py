@@ -8,7 +8,13 @@
   (``pgqueue_install_sql_api``), the queue made by the same call: only the archive is
   partitioned by day, the queue table is a plain table.
 
-Both are driven by the same client code through the same SQL functions over psycopg
+- ``workers``: ours as in ``mq``, its messages read by a ``runworkers`` process's
+  consumer (``testproject/demo/cell.py``, registered by the demo app when
+  ``PRESSURE_CELL_PAUSE_MS`` is set) that sleeps ``pause-ms`` a message, with
+  ``--concurrency`` threads: the worker's own reads, above its scan floor, and its
+  archive of each message handled.
+
+The first two are driven by the same client code through the same SQL functions over psycopg
 (``pgmq.send``, ``pgmq.read``, ``pgmq.archive``), so only the server side differs. A
 producer thread sends at the phase's rate, one message per commit; ``--concurrency``
 consumer threads each loop on ``read(vt=30, qty=1)``, sleep ``pause-ms`` and
@@ -19,8 +25,11 @@ minus the 30 s) minus its ``enqueued_at``, read from the archive after the run.
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +41,7 @@ VT = 30
 TABLES = {  # (queue table, archive) of each configuration
     "pgmq": ("pgmq.q_cell", "pgmq.a_cell"),
     "mq": ("pgqueue_mq_q_cell", "pgqueue_mq_a_cell"),
+    "workers": ("pgqueue_mq_q_cell", "pgqueue_mq_a_cell"),
 }
 
 SEND = "SELECT pgmq.send(%s, %s::jsonb)"
@@ -53,15 +63,13 @@ FROM t, LATERAL pgstattuple(t.relid) AS s"""
 
 def install(config: str, bench: Any, pgmq_sql: Path | None) -> None:
     """pgmq's SQL with pg_partman, or our SQL API; then the queue, by the same call."""
-    import subprocess
-
     with bench.conn() as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
         if config == "pgmq" and pgmq_sql is not None:
             conn.execute("CREATE SCHEMA partman")
             conn.execute("CREATE EXTENSION pg_partman SCHEMA partman")
             conn.execute(pgmq_sql.read_text(encoding="utf-8"), prepare=False)
-    if config == "mq":
+    if config in ("mq", "workers"):
         argv = [*bench._manage(), "pgqueue_install_sql_api", "--schema", "pgmq"]
         subprocess.run(argv, env=bench.child_env(), check=True, stdout=subprocess.DEVNULL)
     with bench.conn() as conn:
@@ -85,7 +93,44 @@ def consumer(bench: Any, pause: float, stopping: threading.Event) -> None:
             conn.execute(ARCHIVE, (QUEUE, row[0]))
 
 
+@contextlib.contextmanager
+def consumers(config: str, bench: Any, pause_ms: float, concurrency: int) -> Iterator[None]:
+    """The readers of the queue while the phases run: ``concurrency`` client threads
+    (``pgmq``, ``mq``), or one ``runworkers`` process with that many threads, its
+    consumer sleeping ``pause_ms`` a message (``workers``: testproject/demo/cell.py)."""
+    if config == "workers":
+        argv = [*bench._manage(), "runworkers", "--skip-checks", "--concurrency", str(concurrency)]
+        env = bench.child_env(PRESSURE_CELL_PAUSE_MS=str(pause_ms))
+        worker = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+        try:
+            time.sleep(3)  # start-up is not a phase's latency
+            yield
+        finally:
+            worker.terminate()
+            worker.wait(timeout=60)
+        return
+    stopping = threading.Event()
+    threads = [
+        threading.Thread(target=consumer, args=(bench, pause_ms / 1000.0, stopping), daemon=True)
+        for _ in range(concurrency)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1)
+        yield
+    finally:
+        stopping.set()
+        for t in threads:
+            t.join()
+
+
+#: A message's pickup latency: when its (last) read began, less when it was sent. The
+#: client threads read with ``vt`` VT, so their read began VT seconds before its ``vt``;
+#: the worker's reads set ``last_read_at`` (pgmq 1.5.1 has no such column).
 PICKUP = """SELECT extract(epoch FROM vt - make_interval(secs => %s) - enqueued_at)
+FROM {a} WHERE enqueued_at >= %s AND enqueued_at < %s"""
+PICKUP_WORKERS = """SELECT extract(epoch FROM last_read_at - enqueued_at) + 0 * %s
 FROM {a} WHERE enqueued_at >= %s AND enqueued_at < %s"""
 ARCHIVED = "SELECT count(*) FROM {a} WHERE archived_at >= %s AND archived_at < %s"
 SENT = "SELECT (SELECT count(*) FROM {a} WHERE enqueued_at >= %(a)s AND enqueued_at < %(b)s)"
@@ -110,17 +155,7 @@ def run(
     bench.create_database()
     try:
         install(config, bench, pgmq_sql)
-        stopping = threading.Event()
-        consumers = [
-            threading.Thread(
-                target=consumer, args=(bench, pause_ms / 1000.0, stopping), daemon=True
-            )
-            for _ in range(concurrency)
-        ]
-        for c in consumers:
-            c.start()
-        try:
-            time.sleep(1)
+        with consumers(config, bench, pause_ms, concurrency):
             bounds, samples = run_phases(
                 bench,
                 config,
@@ -134,10 +169,6 @@ def run(
                 scale=scale,
                 only=only,
             )
-        finally:
-            stopping.set()
-            for c in consumers:
-                c.join()
         result: dict[str, Any] = {
             "config": config,
             "kind": "mq",
@@ -147,11 +178,12 @@ def run(
             "samples": samples,
             "phases": [],
         }
+        pickup = PICKUP_WORKERS if config == "workers" else PICKUP
         with bench.conn() as conn:
             for name, a, b, offered in bounds:
                 pickups = [
                     float(r[0])
-                    for r in conn.execute(PICKUP.format(a=archive), (VT, a, b)).fetchall()
+                    for r in conn.execute(pickup.format(a=archive), (VT, a, b)).fetchall()
                 ]
                 (done,) = conn.execute(ARCHIVED.format(a=archive), (a, b)).fetchone()
                 (sent,) = conn.execute(SENT.format(a=archive, q=queue), {"a": a, "b": b}).fetchone()

@@ -17,3 +17,6 @@ class DemoConfig(AppConfig):
         # Opt-in here so that only the tests about consumers run them.
         if os.environ.get("DEMO_MQ_CONSUMERS") == "1":
             from . import consumers  # noqa: F401
+        # The pressure cells' consumer (scripts/pressure_cells_mq.py, ``workers``).
+        if os.environ.get("PRESSURE_CELL_PAUSE_MS"):
+            from . import cell  # noqa: F401
