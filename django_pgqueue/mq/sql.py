@@ -269,12 +269,18 @@ _PICK = """
 # earliest visible first: more than that is a backlog, which the next full read
 # finds. A message below the floor (sent by a transaction that began long before it
 # committed, or released with an old ``vt``) waits for the next full read.
-_FLOOR = """
-      AND msg_id = ANY(ARRAY(
+#
+# The SQL API's ``read`` runs the same condition (``floor_for_plpgsql``), its state
+# kept per session (sql_api.py, ``_floor``).
+FLOOR_CONDITION = """msg_id = ANY(ARRAY(
           SELECT msg_id FROM {q}
           WHERE vt >= pg_catalog.now() - pg_catalog.make_interval(secs => %s::float8)
             AND vt <= pg_catalog.now()
           ORDER BY vt LIMIT %s))"""
+_FLOOR = "\n      AND " + FLOOR_CONDITION
+#: The most candidates a floored read looks at, at least four times its ``qty``: room
+#: for the messages concurrent reads hold locked.
+FLOOR_CANDIDATES = 1000
 _RETURNING = "m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at"
 #: What a read hands to Python: the documents as text (see the module docstring), and
 #: last_read_at last (``store.decode_row``).
@@ -713,6 +719,14 @@ def for_plpgsql(kind: str, **ids: pgsql.Composable) -> str:
         **ids,
     )
     return pgsql.Literal(rendered.as_string(None)).as_string(None)
+
+
+def floor_for_plpgsql(first: int) -> str:
+    """FLOOR_CONDITION for a plpgsql ``format()`` string: the queue table as ``%1$s``,
+    its two parameters (the floor's age in seconds, the candidates) as ``$first`` and
+    the next."""
+    parts = FLOOR_CONDITION.replace("{q}", "%1$s").split("%s")
+    return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], first)) + parts[-1]
 
 
 @lru_cache(maxsize=4096)

@@ -33,6 +33,7 @@ from psycopg import sql as pgsql
 
 from ..conf import get_settings
 from ..history import PREMADE_DAYS
+from ..scan_floor import ScanFloor
 from ..sql.history import ATTACH_PARTITION, CREATE_PARTITION
 from .grouped import KINDS as GROUPED_KINDS
 from .partitions import CONVERT_CUTOFF_DAYS
@@ -44,6 +45,7 @@ from .sql import (
     CONVERT_ARCHIVE,
     CONVERT_CHECK_SUFFIX,
     CONVERT_INDEX_SUFFIX,
+    FLOOR_CANDIDATES,
     GROUP_INDEX_PREFIX,
     MESSAGE_COLUMNS,
     QUEUE_COLUMNS,
@@ -51,6 +53,7 @@ from .sql import (
     REGISTRY,
     SEQUENCE_PREFIX,
     TOPIC_TABLE,
+    floor_for_plpgsql,
     for_plpgsql,
 )
 from .validation import (
@@ -401,15 +404,66 @@ RETURNS SETOF bigint LANGUAGE sql AS $$
     SELECT * FROM {api}.send_batch(queue_name, msgs, headers, clock_timestamp() + make_interval(secs => delay))
 $$;
 
+-- The scan floor of this session's reads of a queue (mq/sql.py, _FLOOR; the rules are
+-- the worker's, scan_floor.py, whose constants these are). Under a held-back xmin
+-- horizon a read from the queue's head walks past every message archived since the
+-- pin began; a floored read looks only at the messages that became visible in the
+-- last seconds. At least every {full_every} s (less often while full reads are slow,
+-- at most every {full_every_max} s) a full read walks from the head; a full read that
+-- came back short is the witness that nothing older waits, and the floor sits
+-- {margin} s below it. The state is this session's (a custom setting,
+-- pgqueue_floor.q<md5 of the name>: the witness's time and the next full read's,
+-- epoch seconds): a client looping on read() on one connection gets the floor; a
+-- read in a transaction that began more than a second ago always reads in full.
+CREATE FUNCTION {api}._floor(queue_name text) RETURNS float8
+LANGUAGE plpgsql AS $$
+DECLARE
+    state text[] := string_to_array(current_setting('pgqueue_floor.q' || md5(queue_name), true), ' ');
+BEGIN
+    IF cardinality(state) IS DISTINCT FROM 2 OR state[1] = ''
+       OR extract(epoch FROM clock_timestamp()) >= state[2]::float8
+       OR clock_timestamp() - now() > interval '1 second' THEN
+        RETURN NULL;
+    END IF;
+    RETURN extract(epoch FROM now()) - state[1]::float8 + {margin};
+END $$;
+-- After a read that began at started (floor: its age, NULL for a full read) and
+-- returned fewer rows than asked (short): the state for the next.
+CREATE FUNCTION {api}._floor_record(queue_name text, started timestamptz, floor float8, short boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    setting text := 'pgqueue_floor.q' || md5(queue_name);
+    state text[] := string_to_array(current_setting(setting, true), ' ');
+    witness float8 := extract(epoch FROM now());  -- no snapshot of this read is older
+    spacing float8;
+BEGIN
+    IF floor IS NOT NULL THEN
+        IF short AND cardinality(state) = 2 AND state[1] <> ''
+           AND witness - {trail} > state[1]::float8 THEN
+            PERFORM set_config(setting, (witness - {trail})::text || ' ' || state[2], false);
+        END IF;
+        RETURN;
+    END IF;
+    spacing := LEAST({full_every_max}, extract(epoch FROM clock_timestamp() - started) / {full_share});
+    PERFORM set_config(setting, CASE WHEN short THEN witness::text ELSE '' END || ' '
+        || (extract(epoch FROM started) + GREATEST({full_every}, spacing))::text, false);
+END $$;
+
 -- read: the statement of mq.read(), dead letters included ($1 qty, $2 vt,
--- $3 conditional, $4 max_reads, $5 queue name). A message already read max_reads
--- times goes to the dead-letter queue (or the archive) instead of being returned.
+-- $3 conditional, $4 max_reads, $5 queue name, $6 and $7 the scan floor's age and
+-- candidates, NULL for a full read). A message already read max_reads times goes to
+-- the dead-letter queue (or the archive) instead of being returned. A conditional
+-- read neither uses nor moves the floor.
 CREATE FUNCTION {api}.read(queue_name text, vt integer, qty integer, conditional jsonb DEFAULT '{{}}')
 RETURNS SETOF {api}.message_record LANGUAGE plpgsql AS $$
 DECLARE
     q text := {api}._rel(queue_name, 'q');
     cfg record;
     moved text := '';
+    started timestamptz := clock_timestamp();
+    floored boolean := conditional = '{{}}'::jsonb;
+    floor float8;
+    n bigint;
 BEGIN
     SELECT max_reads, dead_letter INTO cfg FROM {reg} WHERE name = queue_name;
     IF NOT FOUND THEN
@@ -438,10 +492,14 @@ BEGIN
                 {api}._rel(cfg.dead_letter, 'q'))
             END);
     END IF;
+    IF floored THEN
+        floor := {api}._floor(queue_name);
+    END IF;
     RETURN QUERY EXECUTE format(
         'WITH picked AS MATERIALIZED (
             SELECT msg_id, COALESCE(read_ct >= $4, false) AS dead FROM %1$s
             WHERE vt <= clock_timestamp() AND ($3 = ''{{}}''::jsonb OR message @> $3)
+              AND ($6::float8 IS NULL OR {floor_condition})
             ORDER BY msg_id LIMIT $1 FOR UPDATE SKIP LOCKED
         )%2$s
         UPDATE %1$s m
@@ -449,7 +507,12 @@ BEGIN
             last_read_at = clock_timestamp()
         WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM picked WHERE NOT dead))
         RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.vt, m.message, m.headers, m.last_read_at',
-        q, moved) USING qty, vt, conditional, cfg.max_reads, queue_name;
+        q, moved) USING qty, vt, conditional, cfg.max_reads, queue_name, floor,
+                        GREATEST({floor_candidates}, 4 * qty);
+    IF floored THEN
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM {api}._floor_record(queue_name, started, floor, n < qty);
+    END IF;
 END $$;
 
 -- A function cannot LISTEN, so the SQL read_with_poll sleeps between reads like
@@ -1097,6 +1160,12 @@ def ddl(schema: str, data_schema: str) -> str:
             check_suffix=pgsql.Literal(CONVERT_CHECK_SUFFIX),
             index_suffix=pgsql.Literal(CONVERT_INDEX_SUFFIX),
             convert_steps=_convert_statements(),
+            floor_condition=pgsql.SQL(floor_for_plpgsql(6)),
+            floor_candidates=pgsql.SQL(str(FLOOR_CANDIDATES)),
+            **{
+                name: pgsql.SQL(repr(float(getattr(ScanFloor, name.upper()))))
+                for name in ("full_every", "full_every_max", "full_share", "margin", "trail")
+            },
         )
         .as_string(None)
     )

@@ -579,11 +579,6 @@ def quarantine(
         )
 
 
-#: The most candidates a floored read looks at (``mq/sql.py``, ``_FLOOR``), at least
-#: four times its ``qty``: room for the messages concurrent reads hold locked.
-FLOOR_CANDIDATES = 1000
-
-
 def read_query(
     info: QueueInfo, vt: float, qty: int, floor: float | None = None
 ) -> tuple[str, list[Any]]:
@@ -593,7 +588,7 @@ def read_query(
     suffix = ""
     picking: list[float] = [qty]
     if floor is not None:
-        suffix, picking = sql.FLOORED, [floor, max(FLOOR_CANDIDATES, 4 * qty), qty]
+        suffix, picking = sql.FLOORED, [floor, max(sql.FLOOR_CANDIDATES, 4 * qty), qty]
     if info.max_reads is None:
         return sql.statement("read" + suffix, name), [*picking, vt]
     if info.dead_letter is None:

@@ -1,5 +1,6 @@
-"""The consumers' scan floor: a message queue's reads stay cheap while a session holds
-back the xmin horizon, and a message below the floor still goes at the next full read.
+"""The reads' scan floor, the consumers' and the SQL API's: a message queue's reads stay
+cheap while a session holds back the xmin horizon, and a message below the floor
+still goes at the next full read.
 
 A pinned snapshot keeps the dead versions of every message read and archived since
 it began; a read walks the primary key from its head and fetches each one to find it
@@ -12,10 +13,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from io import StringIO
 from typing import Any
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from psycopg import ClientCursor
 
 from django_pgqueue import mq
@@ -185,3 +188,80 @@ def test_the_worker_source_reads_above_the_claim_loops_floor(conn, fast_full_rea
     assert [item.message.msg_id for item in source.claim(conn, params)] == [new]
     time.sleep(0.5)
     assert [item.message.msg_id for item in source.claim(conn, params)] == [old]
+
+
+# ---- The SQL API's read: the same floor, its state kept per session --------------
+
+
+@pytest.fixture
+def sql_api() -> Iterator[None]:
+    call_command("pgqueue_install_sql_api", "--schema", "pgmq_floor", stdout=StringIO())
+    yield
+    call_command(
+        "pgqueue_install_sql_api", "--schema", "pgmq_floor", "--uninstall", stdout=StringIO()
+    )
+
+
+def heap_blocks_of_one_read(conn: psycopg.Connection, name: str, conditional: str) -> int:
+    """Heap blocks of the queue table one ``pgmq_floor.read`` touches (this
+    transaction's own statistics), and that it returned one message."""
+    with conn.transaction():
+        table = f"pgqueue_mq_q_{name}"
+        query = "SELECT pg_stat_get_xact_blocks_fetched(%s::regclass)"
+        (before,) = conn.execute(query, [table]).fetchone()
+        rows = conn.execute(
+            "SELECT msg_id FROM pgmq_floor.read(%s, 30, 1, %s::jsonb)", [name, conditional]
+        ).fetchall()
+        (after,) = conn.execute(query, [table]).fetchone()
+    assert len(rows) == 1
+    return after - before
+
+
+def test_the_sql_api_reads_above_the_sessions_floor_under_a_pinned_horizon(conn, sql_api):
+    mq.create("sqlpin")
+    with connect("mq-floor-pin", prepare=False) as pin:
+        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        pin.execute("SELECT count(*) FROM pgqueue_mq_q_sqlpin").fetchone()
+        churn(conn, "sqlpin", CHURNED)
+        conn.execute("VACUUM pgqueue_mq_q_sqlpin")
+        # A full read that comes back short: the witness that nothing older waits.
+        assert conn.execute("SELECT * FROM pgmq_floor.read('sqlpin', 30, 1)").fetchall() == []
+        mq.send_batch("sqlpin", [{"n": 1}, {"n": 1}])
+        # A conditional read neither uses nor moves the floor: from the head.
+        full = heap_blocks_of_one_read(conn, "sqlpin", '{"n": 1}')
+        floored = heap_blocks_of_one_read(conn, "sqlpin", "{}")
+        pin.execute("ROLLBACK")
+    assert full > CHURNED / 4, full
+    assert floored * 20 < full, (floored, full)
+
+
+def test_the_sql_apis_floor_holds_back_no_message_for_longer_than_a_full_read(conn, sql_api):
+    mq.create("sqlfloor")
+    read = "SELECT msg_id FROM pgmq_floor.read('sqlfloor', 30, 10)"
+    assert conn.execute(read).fetchall() == []  # full, short: the floor is set
+    (old, new) = mq.send_batch("sqlfloor", [{"old": True}, {"new": True}])
+    conn.execute(
+        "UPDATE pgqueue_mq_q_sqlfloor SET vt = clock_timestamp() - interval '30 s'"
+        " WHERE msg_id = %s",
+        [old],
+    )
+    assert conn.execute(read).fetchall() == [(new,)]  # floored: only the recent one
+    # The next full read is due FULL_EVERY after the last one began, or later if it
+    # was slow (FULL_SHARE): at most FULL_EVERY_MAX. Make it due now.
+    setting = "'pgqueue_floor.q' || md5('sqlfloor')"
+    (state,) = conn.execute(f"SELECT current_setting({setting})").fetchone()
+    witness, next_full = (float(part) for part in state.split(" "))
+    (now,) = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert now - 5 < witness <= now
+    assert witness + ScanFloor.FULL_EVERY - 1 < next_full <= now + ScanFloor.FULL_EVERY_MAX
+    conn.execute(f"SELECT set_config({setting}, %s, false)", [f"{witness} 0"])
+    assert conn.execute(read).fetchall() == [(old,)]  # the next full read: never lost
+    # Another session has no floor of its own yet: it reads from the head.
+    (older,) = mq.send_batch("sqlfloor", [{"older": True}])
+    conn.execute(
+        "UPDATE pgqueue_mq_q_sqlfloor SET vt = clock_timestamp() - interval '30 s'"
+        " WHERE msg_id = %s",
+        [older],
+    )
+    with connect("mq-floor-other", prepare=False) as other:
+        assert other.execute(read).fetchall() == [(older,)]
