@@ -81,6 +81,11 @@ class ScanFloor:
             return None
         return now - caught_up + self.MARGIN
 
+    def forget(self, statement: str) -> None:
+        """Drop ``statement``'s state: its next run is a full claim (a dropped queue)."""
+        self._next_full_at.pop(statement, None)
+        self._caught_up_at.pop(statement, None)
+
     def record(
         self, statement: str, started: float, ended: float, floor: float | None, short: bool
     ) -> None:

@@ -222,9 +222,10 @@ def _no_archive_day(error: BaseException | None, name: str) -> bool:
 
 
 def forget(name: str) -> None:
-    """Drop the cached options of ``name``."""
+    """Drop the cached options of ``name``, and its reads' scan floor."""
     with _cache_lock:
         _cache.pop(name, None)
+    _read_floors.forget("mq:" + name)
 
 
 def get_queue(name: str, conn: Any = None) -> QueueInfo:
@@ -502,11 +503,47 @@ def read(name: str, vt: float = 30, qty: int = 1) -> list[Message]:
     vt = check_seconds("vt", vt, MAX_VT_SECONDS)
     qty = check_count("qty", qty, MAX_QTY)
     info = get_queue(name)
-    query, params = read_query(info, vt, qty)
+    connection = connections[_alias()]
+    own_transaction = connection.get_autocommit() and not connection.in_atomic_block
     with _cursor(name) as cursor:
-        cursor.execute(query, params)
-        rows = cursor.fetchall()
+
+        def fetch(query: str, params: list[Any]) -> list[Any]:
+            cursor.execute(query, params)
+            return cursor.fetchall()
+
+        rows = _read_rows(fetch, info, vt, qty, _read_floors if own_transaction else None)
     return _decoded(rows, info, _executor(name))
+
+
+#: The scan floor of :func:`read` in this process, one state per queue: used only for
+#: a read that is its own transaction (autocommit, outside ``transaction.atomic``),
+#: whose snapshot is then never older than its start. Any such read, on any thread,
+#: is as good a witness as another.
+_read_floors = ScanFloor()
+
+
+def _read_rows(
+    fetch: Callable[[str, list[Any]], list[Any]],
+    info: QueueInfo,
+    vt: float,
+    qty: int,
+    floors: ScanFloor | None,
+) -> list[Any]:
+    """The rows of one read of ``qty`` messages, above the scan floor ``floors`` keeps
+    for the queue (key ``"mq:<queue>"``) if there is one, and its outcome recorded.
+
+    A read that moved dead letters returns fewer messages than it picked, and so
+    counts as short for the floor: a backlog below the floor then waits for the
+    next full read, as a message sent by a long transaction does.
+    """
+    key = "mq:" + info.name
+    started = time.monotonic()
+    floor = None if floors is None else floors.age(key, started)
+    query, params = read_query(info, vt, qty, floor)
+    rows = fetch(query, params)
+    if floors is not None:
+        floors.record(key, started, time.monotonic(), floor, len(rows) < qty)
+    return rows
 
 
 Execute = Callable[[str, list[Any]], Any]
@@ -857,26 +894,16 @@ def claim(
 ) -> list[Message]:
     """Read up to ``qty`` messages of a queue for a consumer, hidden for ``vt`` seconds
     (with the queue's dead-letter policy), in ``msg_id`` order; above the claim
-    loop's scan floor (``floors``, key ``"mq:<queue>"``), if it passed one.
-
-    A read that moved dead letters returns fewer messages than it picked, and so
-    counts as short for the floor: a backlog below the floor then waits for the
-    next full read, as a message sent by a long transaction does.
+    loop's scan floor (``floors``), if it passed one.
 
     QueueNotFound, with the cached options forgotten, if the queue's table was
     dropped since its options were cached.
     """
-    key = "mq:" + info.name
-    started = time.monotonic()
-    floor = None if floors is None else floors.age(key, started)
-    query, params = read_query(info, vt, qty, floor)
     try:
-        rows = conn.execute(query, params).fetchall()
+        rows = _read_rows(lambda q, p: conn.execute(q, p).fetchall(), info, vt, qty, floors)
     except psycopg.errors.UndefinedTable as exc:
         forget(info.name)
         raise QueueNotFound(f"message queue {info.name!r} does not exist") from exc
-    if floors is not None:
-        floors.record(key, started, time.monotonic(), floor, len(rows) < qty)
     return _decoded(rows, info, conn.execute)
 
 

@@ -15,8 +15,10 @@ def _fresh_mq_state() -> Iterator[None]:
     from django_pgqueue.mq.wakeup import listener
 
     store._cache.clear()
+    store._read_floors = store.ScanFloor()
     yield
     store._cache.clear()
+    store._read_floors = store.ScanFloor()
     listener.close()
     _drop_queue_tables()
 

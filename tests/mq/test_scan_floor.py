@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from psycopg import ClientCursor
 
 from django_pgqueue import mq
@@ -265,3 +266,34 @@ def test_the_sql_apis_floor_holds_back_no_message_for_longer_than_a_full_read(co
     )
     with connect("mq-floor-other", prepare=False) as other:
         assert other.execute(read).fetchall() == [(older,)]
+
+
+# ---- mq.read: the process's floor, for reads that are their own transaction ------
+
+
+def test_mq_read_outside_a_transaction_reads_above_the_processs_floor(monkeypatch):
+    monkeypatch.setattr(ScanFloor, "FULL_EVERY", 0.5)
+    monkeypatch.setattr(ScanFloor, "FULL_SHARE", 1.0)
+    mq.create("plain")
+    assert mq.read("plain", qty=10) == []  # full, short: the floor is set
+    (old, new) = mq.send_batch("plain", [{"old": True}, {"new": True}])
+    with connect("mq-floor-old", prepare=False) as conn:
+        conn.execute(
+            "UPDATE pgqueue_mq_q_plain SET vt = clock_timestamp() - interval '30 s'"
+            " WHERE msg_id = %s",
+            [old],
+        )
+    # Inside transaction.atomic the snapshot may be older than the read: no floor.
+    with transaction.atomic():
+        assert [m.msg_id for m in mq.read("plain", qty=10)] == [old, new]
+        transaction.set_rollback(True)
+    assert [m.msg_id for m in mq.read("plain", qty=10)] == [new]  # floored
+    time.sleep(0.5)
+    assert [m.msg_id for m in mq.read("plain", qty=10)] == [old]  # the next full read
+    # Dropping the queue forgets its floor: a new queue of that name reads in full.
+    mq.drop("plain")
+    mq.create("plain")
+    (again,) = mq.send_batch("plain", [{"again": True}])
+    with connect("mq-floor-old", prepare=False) as conn:
+        conn.execute("UPDATE pgqueue_mq_q_plain SET vt = clock_timestamp() - interval '30 s'")
+    assert [m.msg_id for m in mq.read("plain", qty=10)] == [again]
