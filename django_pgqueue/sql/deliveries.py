@@ -323,10 +323,6 @@ _WALK_FLOOR = """(%(floor)s::float8 IS NULL OR d.next_attempt_at
                  >= now() - pg_catalog.make_interval(secs => %(floor)s::float8))"""
 _TIME_FLOOR_AT = """COALESCE(now() - pg_catalog.make_interval(secs => %(floor)s::float8),
                        '-infinity'::timestamptz)"""
-_HAS_DUE = _has_due()
-# A candidate endpoint's probe starts at its floor: its own if the last full claim
-# kept one (``f``), else the time floor (-infinity in a full claim).
-_HAS_DUE_ABOVE_FLOOR = _has_due(f"COALESCE(f.floor_at, {_TIME_FLOOR_AT})")
 #: CLAIM_DELIVERIES's floor parameters for a full claim (no floor).
 FULL_CLAIM = {"floor": None, "floor_ids": "{}", "floor_ats": "{}"}
 #: The margin below each endpoint's oldest claimable delivery (ENDPOINT_FLOORS).
@@ -352,7 +348,7 @@ CLAIM_DELIVERIES = f"""/* pgqueue:claim_deliveries */
 WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     SELECT e.id FROM {ENDPOINT_TABLE} AS e
     WHERE e.is_active AND e.breaker_state IN ('open', 'half_open') AND e.open_until <= now()
-      AND NOT e.relay AND {_HAS_DUE}
+      AND NOT e.relay AND {_has_due()}
     LIMIT GREATEST(0, %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed))
     FOR UPDATE OF e SKIP LOCKED
 ), probes AS MATERIALIZED (
@@ -402,7 +398,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
       AND COALESCE({_RATE_ALLOWANCE}, 1) > 0
       AND (COALESCE(e.max_in_flight, %(max_in_flight)s::int) IS NULL
            OR COALESCE(e.max_in_flight, %(max_in_flight)s::int) > ({_IN_FLIGHT}))
-      AND {_HAS_DUE_ABOVE_FLOOR}
+      AND {_has_due("COALESCE(f.floor_at, " + _TIME_FLOOR_AT + ")")}
     ORDER BY e.served_at NULLS FIRST, e.id
     LIMIT (SELECT n FROM free)
 ), locked AS MATERIALIZED (
