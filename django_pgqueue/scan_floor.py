@@ -18,8 +18,6 @@ claim loop keeps the state, per statement:
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class ScanFloor:
     """Where the worker's claims start reading their indexes: one per claim loop,
@@ -72,9 +70,6 @@ class ScanFloor:
 
     def __init__(self) -> None:
         self._next_full_at: dict[str, float] = {}
-        #: What a statement's floored runs need beyond the age, from its last full run
-        #: (the deliveries' floor per endpoint): until its next full run.
-        self._kept: dict[str, Any] = {}
         #: When the last full claim began, if it came back short (else absent), or
         #: TRAIL before the last short floored claim began, if that is later.
         self._caught_up_at: dict[str, float] = {}
@@ -90,15 +85,6 @@ class ScanFloor:
         """Drop ``statement``'s state: its next run is a full claim (a dropped queue)."""
         self._next_full_at.pop(statement, None)
         self._caught_up_at.pop(statement, None)
-        self._kept.pop(statement, None)
-
-    def keep(self, statement: str, floors: Any) -> None:
-        """Keep ``floors`` for ``statement``'s floored runs, until its next full run."""
-        self._kept[statement] = floors
-
-    def kept(self, statement: str) -> Any:
-        """What :meth:`keep` kept for ``statement`` since its last full run, or None."""
-        return self._kept.get(statement)
 
     def record(
         self, statement: str, started: float, ended: float, floor: float | None, short: bool
@@ -110,7 +96,6 @@ class ScanFloor:
             if short and caught_up is not None and started - self.TRAIL > caught_up:
                 self._caught_up_at[statement] = started - self.TRAIL
             return
-        self._kept.pop(statement, None)
         spacing = min(self.FULL_EVERY_MAX, (ended - started) / self.FULL_SHARE)
         self._next_full_at[statement] = started + max(self.FULL_EVERY, spacing)
         if short:

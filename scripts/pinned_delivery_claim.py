@@ -10,12 +10,9 @@ one endpoint with a backlog kept at about 2,000 pending deliveries (each of its 
 event). In ``pinned``, one session idles in a ``REPEATABLE READ`` transaction, its
 snapshot holding back the horizon in that database, from before the first claim.
 Then, in steps, deliveries are finished (``succeeded``) and as many new ones added,
-as a busy endpoint goes on: after each step, ten pairs of claims of up to 50
-deliveries (``webhooks.store.claim``, the worker's own call, on a connection opened
-as the worker opens its own) are timed, each followed by the completion of what it
-took: a full claim (no scan floor, as before it), then one with the scan floor a
-worker's claim loop keeps (its full claims, a second apart at most once each step,
-are left out of the floored median).
+as a busy endpoint goes on: after each step, ten claims of up to 50 deliveries
+(``webhooks.store.claim``, the worker's own call, on a connection opened as the
+worker opens its own) are timed, each followed by the completion of what it took.
 ``--steps`` (default 7) and ``--step`` (deliveries finished in the first step,
 default 10,000; step *k* finishes *k* times that).
 """
@@ -38,8 +35,6 @@ FRESH = {
     "locked_until": "NULL",
     "attempts": "0",
     "finished_at": "NULL",
-    # Due when added, as the fan-out makes it (%s: seconds earlier, for the churn).
-    "next_attempt_at": "now() - make_interval(secs => %s)",
     "started_at": "NULL",
     "last_attempted_at": "NULL",
 }
@@ -69,9 +64,8 @@ class Endpoint:
         self.columns = ", ".join(columns)
         self.values = ", ".join(FRESH.get(c, f"d.{c}") for c in columns)
 
-    def add(self, n: int, age: float = 0) -> None:
-        """``n`` new pending deliveries, each of a new event (one per event and endpoint),
-        due ``age`` seconds ago."""
+    def add(self, n: int) -> None:
+        """``n`` new pending deliveries, each of a new event (one per event and endpoint)."""
         self.conn.execute(
             f"""WITH ev AS (
                 INSERT INTO pgqueue_event (event_type, payload, body, msg_id, created_at, channels)
@@ -80,7 +74,7 @@ class Endpoint:
             )
             INSERT INTO pgqueue_delivery ({self.columns})
             SELECT {self.values} FROM ev, pgqueue_delivery AS d WHERE d.id = %s""",
-            (n, self.event, age, self.template),
+            (n, self.event, self.template),
         )
 
     def finish(self, ids: list[int] | None = None, oldest: int = 0) -> None:
@@ -90,7 +84,7 @@ class Endpoint:
             if ids is not None
             else (
                 "id IN (SELECT id FROM pgqueue_delivery WHERE status = 'pending'"
-                " ORDER BY next_attempt_at, id LIMIT %s)"
+                " ORDER BY id LIMIT %s)"
             )
         )
         self.conn.execute(
@@ -100,11 +94,10 @@ class Endpoint:
         )
 
 
-def case(pinned: bool, steps: int, step: int) -> list[tuple[int, float, float, int]]:
+def case(pinned: bool, steps: int, step: int) -> list[tuple[int, float, int]]:
     from django_pgqueue.bench.core import Bench
     from django_pgqueue.conf import get_settings
     from django_pgqueue.db import connect
-    from django_pgqueue.scan_floor import ScanFloor
     from django_pgqueue.webhooks import store
 
     bench = Bench(only=["webhooks"], out=print)
@@ -121,30 +114,22 @@ def case(pinned: bool, steps: int, step: int) -> list[tuple[int, float, float, i
                 pin.execute("SELECT count(*) FROM pgqueue_delivery").fetchone()
             finished = 0
             limit = get_settings().WEBHOOKS["MAX_IN_FLIGHT"]
-            floors = ScanFloor()
             for k in range(steps + 1):
-                times: dict[bool, list[float]] = {False: [], True: []}
+                times = []
                 for _ in range(10):
-                    for floored in (False, True):
-                        params = {**CLAIM, "scan_floor": floors} if floored else dict(CLAIM)
-                        full = floors.age("claim_deliveries", time.monotonic()) is None
-                        started = time.perf_counter()
-                        claimed = store.claim(worker, params, limit)
-                        if not floored or not full:
-                            times[floored].append(time.perf_counter() - started)
-                        endpoint.finish(ids=[row[0] for row in claimed])
-                        endpoint.add(len(claimed))
-                        finished += len(claimed)
+                    started = time.perf_counter()
+                    claimed = store.claim(worker, dict(CLAIM), limit)
+                    times.append(time.perf_counter() - started)
+                    endpoint.finish(ids=[row[0] for row in claimed])
+                    endpoint.add(len(claimed))
+                    finished += len(claimed)
                 (dead,) = conn.execute(
                     "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pgqueue_delivery'"
                 ).fetchone()
-                medians = [1000 * statistics.median(times[f]) for f in (False, True)]
-                rows.append((finished, *medians, int(dead)))
+                rows.append((finished, 1000 * statistics.median(times), int(dead)))
                 print(f"  {'pinned' if pinned else 'clean'}: {rows[-1]}", flush=True)
                 for _ in range(step * (k + 1) // BACKLOG):
-                    # Deliveries that came and went: their dead pending versions lie
-                    # in front of the live backlog, as since a pin's start.
-                    endpoint.add(BACKLOG, age=3600)
+                    endpoint.add(BACKLOG)
                     endpoint.finish(oldest=BACKLOG)
                 finished += step * (k + 1) // BACKLOG * BACKLOG
             if pinned:
@@ -158,17 +143,14 @@ def case(pinned: bool, steps: int, step: int) -> list[tuple[int, float, float, i
 def main() -> None:
     results = run_both(__doc__ or "", case)
     print(
-        "\n| finished since the start | pinned: full claim, ms | pinned: floored claim, ms "
-        "| dead tuples | no pin: full claim, ms | no pin: floored claim, ms |"
+        "\n| finished since the start | claim, pinned: median ms | dead tuples "
+        "| claim, no pin: median ms | dead tuples |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
-    for (done, p_full, p_floored, dead), (_, c_full, c_floored, _) in zip(
+    print("|---:|---:|---:|---:|---:|")
+    for (done, pinned_ms, pinned_dead), (_, clean_ms, clean_dead) in zip(
         results[True], results[False], strict=True
     ):
-        print(
-            f"| {done:,} | {p_full:.1f} | {p_floored:.1f} | {dead:,} "
-            f"| {c_full:.1f} | {c_floored:.1f} |"
-        )
+        print(f"| {done:,} | {pinned_ms:.1f} | {pinned_dead:,} | {clean_ms:.1f} | {clean_dead:,} |")
 
 
 if __name__ == "__main__":

@@ -48,17 +48,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.serial)
 
 
-@pytest.fixture
-def fast_scan_floor(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A claim loop's ScanFloor (scan_floor.py) whose full claims come every half
-    second, whatever they cost: a test waits for one with ``time.sleep(0.5)``."""
-    from django_pgqueue.scan_floor import ScanFloor
-
-    monkeypatch.setattr(ScanFloor, "FULL_EVERY", 0.5)
-    monkeypatch.setattr(ScanFloor, "FULL_SHARE", 1.0)
-    return ScanFloor()
-
-
 @pytest.fixture(autouse=True)
 def _close_notifier_connection() -> Iterator[None]:
     """The NOTIFY sender keeps a connection; close it so test databases can be dropped."""

@@ -246,10 +246,6 @@ _CLAIM_DELIVERY_PICKED = (
     "old_worker",
     "old_started",
 )
-# The lapsed leases of a floored claim (the scan floor, below): only those that ran
-# out since the last full claim, as the jobs' claims read theirs.
-_LEASE_FLOOR = """(%(floor)s::float8 IS NULL
-           OR d.locked_until >= now() - pg_catalog.make_interval(secs => %(floor)s::float8))"""
 _LAPSED_DELIVERIES = lapsed_source(
     """d.id, d.attempts >= d.max_attempts AS exhausted,
            (e.is_active AND e.breaker_state = 'closed' AND NOT e.relay) AS sendable,
@@ -257,7 +253,6 @@ _LAPSED_DELIVERIES = lapsed_source(
            d.last_attempted_at AS old_started""",
     f"{DELIVERY_TABLE} AS d JOIN {ENDPOINT_TABLE} AS e ON e.id = d.endpoint_id",
     "d",
-    _LEASE_FLOOR,
 )
 _PICKED_DELIVERIES = picked(
     _CLAIM_DELIVERY_PICKED,
@@ -271,7 +266,6 @@ _PICKED_DELIVERIES = picked(
 _DELIVERY_LEASE_EXPIRED = lease_expired_error("d.worker_id")
 _UNNEST_PICKED_DELIVERIES = unnest_picked(_CLAIM_DELIVERY_PICKED)
 
-
 # "Has endpoint ``e`` a delivery due now?", asked per endpoint the claim looks at,
 # as "is its oldest waiting delivery due?": a scalar sub-select ordered like the
 # due index ``(endpoint_id, next_attempt_at, id)``, so the answer is one descent of
@@ -282,73 +276,14 @@ _UNNEST_PICKED_DELIVERIES = unnest_picked(_CLAIM_DELIVERY_PICKED)
 # backlog of 20,000 in tests/test_plans.py); kept as a per-row ``EXISTS`` it may
 # still prefer a sequential scan "until the first match". A scalar sub-select is
 # never pulled up into a join. Parked deliveries (PARKED) are never due.
-#
-# ``floor_sql``: where the scan starts in the index, for the floored claim (below).
-def _has_due(floor_sql: str = "'-infinity'") -> str:
-    return f"""(SELECT d.next_attempt_at FROM {DELIVERY_TABLE} AS d
+_HAS_DUE = f"""(SELECT d.next_attempt_at FROM {DELIVERY_TABLE} AS d
            WHERE d.endpoint_id = e.id AND d.status IN {CLAIMABLE_SQL}
-             AND d.next_attempt_at >= {floor_sql}
            ORDER BY d.next_attempt_at LIMIT 1) <= now()"""
-
-
-# ---- The scan floor: the claim under a held-back xmin horizon ---------------------
-#
-# Every delivery claimed leaves its pending version in the due index, at its
-# endpoint's head, until vacuum may remove it; a session holding the horizon back
-# keeps them all, and each of the claim's three scans of an endpoint (the walk, the
-# "has it a delivery due?" probe, the take) fetched every one from the heap to find
-# it dead: 7.5 ms each after 60,000 deliveries finished under a pin
-# (docs/performance.md, "Webhook deliveries under a pinned horizon"). A time floor
-# as the jobs' cannot serve alone: an endpoint's limits, breaker or FIFO order hold
-# due deliveries back whatever their age. So the floor is per endpoint:
-#
-# * ``%(floor)s`` NULL: a *full* claim, today's statement (every floor -infinity).
-#   After a full claim that came back short, the claim loop reads ENDPOINT_FLOORS:
-#   each endpoint's oldest claimable delivery, due or not, less a margin and never
-#   above that read's start. Every delivery held back is at or above it; every
-#   writer that makes a delivery claimable later (a retry, a lapse, a replay, a
-#   resume, the fan-out) makes it due at ``now()`` or after.
-# * ``%(floor)s`` a number of seconds: a *floored* claim (webhooks/store.py, with
-#   the jobs' ``ScanFloor`` spacing full claims out). The walk over the endpoints
-#   reads only entries due after ``now() - floor`` (the last full claim's start,
-#   less the margin): the index checks that bound on its own entries, so the dead
-#   ones below it cost no heap fetch; it finds every endpoint with newer work. The
-#   endpoints of ``%(floor_ids)s`` come too, each probed and taken from its own
-#   floor (``%(floor_ats)s``, from ENDPOINT_FLOORS): those with older work.
-# * A delivery below its floor (written by a transaction that began long before it
-#   committed) is claimed by the next full claim: never lost, at most delayed.
-#
-# With custom plans (PLAN_EACH_RUN) a full claim's NULL floor folds away.
-_WALK_FLOOR = """(%(floor)s::float8 IS NULL OR d.next_attempt_at
-                 >= now() - pg_catalog.make_interval(secs => %(floor)s::float8))"""
-_TIME_FLOOR_AT = """COALESCE(now() - pg_catalog.make_interval(secs => %(floor)s::float8),
-                       '-infinity'::timestamptz)"""
-#: CLAIM_DELIVERIES's floor parameters for a full claim (no floor).
-FULL_CLAIM = {"floor": None, "floor_ids": "{}", "floor_ats": "{}"}
-#: The margin below each endpoint's oldest claimable delivery (ENDPOINT_FLOORS).
-FLOOR_MARGIN_SECONDS = 1.0
-ENDPOINT_FLOORS = f"""/* pgqueue:endpoint_floors */
-WITH RECURSIVE walk(endpoint_id, oldest) AS (
-    (SELECT d.endpoint_id, d.next_attempt_at FROM {DELIVERY_TABLE} AS d
-     WHERE d.status IN {CLAIMABLE_SQL}
-     ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
-    UNION ALL
-    SELECT x.endpoint_id, x.next_attempt_at
-    FROM walk AS w CROSS JOIN LATERAL (
-        SELECT d.endpoint_id, d.next_attempt_at FROM {DELIVERY_TABLE} AS d
-        WHERE d.status IN {CLAIMABLE_SQL} AND d.endpoint_id > w.endpoint_id
-        ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1) AS x
-)
-SELECT endpoint_id,
-       (LEAST(oldest, now())
-        - pg_catalog.make_interval(secs => {FLOOR_MARGIN_SECONDS}))::text
-FROM walk
-"""
 CLAIM_DELIVERIES = f"""/* pgqueue:claim_deliveries */
 WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     SELECT e.id FROM {ENDPOINT_TABLE} AS e
     WHERE e.is_active AND e.breaker_state IN ('open', 'half_open') AND e.open_until <= now()
-      AND NOT e.relay AND {_has_due()}
+      AND NOT e.relay AND {_HAS_DUE}
     LIMIT GREATEST(0, %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed))
     FOR UPDATE OF e SKIP LOCKED
 ), probes AS MATERIALIZED (
@@ -371,38 +306,28 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     RETURNING e.id
 ), walk(endpoint_id) AS (
     (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
-     WHERE d.status IN {CLAIMABLE_SQL} AND {_WALK_FLOOR}
+     WHERE d.status IN {CLAIMABLE_SQL}
      ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
     UNION ALL
     SELECT (SELECT d.endpoint_id FROM {DELIVERY_TABLE} AS d
             WHERE d.status IN {CLAIMABLE_SQL} AND d.endpoint_id > w.endpoint_id
-              AND {_WALK_FLOOR}
             ORDER BY d.endpoint_id, d.next_attempt_at LIMIT 1)
     FROM walk AS w WHERE w.endpoint_id IS NOT NULL
-), floors AS MATERIALIZED (
-    SELECT f.endpoint_id, f.floor_at
-    FROM unnest(%(floor_ids)s::bigint[], %(floor_ats)s::text[]::timestamptz[])
-         AS f(endpoint_id, floor_at)
-), ends AS MATERIALIZED (
-    SELECT endpoint_id FROM walk WHERE endpoint_id IS NOT NULL
-    UNION
-    SELECT endpoint_id FROM floors
 ), free AS MATERIALIZED (
     SELECT GREATEST(0, %(limit)s - (SELECT pg_catalog.count(*) FROM lapsed)
                        - (SELECT pg_catalog.count(*) FROM probes)) AS n
 ), candidates AS MATERIALIZED (
-    SELECT e.id, e.served_at, COALESCE(f.floor_at, {_TIME_FLOOR_AT}) AS floor_at
-    FROM ends AS w JOIN {ENDPOINT_TABLE} AS e ON e.id = w.endpoint_id
-    LEFT JOIN floors AS f ON f.endpoint_id = e.id
+    SELECT e.id, e.served_at
+    FROM walk AS w JOIN {ENDPOINT_TABLE} AS e ON e.id = w.endpoint_id
     WHERE e.is_active AND e.breaker_state = 'closed' AND NOT e.relay
       AND COALESCE({_RATE_ALLOWANCE}, 1) > 0
       AND (COALESCE(e.max_in_flight, %(max_in_flight)s::int) IS NULL
            OR COALESCE(e.max_in_flight, %(max_in_flight)s::int) > ({_IN_FLIGHT}))
-      AND {_has_due("COALESCE(f.floor_at, " + _TIME_FLOOR_AT + ")")}
+      AND {_HAS_DUE}
     ORDER BY e.served_at NULLS FIRST, e.id
     LIMIT (SELECT n FROM free)
 ), locked AS MATERIALIZED (
-    SELECT e.id, c.floor_at, LEAST(
+    SELECT e.id, LEAST(
                CASE WHEN COALESCE(e.max_in_flight, %(max_in_flight)s::int) IS NOT NULL
                     THEN COALESCE(e.max_in_flight, %(max_in_flight)s::int) - ({_IN_FLIGHT}) END,
                {_RATE_ALLOWANCE}) AS room
@@ -412,7 +337,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     ORDER BY e.id
     FOR UPDATE OF e
 ), rooms AS MATERIALIZED (
-    SELECT l.id, l.floor_at, LEAST(l.room, pg_catalog.ceil((SELECT n FROM free)::numeric
+    SELECT l.id, LEAST(l.room, pg_catalog.ceil((SELECT n FROM free)::numeric
                                    / GREATEST(1, (SELECT pg_catalog.count(*) FROM locked)))::int)
            AS room
     FROM locked AS l
@@ -422,7 +347,7 @@ WITH RECURSIVE {_LAPSED_DELIVERIES}, probe_endpoints AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT d.id FROM {DELIVERY_TABLE} AS d
         WHERE d.endpoint_id = r.id AND d.status IN {CLAIMABLE_SQL}
-          AND d.next_attempt_at >= r.floor_at AND d.next_attempt_at <= now()
+          AND d.next_attempt_at <= now()
           AND {_FIFO_HEAD}
         ORDER BY d.next_attempt_at, d.id
         LIMIT r.room

@@ -33,7 +33,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +52,6 @@ from ..db import (
 )
 from ..notify import WAKE_DELIVERIES, wake_workers
 from ..outcomes import DeliveryOutcome
-from ..scan_floor import ScanFloor
 from . import breaker
 
 if TYPE_CHECKING:
@@ -76,42 +74,8 @@ def claim(conn: Any, params: dict[str, Any], max_in_flight: int | None) -> list[
     Rows come back ``in_progress`` with a fresh token and what sending needs
     (secrets still encrypted), or ``dead`` (a lapsed delivery out of attempts) or
     ``failed`` (a lapsed delivery whose endpoint is not sendable, put back to wait).
-
-    Above the claim loop's scan floor (``params["scan_floor"]``), if it passed one
-    (``sql/deliveries.py``, "The scan floor"): a full claim now and then, each
-    followed by the endpoints' floors (``sql.ENDPOINT_FLOORS``), which the floored
-    claims until the next full one start from. A floored claim proves nothing about
-    the endpoints it did not read, so only a full claim moves the floors. Lapsed
-    leases beyond a full claim's limit (a mass lapse) are below the floored claims'
-    time floor: the next full claim takes them.
     """
-    floors: ScanFloor | None = params.get("scan_floor")
-    started = time.monotonic()
-    age = None if floors is None else floors.age(_FLOORED, started)
-    kept = None if floors is None or age is None else floors.kept(_FLOORED)
-    values = {**params, **sql.FULL_CLAIM, "max_in_flight": max_in_flight}
-    if kept is not None:
-        values.update(floor=age, floor_ids=kept[0], floor_ats=kept[1])
-    else:
-        age = None
-    rows = _CLAIM.fetchall(conn, values)
-    if floors is None:
-        return rows
-    if age is not None:  # a floored claim proves nothing: the floors stay
-        floors.record(_FLOORED, started, time.monotonic(), age, short=False)
-        return rows
-    # After a full claim, the floors of every endpoint with claimable deliveries, due
-    # or not: what a floored claim needs to see an old backlog, so even a full claim
-    # that filled its limit is followed by floored ones (unlike the jobs').
-    found = conn.execute(sql.ENDPOINT_FLOORS, prepare=False).fetchall()
-    floors.record(_FLOORED, started, time.monotonic(), None, short=True)
-    ids = array_literal([str(endpoint_id) for endpoint_id, _ in found])
-    floors.keep(_FLOORED, (ids, text_array_literal([at for _, at in found])))
-    return rows
-
-
-#: The deliveries' claim's key in the claim loop's ScanFloor.
-_FLOORED = "claim_deliveries"
+    return _CLAIM.fetchall(conn, {**params, "max_in_flight": max_in_flight})
 
 
 def claim_relay(conn: Any, params: dict[str, Any], batch_size: int) -> list[tuple[Any, ...]]:

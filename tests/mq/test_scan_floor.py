@@ -40,6 +40,13 @@ def conn() -> Iterator[psycopg.Connection]:
         yield conn
 
 
+@pytest.fixture
+def fast_full_reads(monkeypatch: pytest.MonkeyPatch) -> ScanFloor:
+    monkeypatch.setattr(ScanFloor, "FULL_EVERY", 0.5)
+    monkeypatch.setattr(ScanFloor, "FULL_SHARE", 1.0)
+    return ScanFloor()
+
+
 def churn(conn: psycopg.Connection, name: str, n: int) -> None:
     """Messages sent, read and archived as consumers leave them: each a dead version
     at the head of the primary key (sent, then read) and in the ``vt`` index."""
@@ -99,10 +106,10 @@ def test_a_pinned_horizon_does_not_make_a_floored_read_walk_the_dead_head(conn, 
     assert floored * 20 < full, (floored, full)  # measured: 19 against 8,035
 
 
-def test_a_message_below_the_floor_goes_at_the_next_full_read(conn, fast_scan_floor):
+def test_a_message_below_the_floor_goes_at_the_next_full_read(conn, fast_full_reads):
     mq.create("floored")
     info = store.get_queue("floored")
-    floors = fast_scan_floor
+    floors = fast_full_reads
     assert store.claim(conn, info, 30, 10, floors) == []  # full, and short: caught up
     (old,) = mq.send_batch("floored", [{"old": True}])
     conn.execute(
@@ -122,12 +129,12 @@ def test_a_message_below_the_floor_goes_at_the_next_full_read(conn, fast_scan_fl
     assert sorted(read_cts) == sorted([(old, 1), (new, 1)])
 
 
-def test_a_floored_read_takes_a_message_whose_visibility_timeout_ran_out(conn, fast_scan_floor):
+def test_a_floored_read_takes_a_message_whose_visibility_timeout_ran_out(conn, fast_full_reads):
     """A message read and neither archived nor deleted comes back at its ``vt``, which
     is after the floor, whatever its msg_id: floored reads take it."""
     mq.create("redelivered")
     info = store.get_queue("redelivered")
-    floors = fast_scan_floor
+    floors = fast_full_reads
     (first,) = mq.send_batch("redelivered", [{"n": 1}])
     assert [m.msg_id for m in store.claim(conn, info, 0.3, 10, floors)] == [first]  # full
     (second,) = mq.send_batch("redelivered", [{"n": 2}])
@@ -137,7 +144,7 @@ def test_a_floored_read_takes_a_message_whose_visibility_timeout_ran_out(conn, f
     assert [(m.msg_id, m.read_ct) for m in taken] == [(first, 2), (second, 1)]
 
 
-def test_floored_reads_keep_the_dead_letter_policy(conn, fast_scan_floor):
+def test_floored_reads_keep_the_dead_letter_policy(conn, fast_full_reads):
     """The floored variants of both dead-letter reads move a message read max_reads
     times and return the others, with their parameters in the right places."""
     mq.create("dlq")
@@ -145,7 +152,7 @@ def test_floored_reads_keep_the_dead_letter_policy(conn, fast_scan_floor):
     mq.create("to_archive", max_reads=1)
     for name in ("to_queue", "to_archive"):
         info = store.get_queue(name)
-        floors = fast_scan_floor
+        floors = fast_full_reads
         (dead,) = mq.send_batch(name, [{"dead": True}])
         assert [m.msg_id for m in store.claim(conn, info, 0.2, 10, floors)] == [dead]
         (live,) = mq.send_batch(name, [{"live": True}])
@@ -162,17 +169,17 @@ def _handler(message: Any) -> None:
     return None
 
 
-def test_the_worker_source_reads_above_the_claim_loops_floor(conn, fast_scan_floor):
+def test_the_worker_source_reads_above_the_claim_loops_floor(conn, fast_full_reads):
     """The consumers' claim takes the claim loop's floor from its parameters, one
     state per queue."""
     mq.create("one")
     mq.create("two")
     registered = {q: Consumer(q, _handler, 30, 10, False, None) for q in ("one", "two")}
     source = MessageSource("floor-worker", registered, lease=5)
-    params = {"all_queues": True, "queues": [], "limit": 10, "scan_floor": fast_scan_floor}
+    params = {"all_queues": True, "queues": [], "limit": 10, "scan_floor": fast_full_reads}
     assert source.claim(conn, params) == []
-    assert fast_scan_floor.age("mq:one", time.monotonic()) is not None
-    assert fast_scan_floor.age("mq:two", time.monotonic()) is not None
+    assert fast_full_reads.age("mq:one", time.monotonic()) is not None
+    assert fast_full_reads.age("mq:two", time.monotonic()) is not None
     (old,) = mq.send_batch("one", [{"old": True}])
     conn.execute(
         "UPDATE pgqueue_mq_q_one SET vt = clock_timestamp() - interval '30 s' WHERE msg_id = %s",

@@ -119,7 +119,6 @@ def test_exactly_one_probe_under_concurrent_claims(receiver, make_endpoint):
                 "all_queues": True,
                 "queues": [],
                 "max_in_flight": None,
-                **sql.FULL_CLAIM,
             }
             barrier.wait(10)
             rows = conn.execute(sql.CLAIM_DELIVERIES, params).fetchall()

@@ -21,13 +21,7 @@ def states(endpoint) -> dict[int, tuple[str, bool]]:
 
 def claim(limit: int = 50) -> list[tuple]:
     with connect("test-claim") as conn:
-        params = {
-            "limit": limit,
-            "lease": 30.0,
-            "worker_id": "test",
-            "max_in_flight": None,
-            **sql.FULL_CLAIM,
-        }
+        params = {"limit": limit, "lease": 30.0, "worker_id": "test", "max_in_flight": None}
         return conn.execute(sql.CLAIM_DELIVERIES, params).fetchall()
 
 

@@ -29,7 +29,6 @@ def params(limit: int = 100, max_in_flight: int | None = None) -> dict[str, Any]
         "lease": 30.0,
         "worker_id": "test",
         "max_in_flight": max_in_flight,
-        **sql.FULL_CLAIM,
     }
 
 
