@@ -225,7 +225,7 @@ def forget(name: str) -> None:
     """Drop the cached options of ``name``, and its reads' scan floor."""
     with _cache_lock:
         _cache.pop(name, None)
-    _read_floors.forget("mq:" + name)
+    _read_floors.forget(_floor_key(name))
 
 
 def get_queue(name: str, conn: Any = None) -> QueueInfo:
@@ -522,6 +522,11 @@ def read(name: str, vt: float = 30, qty: int = 1) -> list[Message]:
 _read_floors = ScanFloor()
 
 
+def _floor_key(name: str) -> str:
+    """The key of a queue's reads in a ScanFloor (the claim loop's, or ``_read_floors``)."""
+    return "mq:" + name
+
+
 def _read_rows(
     fetch: Callable[[str, list[Any]], list[Any]],
     info: QueueInfo,
@@ -536,7 +541,7 @@ def _read_rows(
     counts as short for the floor: a backlog below the floor then waits for the
     next full read, as a message sent by a long transaction does.
     """
-    key = "mq:" + info.name
+    key = _floor_key(info.name)
     started = time.monotonic()
     floor = None if floors is None else floors.age(key, started)
     query, params = read_query(info, vt, qty, floor)
