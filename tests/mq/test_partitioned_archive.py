@@ -171,6 +171,12 @@ def test_a_daily_prune_keeps_the_days_made_where_no_worker_runs():
         drop_day("kept", first + dt.timedelta(days=n))
     assert days("kept") == [first]
     assert prune(dry_run=True).partitions_made == 0 and days("kept") == [first]
+    # The job history and the attempt log get their days ahead first (a test database
+    # lacked them in the first hours of a UTC day): only the queue's are missing, and
+    # the count below is theirs.
+    with connect("test-days-ahead") as conn:
+        history.ensure_partitions(conn)
+        history.ensure_partitions(conn, family=history.ATTEMPT_LOG)
     out = io.StringIO()
     call_command("pgqueue_prune", stdout=out)
     assert f"Made {history.PREMADE_DAYS} day partition(s) ahead." in out.getvalue()
